@@ -1,0 +1,69 @@
+# paradec — a new user needs two commands: `make run` and `make test`.
+#   make            build the library and the tools into bin/
+#   make run        convert the default model (stories260K) and tell a story
+#   make test       every test; the last line says "N passed, N failed"
+#   make bench      speed figures for docs/benchmarks.md (never part of the tests)
+#   make SAN=1 ...  the same with AddressSanitizer + UBSan, in build-san/
+
+BUILD  ?= build
+BIN    ?= bin
+OPT    ?= -O2 -march=native
+ifeq ($(SAN),1)
+BUILD  := build-san
+BIN    := build-san/bin
+OPT    := -O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=address,undefined
+endif
+CFLAGS += -std=c11 $(OPT) -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
+LDLIBS += -lzstd -ljansson -lxxhash -lz -lpthread -lm
+
+LIB_SRC  := $(wildcard libcore/*.c libcore/decode/*.c kernels/cpu/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB      := $(BUILD)/libcore.a
+TOOLS    := $(patsubst tools/%.c,$(BIN)/%,$(wildcard tools/*.c))
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+DEPS_OK  := $(BUILD)/.deps-ok
+
+.PHONY: all run test bench clean deps
+all: $(TOOLS)
+
+deps $(DEPS_OK): scripts/setup.sh
+	@scripts/setup.sh
+	@mkdir -p $(BUILD) && touch $(DEPS_OK)
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	$(AR) rcs $@ $^
+
+$(BIN)/%: tools/%.c $(LIB) | $(DEPS_OK)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/obj/tool-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
+	@mkdir -p $(BUILD)/tests
+	$(CC) $(CFLAGS) -Itests -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+
+# the embedded default model: stories260K + tok512, found through pd_data_path's order
+MODEL_DIR = $(firstword $(wildcard $(PARADEC_DATA)/models/stories260K data/models/stories260K ../shared/data/models/stories260K))
+DEFAULT_MODEL := $(BUILD)/stories260K.safetensors.zst
+
+$(DEFAULT_MODEL): $(BIN)/convert
+	@test -n "$(MODEL_DIR)" || { echo "make: stories260K not found: set PARADEC_DATA to a folder holding models/stories260K/"; exit 1; }
+	$(BIN)/convert $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin -o $@
+
+run: all $(DEFAULT_MODEL)
+	$(BIN)/decode -m $(DEFAULT_MODEL) -p "Once upon a time" -n 200 --temp 0.8 --seed $${SEED:-42}
+
+test: all $(TESTS) $(DEFAULT_MODEL)
+	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) tests/run.sh
+
+bench: all $(DEFAULT_MODEL)
+	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) scripts/bench.sh
+
+clean:
+	rm -rf build build-san bin
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

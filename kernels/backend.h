@@ -1,0 +1,48 @@
+/* backend.h — the compute kernels libcore calls; kernels/cpu implements them (and
+   kernels/cuda, where nvcc exists). Every kernel is batch-invariant by construction:
+   the value computed for one token never depends on how many other tokens share
+   the call, because each output element has one fixed reduction order. */
+#ifndef PD_BACKEND_H
+#define PD_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { WT_F32, WT_BF16 } WType; /* weight storage the matmul reads directly */
+
+/* thread pool; n_threads ≥ 1 (the caller's thread counts as one) */
+int k_init(int n_threads);
+int k_threads(void);
+
+/* y[n][rows] = x[n][cols] · W[rows][cols]^T (W row-major, as Hugging Face stores Linear) */
+void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols, int rows);
+/* y[n][dim] = x / rms(x) * g   (per row; eps inside the root) */
+void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
+/* rotate-half RoPE in place on x[n][n_heads*head_dim]; cos/sin tables [pos][head_dim/2] */
+void k_rope(float *x, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
+            const float *sin_t);
+/* a[i] = silu(a[i]) * b[i] */
+void k_silu_mul(float *a, const float *b, size_t n);
+/* y[i] += x[i] */
+void k_add(float *y, const float *x, size_t n);
+/* row of weights (f32 or bf16) → f32 */
+void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
+
+/* attention of token t over its visible keys, in the order given (context slots
+   first, then the batch ancestors, i.e. position order):
+   out[n_heads*hd] = Σ_j softmax_j(q_h·k_j[kvh] * scale) v_j[kvh], kvh = h / (n_heads/n_kv) */
+typedef struct {
+    int n;                 /* tokens in the call */
+    int n_heads, n_kv, hd; /* q heads, kv heads, head size */
+    float scale;
+    const float *q;        /* [n][n_heads*hd] */
+    float *out;            /* [n][n_heads*hd] */
+    const float *const *k; /* key rows, [key_off[n]] pointers to [n_kv*hd] */
+    const float *const *v; /* value rows, same */
+    const int *key_off;    /* [n+1]: token t sees rows key_off[t] .. key_off[t+1]-1 */
+} AttnArgs;
+void k_attention(const AttnArgs *a);
+
+float k_softmax(float *x, int n); /* in place; returns the max logit */
+int k_argmax(const float *x, int n); /* lowest index among equal maxima */
+
+#endif

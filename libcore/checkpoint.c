@@ -1,0 +1,216 @@
+/* checkpoint.c — in-memory checkpoints and paradec model files. */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols) {
+    if (ck->n == ck->cap) {
+        int cap = ck->cap ? 2 * ck->cap : 64;
+        CkTensor *t = pd_realloc(ck->t, sizeof(CkTensor) * cap);
+        if (!t) return NULL;
+        ck->t = t;
+        ck->cap = cap;
+    }
+    CkTensor *t = &ck->t[ck->n];
+    memset(t, 0, sizeof *t);
+    t->ndim = rows ? 2 : 1;
+    t->shape[0] = rows ? rows : cols;
+    t->shape[1] = rows ? cols : 1;
+    size_t count = pd_mul((size_t)t->shape[0], (size_t)t->shape[1]);
+    t->name = pd_strdup(name);
+    t->data = pd_alloc(pd_mul(count, sizeof(float)));
+    if (!t->name || !t->data) {
+        free(t->name);
+        free(t->data);
+        return NULL;
+    }
+    ck->n++;
+    return t->data;
+}
+
+CkTensor *ck_get(const Checkpoint *ck, const char *name) {
+    for (int i = 0; i < ck->n; i++)
+        if (!strcmp(ck->t[i].name, name)) return &ck->t[i];
+    return NULL;
+}
+
+void ck_free(Checkpoint *ck) {
+    for (int i = 0; i < ck->n; i++) {
+        free(ck->t[i].name);
+        free(ck->t[i].data);
+    }
+    free(ck->t);
+    free(ck->tok);
+    memset(ck, 0, sizeof *ck);
+}
+
+int ck_set_tokenizer(Checkpoint *ck, const char *path) {
+    char *bytes;
+    size_t n;
+    Tokenizer *t;
+    if (pd_read_file(path, &bytes, &n)) return -1;
+    if (tok_load_llama2c(&t, bytes, n, path)) {
+        free(bytes);
+        return -1;
+    }
+    int v = tok_vocab_size(t);
+    tok_free(t);
+    if (v != ck->c.vocab_size) {
+        free(bytes);
+        return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", path, v, ck->c.vocab_size);
+    }
+    free(ck->tok);
+    ck->tok = (unsigned char *)bytes;
+    ck->tok_len = n;
+    snprintf(ck->tok_kind, sizeof ck->tok_kind, "llama2c");
+    return 0;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);               /* round to nearest even */
+}
+
+static int is_norm(const char *name) { return strstr(name, "norm") != NULL; }
+
+int ck_write_model(const Checkpoint *ck, const char *path, DType dt) {
+    if (dt != DT_F32 && dt != DT_BF16) return pd_error("%s: weights can be stored F32 or BF16", path);
+    if (!ck->tok) return pd_error("%s: no tokenizer given (--tokenizer)", path);
+    void **conv = pd_alloc(sizeof(void *) * (ck->n + 1));
+    TfWriter *w = conv ? tfw_begin(path, -1) : NULL;
+    if (!w) {
+        free(conv);
+        return -1;
+    }
+    XXH3_state_t *h = XXH3_createState();
+    XXH3_128bits_reset(h);
+    int rc = 0;
+    for (int i = 0; i < ck->n && !rc; i++) {
+        const CkTensor *t = &ck->t[i];
+        DType tdt = is_norm(t->name) ? DT_F32 : dt;
+        size_t count = (size_t)t->shape[0] * t->shape[1];
+        const void *data = t->data;
+        if (tdt == DT_BF16) {
+            uint16_t *b = pd_alloc(count * 2);
+            if (!b) { rc = -1; break; }
+            for (size_t j = 0; j < count; j++) b[j] = f32_to_bf16(t->data[j]);
+            data = conv[i] = b;
+        }
+        XXH3_128bits_update(h, t->name, strlen(t->name) + 1);
+        XXH3_128bits_update(h, &tdt, sizeof tdt);
+        XXH3_128bits_update(h, t->shape, sizeof t->shape);
+        XXH3_128bits_update(h, data, count * dtype_size(tdt));
+        rc = tfw_add(w, t->name, tdt, t->ndim, t->shape, data);
+    }
+    int64_t tn = (int64_t)ck->tok_len;
+    rc = rc ? rc : tfw_add(w, "tokenizer.bytes", DT_U8, 1, &tn, ck->tok);
+    XXH128_hash_t d = XXH3_128bits_digest(h);
+    XXH3_freeState(h);
+    char digest[40], *cfg = rc ? NULL : config_to_json(&ck->c);
+    snprintf(digest, sizeof digest, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
+    if (!rc && (!cfg || tfw_meta(w, "paradec.kind", "model") || tfw_meta(w, "paradec.version", "1") ||
+                tfw_meta(w, "paradec.config", cfg) || tfw_meta(w, "paradec.digest", digest) ||
+                tfw_meta(w, "paradec.tokenizer", ck->tok_kind)))
+        rc = -1;
+    rc = rc ? (tfw_abort(w), -1) : tfw_commit(w);
+    free(cfg);
+    for (int i = 0; i < ck->n; i++) free(conv[i]);
+    free(conv);
+    return rc;
+}
+
+int ck_read_model(Checkpoint *ck, const char *path) {
+    Model m;
+    memset(ck, 0, sizeof *ck);
+    if (model_load(&m, path)) return -1;
+    ck->c = m.c;
+    int rc = 0;
+    for (int i = 0; i < m.tf.n && !rc; i++) {
+        const Tensor *t = &m.tf.t[i];
+        if (!strcmp(t->name, "tokenizer.bytes")) continue;
+        int64_t rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->shape[t->ndim - 1];
+        float *d = ck_add(ck, t->name, rows, cols);
+        if (!d) { rc = -1; break; }
+        for (int64_t r = 0; r < (rows ? rows : 1); r++)
+            k_row_to_f32(d + r * cols, t->data, t->dtype == DT_F32 ? WT_F32 : WT_BF16, r, (int)cols);
+    }
+    const Tensor *tok = tf_get(&m.tf, "tokenizer.bytes");
+    if (!rc && (ck->tok = pd_alloc(tok->nbytes))) {
+        memcpy(ck->tok, tok->data, tok->nbytes);
+        ck->tok_len = tok->nbytes;
+        snprintf(ck->tok_kind, sizeof ck->tok_kind, "%s", tf_meta(&m.tf, "paradec.tokenizer"));
+    } else
+        rc = -1;
+    model_free(&m);
+    if (rc) ck_free(ck);
+    return rc;
+}
+
+void rope_rows_to_hf(float *w, int n_heads, int hd, int cols) {
+    float *tmp = malloc(sizeof(float) * hd * cols);
+    if (!tmp) return;
+    for (int h = 0; h < n_heads; h++) {
+        float *W = w + (size_t)h * hd * cols;
+        memcpy(tmp, W, sizeof(float) * hd * cols);
+        /* Meta row 2i+c (pair i, component c) becomes HF row c*hd/2 + i */
+        for (int i = 0; i < hd / 2; i++)
+            for (int c = 0; c < 2; c++)
+                memcpy(W + (size_t)(c * hd / 2 + i) * cols, tmp + (size_t)(2 * i + c) * cols, sizeof(float) * cols);
+    }
+    free(tmp);
+}
+
+void rope_rows_from_hf(float *w, int n_heads, int hd, int cols) {
+    float *tmp = malloc(sizeof(float) * hd * cols);
+    if (!tmp) return;
+    for (int h = 0; h < n_heads; h++) {
+        float *W = w + (size_t)h * hd * cols;
+        memcpy(tmp, W, sizeof(float) * hd * cols);
+        for (int i = 0; i < hd / 2; i++)
+            for (int c = 0; c < 2; c++)
+                memcpy(W + (size_t)(2 * i + c) * cols, tmp + (size_t)(c * hd / 2 + i) * cols, sizeof(float) * cols);
+    }
+    free(tmp);
+}
+
+int hf_write_dir(const Checkpoint *ck, const char *dir) {
+    if (mkdir(dir, 0755) && errno != EEXIST) return pd_error("%s: cannot create: %s", dir, strerror(errno));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    TfWriter *w = tfw_begin(path, 0);
+    if (!w) return -1;
+    for (int i = 0; i < ck->n; i++)
+        if (tfw_add(w, ck->t[i].name, DT_F32, ck->t[i].ndim, ck->t[i].shape, ck->t[i].data)) {
+            tfw_abort(w);
+            return -1;
+        }
+    if (tfw_meta(w, "format", "pt") || tfw_commit(w)) return -1;
+    const Config *c = &ck->c;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    AtomicFile af;
+    if (atomic_open(&af, path)) return -1;
+    fprintf(af.f,
+            "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+            "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+            "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+            "  \"rope_theta\": %.9g,\n  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
+            "  \"torch_dtype\": \"float32\",\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n",
+            c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
+            c->seq_len, c->norm_eps, c->rope_theta, c->tied ? "true" : "false");
+    if (atomic_commit(&af)) return -1;
+    if (ck->tok) { /* the tokenizer file beside it, as llama2.c ships it */
+        snprintf(path, sizeof path, "%s/tokenizer.bin", dir);
+        if (atomic_open(&af, path)) return -1;
+        fwrite(ck->tok, 1, ck->tok_len, af.f);
+        if (atomic_commit(&af)) return -1;
+    }
+    return 0;
+}

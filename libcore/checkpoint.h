@@ -1,0 +1,51 @@
+/* checkpoint.h — a model held in memory as f32 tensors under Hugging Face names:
+   what importers produce (llama2.c .bin now; HF directories and GGUF next), what
+   widen transforms, and what becomes a paradec model file. q_proj/k_proj rows are
+   always in Hugging Face's rotate-half order; importers of other orders permute. */
+#ifndef PD_CHECKPOINT_H
+#define PD_CHECKPOINT_H
+#include "model.h"
+
+typedef struct {
+    char *name;
+    int ndim;
+    int64_t shape[2];
+    float *data; /* [shape[0]][shape[1]] */
+} CkTensor;
+
+typedef struct {
+    Config c;
+    int n, cap;
+    CkTensor *t;
+    unsigned char *tok;   /* tokenizer file bytes */
+    size_t tok_len;
+    char tok_kind[16];    /* "llama2c" */
+} Checkpoint;
+
+/* a new zeroed tensor (rows == 0 for a vector of cols); NULL + message on failure */
+float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols);
+CkTensor *ck_get(const Checkpoint *ck, const char *name);
+void ck_free(Checkpoint *ck);
+/* the tokenizer file as is, checked against the vocabulary */
+int ck_set_tokenizer(Checkpoint *ck, const char *path);
+
+/* write a model file: weights in dt (F32 or BF16; norm gains stay F32), metadata
+   paradec.kind=model, paradec.config, paradec.digest (of the tensors as written) */
+int ck_write_model(const Checkpoint *ck, const char *path, DType dt);
+/* read a model file back into f32 tensors (for widen) */
+int ck_read_model(Checkpoint *ck, const char *path);
+
+/* llama2.c checkpoints: legacy (7-int header, negative vocab = separate classifier)
+   and version 1 ("ak42" magic); q/k rows are permuted into rotate-half order */
+int llama2c_read(Checkpoint *ck, const char *path);
+int llama2c_read_mem(Checkpoint *ck, const void *bytes, size_t n, const char *what);
+/* and back, legacy format (what llama2.c's run.c and llama.cpp's converter read) */
+int llama2c_write(const Checkpoint *ck, const char *path);
+/* a Hugging Face directory: config.json + model.safetensors (F32) */
+int hf_write_dir(const Checkpoint *ck, const char *dir);
+
+/* permute q/k rows between Meta's interleaved pairs and HF's rotate-half halves */
+void rope_rows_to_hf(float *w, int n_heads, int head_dim, int cols);
+void rope_rows_from_hf(float *w, int n_heads, int head_dim, int cols);
+
+#endif

@@ -1,0 +1,89 @@
+/* decode.c — the method registry and the helpers every method shares. */
+#include "decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const DecodeMethod method_standard;
+
+/* adding a method: one file in libcore/decode/ and one line here */
+static const DecodeMethod *const METHODS[] = {&method_standard};
+#define N_METHODS (int)(sizeof METHODS / sizeof METHODS[0])
+
+const DecodeMethod *decode_method(const char *name) {
+    for (int i = 0; i < N_METHODS; i++)
+        if (!strcmp(METHODS[i]->name, name)) return METHODS[i];
+    pd_error("unknown method '%s' (known: %s)", name, decode_method_names());
+    return NULL;
+}
+
+const char *decode_method_names(void) {
+    static char buf[512];
+    buf[0] = 0;
+    for (int i = 0; i < N_METHODS; i++) {
+        if (i) strncat(buf, ", ", sizeof buf - strlen(buf) - 1);
+        strncat(buf, METHODS[i]->name, sizeof buf - strlen(buf) - 1);
+    }
+    return buf;
+}
+
+#define PREFILL_CHUNK 64 /* tokens a prefill pass takes at once */
+
+int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new) {
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->kv = kv;
+    d->sampler = s;
+    d->max_new = max_new;
+    d->cap = PREFILL_CHUNK;
+    d->seq = kv_seq_new(kv);
+    d->out = pd_alloc(sizeof(int32_t) * (max_new > 0 ? max_new : 1));
+    d->hidden = pd_alloc(sizeof(float) * d->cap * m->c.dim);
+    d->logits = pd_alloc(sizeof(float) * d->cap * m->c.vocab_size);
+    if (d->seq < 0 || !d->out || !d->hidden || !d->logits) {
+        decode_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+void decode_free(DecodeCtx *d) {
+    if (d->kv && d->seq >= 0 && d->m) kv_seq_free(d->kv, d->seq);
+    free(d->out);
+    free(d->hidden);
+    free(d->logits);
+    memset(d, 0, sizeof *d);
+}
+
+int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
+    double t0 = pd_now();
+    if (n < 1) return pd_error("empty prompt (it needs at least BOS)");
+    if (n >= d->m->c.seq_len)
+        return pd_error("prompt of %d tokens does not fit the context of %d", n, d->m->c.seq_len);
+    int32_t pos[PREFILL_CHUNK];
+    int take = 0;
+    for (int at = 0; at < n; at += take) {
+        take = n - at < d->cap ? n - at : d->cap;
+        for (int i = 0; i < take; i++) pos[i] = at + i;
+        int32_t seq[PREFILL_CHUNK];
+        for (int i = 0; i < take; i++) seq[i] = d->seq;
+        Batch b = {take, prompt + at, seq, pos, NULL, NULL};
+        if (forward_layers(d->m, d->kv, &b, 0, d->m->c.n_layers, d->hidden)) return -1;
+        d->target_passes++;
+    }
+    if (final_logits(d->m, d->hidden + (size_t)(take - 1) * d->m->c.dim, 1, d->logits)) return -1;
+    d->t_prefill += pd_now() - t0;
+    return 0;
+}
+
+int decode_is_end(const DecodeCtx *d, int token) {
+    const Tokenizer *t = d->m->tok;
+    return token == tok_eos(t) || (tok_kind(t) == TOK_SPM && token == tok_bos(t));
+}
+
+int decode_accept(DecodeCtx *d, int prev, int token) {
+    if (decode_is_end(d, token)) return 1;
+    d->out[d->n_out++] = token;
+    if (d->emit && d->emit(d->emit_ctx, prev, token)) return 1;
+    return d->n_out >= d->max_new;
+}

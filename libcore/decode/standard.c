@@ -1,0 +1,25 @@
+/* standard.c — one token per pass through the whole model: the reference every
+   other method must reproduce token for token. */
+#include "../decode.h"
+
+static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    if (decode_prefill(d, prompt, n_prompt)) return -1;
+    double t0 = pd_now();
+    const Config *c = &d->m->c;
+    int prev = prompt[n_prompt - 1], pos = n_prompt;
+    for (;;) {
+        int next = sampler_sample(d->sampler, d->logits);
+        if (decode_accept(d, prev, next) || pos >= c->seq_len) break;
+        Batch b = {1, &next, &d->seq, &pos, NULL, NULL};
+        if (forward_layers(d->m, d->kv, &b, 0, c->n_layers, d->hidden) ||
+            final_logits(d->m, d->hidden, 1, d->logits))
+            return -1;
+        d->target_passes++;
+        prev = next;
+        pos++;
+    }
+    d->t_decode += pd_now() - t0;
+    return 0;
+}
+
+const DecodeMethod method_standard = {"standard", "one token per full forward pass", generate};

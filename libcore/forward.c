@@ -1,0 +1,197 @@
+/* forward.c — a Llama layer for n tokens at once, over the paged KV cache.
+   Batch invariance comes from the kernels (fixed reduction order per element) and
+   from attention visiting keys in position order: committed slots first, then the
+   visible tokens of this batch in batch order. */
+#include "forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Workspace {
+    int cap_n;               /* tokens the buffers hold */
+    size_t cap_keys;         /* key pointers the lists hold */
+    float *xb;               /* [n][dim] normed input */
+    float *q;                /* [n][n_heads*hd] */
+    float *k, *v;            /* [n][n_kv*hd] */
+    float *att;              /* [n][n_heads*hd] attention output */
+    float *hb, *hb2;         /* [n][hidden] */
+    float *out;              /* [n][dim] a branch's output before the residual add */
+    int *slot, *base;        /* [n] slot of each token; committed length of its sequence */
+    int *key_off;            /* [n+1] */
+    const float **kp, **vp;  /* [cap_keys] key/value row pointers */
+} Workspace;
+
+static void ws_free(Workspace *w) {
+    if (!w) return;
+    free(w->xb); free(w->q); free(w->k); free(w->v); free(w->att); free(w->hb); free(w->hb2);
+    free(w->out); free(w->slot); free(w->base); free(w->key_off); free(w->kp); free(w->vp);
+    free(w);
+}
+
+static int ws_reserve(Model *m, int n, size_t keys) {
+    Workspace *w = m->ws;
+    if (w && w->cap_n >= n && w->cap_keys >= keys) return 0;
+    const Config *c = &m->c;
+    int cn = w && w->cap_n > n ? w->cap_n : n;
+    size_t ck = w && w->cap_keys > keys ? w->cap_keys : keys;
+    ws_free(w);
+    m->ws = w = pd_alloc(sizeof *w);
+    if (!w) return -1;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    w->cap_n = cn;
+    w->cap_keys = ck;
+    w->xb = pd_alloc(sizeof(float) * cn * c->dim);
+    w->q = pd_alloc(sizeof(float) * cn * qd);
+    w->k = pd_alloc(sizeof(float) * cn * kvd);
+    w->v = pd_alloc(sizeof(float) * cn * kvd);
+    w->att = pd_alloc(sizeof(float) * cn * qd);
+    w->hb = pd_alloc(sizeof(float) * cn * c->hidden_dim);
+    w->hb2 = pd_alloc(sizeof(float) * cn * c->hidden_dim);
+    w->out = pd_alloc(sizeof(float) * cn * c->dim);
+    w->slot = pd_alloc(sizeof(int) * cn);
+    w->base = pd_alloc(sizeof(int) * cn);
+    w->key_off = pd_alloc(sizeof(int) * (cn + 1));
+    w->kp = pd_alloc(sizeof(float *) * ck);
+    w->vp = pd_alloc(sizeof(float *) * ck);
+    if (!w->xb || !w->q || !w->k || !w->v || !w->att || !w->hb || !w->hb2 || !w->out || !w->slot ||
+        !w->base || !w->key_off || !w->kp || !w->vp) {
+        ws_free(w);
+        m->ws = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void forward_free_workspace(Model *m) {
+    ws_free(m->ws);
+    m->ws = NULL;
+}
+
+static int seq_of(const Batch *b, int i) { return b->seq ? b->seq[i] : 0; }
+
+/* does token i see batch token j (j < i)? */
+static int visible(const Batch *b, int i, int j) {
+    if (seq_of(b, i) != seq_of(b, j)) return 0;
+    if (b->mask) return b->mask[(size_t)i * b->n + j];
+    if (!b->parent) return 1;
+    for (int a = b->parent[i]; a >= 0; a = b->parent[a])
+        if (a == j) return 1;
+    return 0;
+}
+
+static int check_batch(Model *m, KVCache *kv, const Batch *b, int lb, int le) {
+    const Config *c = &m->c;
+    if (b->n < 1) return pd_error("forward: empty batch");
+    if (lb < 0 || le > c->n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le);
+    for (int i = 0; i < b->n; i++) {
+        int s = seq_of(b, i);
+        if (s < 0 || s >= kv->max_seqs || !kv->live[s]) return pd_error("forward: sequence %d is not live", s);
+        if (b->pos[i] < 0 || b->pos[i] >= c->seq_len)
+            return pd_error("context full: position %d is past the model's %d", b->pos[i], c->seq_len);
+        if (lb == 0 && (b->token[i] < 0 || b->token[i] >= c->vocab_size))
+            return pd_error("forward: token %d outside the vocabulary (%d)", b->token[i], c->vocab_size);
+        if (b->parent && (b->parent[i] >= i || b->parent[i] < -1))
+            return pd_error("forward: token %d's parent %d does not come before it", i, b->parent[i]);
+    }
+    return 0;
+}
+
+/* slots of this layer's new K/V and the visible key rows of every token */
+static int place_keys(Model *m, KVCache *kv, const Batch *b, int l) {
+    int n = b->n;
+    size_t keys = 0;
+    for (int i = 0; i < n; i++) keys += (size_t)kv_len(kv, seq_of(b, i), l) + i + 1;
+    if (ws_reserve(m, n, keys)) return -1;
+    Workspace *w = m->ws;
+    for (int i = 0; i < n; i++) {
+        int s = seq_of(b, i), rank = 0;
+        for (int j = 0; j < i; j++) rank += seq_of(b, j) == s;
+        w->base[i] = kv_len(kv, s, l);
+        w->slot[i] = w->base[i] + rank;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        int s = seq_of(b, i);
+        w->key_off[i] = (int)at;
+        for (int p = 0; p < w->base[i]; p++) {
+            w->kp[at] = kv_key(kv, s, l, p);
+            w->vp[at++] = kv_value(kv, s, l, p);
+        }
+        for (int j = 0; j <= i; j++)
+            if (j == i || visible(b, i, j)) {
+                w->kp[at] = kv_key(kv, s, l, w->slot[j]);
+                w->vp[at++] = kv_value(kv, s, l, w->slot[j]);
+            }
+    }
+    w->key_off[n] = (int)at;
+    return 0;
+}
+
+static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x) {
+    const Config *c = &m->c;
+    const Layer *L = &m->layers[l];
+    int n = b->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    if (place_keys(m, kv, b, l)) return -1;
+    Workspace *w = m->ws;
+
+    /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
+    k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
+    k_matmul(w->q, w->xb, L->wq.w, L->wq.t, n, c->dim, qd);
+    k_matmul(w->k, w->xb, L->wk.w, L->wk.t, n, c->dim, kvd);
+    k_matmul(w->v, w->xb, L->wv.w, L->wv.t, n, c->dim, kvd);
+    k_rope(w->q, b->pos, n, c->n_heads, hd, m->rope_cos, m->rope_sin);
+    k_rope(w->k, b->pos, n, c->n_kv_heads, hd, m->rope_cos, m->rope_sin);
+    for (int i = 0; i < n; i++) {
+        memcpy(kv_key(kv, seq_of(b, i), l, w->slot[i]), w->k + (size_t)i * kvd, sizeof(float) * kvd);
+        memcpy(kv_value(kv, seq_of(b, i), l, w->slot[i]), w->v + (size_t)i * kvd, sizeof(float) * kvd);
+    }
+    AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->q, w->att,
+                  w->kp, w->vp, w->key_off};
+    k_attention(&a);
+    k_matmul(w->out, w->att, L->wo.w, L->wo.t, n, qd, c->dim);
+    k_add(x, w->out, (size_t)n * c->dim);
+
+    /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
+    k_rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
+    k_matmul(w->hb, w->xb, L->w1.w, L->w1.t, n, c->dim, c->hidden_dim);
+    k_matmul(w->hb2, w->xb, L->w3.w, L->w3.t, n, c->dim, c->hidden_dim);
+    k_silu_mul(w->hb, w->hb2, (size_t)n * c->hidden_dim);
+    k_matmul(w->out, w->hb, L->w2.w, L->w2.t, n, c->hidden_dim, c->dim);
+    k_add(x, w->out, (size_t)n * c->dim);
+
+    for (int i = 0; i < n; i++) /* the last token of each sequence sets its new length */
+        kv_set_len(kv, seq_of(b, i), l, w->slot[i] + 1);
+    return 0;
+}
+
+void embed_tokens(Model *m, const int32_t *tokens, int n, float *hidden) {
+    for (int i = 0; i < n; i++)
+        k_row_to_f32(hidden + (size_t)i * m->c.dim, m->embed.w, m->embed.t, tokens[i], m->c.dim);
+}
+
+/* blocks for every slot the call will fill, before anything changes */
+static int reserve_slots(KVCache *kv, const Batch *b, int lb, int le) {
+    for (int i = 0; i < b->n; i++) {
+        int s = seq_of(b, i), rank = 0;
+        for (int j = 0; j < i; j++) rank += seq_of(b, j) == s;
+        for (int l = lb; l < le; l++)
+            if (kv_reserve(kv, s, kv_len(kv, s, l) + rank + 1)) return -1;
+    }
+    return 0;
+}
+
+int forward_layers(Model *m, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
+    if (check_batch(m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || ws_reserve(m, b->n, 1)) return -1;
+    if (lb == 0) embed_tokens(m, b->token, b->n, hidden);
+    for (int l = lb; l < le; l++)
+        if (layer_forward(m, kv, b, l, hidden)) return -1;
+    return 0;
+}
+
+int final_logits(Model *m, const float *hidden, int n, float *logits) {
+    if (ws_reserve(m, n, 1)) return -1;
+    k_rmsnorm(m->ws->xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
+    k_matmul(logits, m->ws->xb, m->lm_head.w, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+    return 0;
+}

@@ -1,0 +1,209 @@
+/* model.c — configuration JSON, loading a model file, the RoPE tables. */
+#include "model.h"
+
+#include "forward.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* per-layer tensor suffixes, Hugging Face names */
+static const char *const LAYER_NAMES[] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+
+void layer_tensor_name(char *out, size_t n, int layer, const char *what) {
+    snprintf(out, n, "model.layers.%d.%s", layer, what);
+}
+
+char *config_to_json(const Config *c) {
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b}",
+                          "architecture", "llama", "hidden_size", c->dim, "intermediate_size",
+                          c->hidden_dim, "num_hidden_layers", c->n_layers, "num_attention_heads",
+                          c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim", c->head_dim,
+                          "vocab_size", c->vocab_size, "max_position_embeddings", c->seq_len,
+                          "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
+                          "tie_word_embeddings", c->tied);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    if (!s) pd_error("cannot encode the model config as JSON");
+    return s;
+}
+
+static int get_int(json_t *o, const char *key, int *out, const char *what) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v)) return pd_error("%s: config: '%s' missing or not an integer", what, key);
+    json_int_t x = json_integer_value(v);
+    if (x < 0 || x > (1 << 30)) return pd_error("%s: config: '%s' = %lld out of range", what, key, (long long)x);
+    *out = (int)x;
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, float *out, const char *what) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) return pd_error("%s: config: '%s' missing or not a number", what, key);
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+int config_from_json(Config *c, const char *json, const char *what) {
+    json_error_t err;
+    json_t *o = json_loads(json, 0, &err);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return pd_error("%s: config is not a JSON object (%s)", what, err.text);
+    }
+    memset(c, 0, sizeof *c);
+    json_t *arch = json_object_get(o, "architecture");
+    int rc = 0;
+    if (!json_is_string(arch) || strcmp(json_string_value(arch), "llama"))
+        rc = pd_error("%s: config: architecture '%s' is not supported (paradec runs 'llama')", what,
+                      json_is_string(arch) ? json_string_value(arch) : "?");
+    rc = rc ? rc : get_int(o, "hidden_size", &c->dim, what);
+    rc = rc ? rc : get_int(o, "intermediate_size", &c->hidden_dim, what);
+    rc = rc ? rc : get_int(o, "num_hidden_layers", &c->n_layers, what);
+    rc = rc ? rc : get_int(o, "num_attention_heads", &c->n_heads, what);
+    rc = rc ? rc : get_int(o, "num_key_value_heads", &c->n_kv_heads, what);
+    rc = rc ? rc : get_int(o, "head_dim", &c->head_dim, what);
+    rc = rc ? rc : get_int(o, "vocab_size", &c->vocab_size, what);
+    rc = rc ? rc : get_int(o, "max_position_embeddings", &c->seq_len, what);
+    rc = rc ? rc : get_num(o, "rms_norm_eps", &c->norm_eps, what);
+    rc = rc ? rc : get_num(o, "rope_theta", &c->rope_theta, what);
+    json_t *tied = json_object_get(o, "tie_word_embeddings");
+    if (!rc && !json_is_boolean(tied)) rc = pd_error("%s: config: 'tie_word_embeddings' missing or not a boolean", what);
+    c->tied = json_is_true(tied);
+    json_decref(o);
+    return rc ? rc : config_check(c, what);
+}
+
+int config_check(const Config *c, const char *what) {
+    if (c->dim < 1 || c->hidden_dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
+        c->head_dim < 2 || c->vocab_size < 1 || c->seq_len < 1)
+        return pd_error("%s: config: a size is zero or negative", what);
+    if (c->n_heads % c->n_kv_heads)
+        return pd_error("%s: config: %d heads are not a multiple of %d kv heads", what, c->n_heads, c->n_kv_heads);
+    if (c->head_dim % 2) return pd_error("%s: config: head_dim %d is odd (RoPE needs pairs)", what, c->head_dim);
+    if (!(c->norm_eps >= 0) || !(c->rope_theta > 0)) return pd_error("%s: config: bad rms_norm_eps or rope_theta", what);
+    if (c->seq_len > (1 << 22) || c->n_layers > 4096 || c->dim > (1 << 20) || c->n_heads > 4096 || c->vocab_size > (1 << 24) || (int64_t)c->dim * c->hidden_dim > ((int64_t)1 << 34))
+        return pd_error("%s: config: sizes beyond what paradec handles", what);
+    return 0;
+}
+
+/* a weight matrix: f32 or bf16, exactly [rows][cols] */
+static int load_mat(Model *m, const char *name, int rows, int cols, Mat *out) {
+    const Tensor *t = tf_get(&m->tf, name);
+    if (!t) return pd_error("%s: tensor '%s' is missing", m->tf.path, name);
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16)
+        return pd_error("%s: tensor '%s' is %s; paradec runs F32 or BF16", m->tf.path, name, dtype_name(t->dtype));
+    int64_t shape[2] = {rows, cols};
+    if (tf_expect(&m->tf, name, t->dtype, 2, shape, &t)) return -1;
+    *out = (Mat){t->dtype == DT_F32 ? WT_F32 : WT_BF16, t->data, rows, cols};
+    return 0;
+}
+
+/* a norm gain vector [n], converted to f32 in the arena whatever it is stored as */
+static int load_vec(Model *m, const char *name, int n, const float **out) {
+    const Tensor *t = tf_get(&m->tf, name);
+    if (!t) return pd_error("%s: tensor '%s' is missing", m->tf.path, name);
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16)
+        return pd_error("%s: tensor '%s' is %s; expected F32 or BF16", m->tf.path, name, dtype_name(t->dtype));
+    int64_t shape[1] = {n};
+    if (tf_expect(&m->tf, name, t->dtype, 1, shape, &t)) return -1;
+    float *f = arena_push(&m->arena, sizeof(float) * n);
+    if (!f) return -1;
+    k_row_to_f32(f, t->data, t->dtype == DT_F32 ? WT_F32 : WT_BF16, 0, n);
+    *out = f;
+    return 0;
+}
+
+static int build_rope(Model *m) {
+    const Config *c = &m->c;
+    int half = c->head_dim / 2;
+    size_t n = pd_mul((size_t)c->seq_len, half);
+    m->rope_cos = arena_push(&m->arena, sizeof(float) * n);
+    m->rope_sin = arena_push(&m->arena, sizeof(float) * n);
+    if (!m->rope_cos || !m->rope_sin) return -1;
+    for (int j = 0; j < half; j++) {
+        /* llama2.c's formulation, so float rounding matches it */
+        float freq = 1.0f / powf(c->rope_theta, (2 * j) / (float)c->head_dim);
+        for (int p = 0; p < c->seq_len; p++) {
+            float a = p * freq;
+            m->rope_cos[(size_t)p * half + j] = cosf(a);
+            m->rope_sin[(size_t)p * half + j] = sinf(a);
+        }
+    }
+    return 0;
+}
+
+static int load_layers(Model *m) {
+    const Config *c = &m->c;
+    int q = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    char name[128];
+    m->layers = arena_push(&m->arena, sizeof(Layer) * c->n_layers);
+    if (!m->layers) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        Layer *L = &m->layers[l];
+        const char *const *N = LAYER_NAMES;
+#define NM(i) (layer_tensor_name(name, sizeof name, l, N[i]), name)
+        if (load_vec(m, NM(0), c->dim, &L->attn_norm) || load_mat(m, NM(1), q, c->dim, &L->wq) ||
+            load_mat(m, NM(2), kvd, c->dim, &L->wk) || load_mat(m, NM(3), kvd, c->dim, &L->wv) ||
+            load_mat(m, NM(4), c->dim, q, &L->wo) || load_vec(m, NM(5), c->dim, &L->ffn_norm) ||
+            load_mat(m, NM(6), c->hidden_dim, c->dim, &L->w1) ||
+            load_mat(m, NM(7), c->hidden_dim, c->dim, &L->w3) ||
+            load_mat(m, NM(8), c->dim, c->hidden_dim, &L->w2))
+            return -1;
+#undef NM
+    }
+    return 0;
+}
+
+static int load_tokenizer(Model *m) {
+    const Tensor *t = tf_get(&m->tf, "tokenizer.bytes");
+    const char *kind = tf_meta(&m->tf, "paradec.tokenizer");
+    if (!t || !kind) return pd_error("%s: no tokenizer inside (convert with --tokenizer)", m->tf.path);
+    if (t->dtype != DT_U8 || t->ndim != 1) return pd_error("%s: tensor 'tokenizer.bytes' must be 1-d U8", m->tf.path);
+    if (strcmp(kind, "llama2c")) return pd_error("%s: tokenizer kind '%s' is unknown", m->tf.path, kind);
+    if (tok_load_llama2c(&m->tok, t->data, t->nbytes, m->tf.path)) return -1;
+    if (tok_vocab_size(m->tok) != m->c.vocab_size)
+        return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", m->tf.path,
+                        tok_vocab_size(m->tok), m->c.vocab_size);
+    return 0;
+}
+
+int model_load(Model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    if (tf_open(&m->tf, path)) return -1;
+    const char *kind = tf_meta(&m->tf, "paradec.kind"), *cfg = tf_meta(&m->tf, "paradec.config");
+    const char *dig = tf_meta(&m->tf, "paradec.digest");
+    int rc = 0;
+    if (!kind || (strcmp(kind, "model") && strcmp(kind, "bundle")))
+        rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", path, kind ? kind : "missing");
+    else if (!cfg)
+        rc = pd_error("%s: paradec.config is missing", path);
+    rc = rc ? rc : config_from_json(&m->c, cfg, path);
+    if (!rc) snprintf(m->digest, sizeof m->digest, "%s", dig ? dig : "");
+    size_t rope = pd_mul(pd_mul((size_t)m->c.seq_len, m->c.head_dim), sizeof(float));
+    rc = rc ? rc : arena_init(&m->arena, rope + 2 * sizeof(float) * m->c.dim * (2 * m->c.n_layers + 1) +
+                                             sizeof(Layer) * m->c.n_layers + 64 * 64 * m->c.n_layers + 4096);
+    rc = rc ? rc : load_mat(m, NAME_EMBED, m->c.vocab_size, m->c.dim, &m->embed);
+    rc = rc ? rc : load_layers(m);
+    rc = rc ? rc : load_vec(m, NAME_NORM, m->c.dim, &m->final_norm);
+    if (!rc) {
+        if (m->c.tied) m->lm_head = m->embed;
+        else rc = load_mat(m, NAME_LM_HEAD, m->c.vocab_size, m->c.dim, &m->lm_head);
+    }
+    rc = rc ? rc : build_rope(m);
+    rc = rc ? rc : load_tokenizer(m);
+    if (rc) model_free(m);
+    return rc;
+}
+
+void model_free(Model *m) {
+    forward_free_workspace(m);
+    tok_free(m->tok);
+    tf_close(&m->tf);
+    arena_free(&m->arena);
+    memset(m, 0, sizeof *m);
+}

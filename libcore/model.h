@@ -1,0 +1,67 @@
+/* model.h — a Llama-family decoder: its configuration, its weights, loading. */
+#ifndef PD_MODEL_H
+#define PD_MODEL_H
+#include <stdint.h>
+
+#include "backend.h"
+#include "tensorfile.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct {
+    int dim;        /* residual stream width */
+    int hidden_dim; /* SwiGLU width */
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    int vocab_size;
+    int seq_len;    /* longest context (RoPE table size) */
+    float norm_eps, rope_theta;
+    int tied;       /* lm_head is the embedding */
+} Config;
+
+/* config ↔ the JSON stored as paradec.config (Hugging Face key names) */
+char *config_to_json(const Config *c);                       /* malloc'd */
+int config_from_json(Config *c, const char *json, const char *what);
+int config_check(const Config *c, const char *what);        /* sane sizes */
+
+typedef struct {
+    WType t;
+    const void *w; /* [rows][cols] */
+    int rows, cols;
+} Mat;
+
+typedef struct {
+    const float *attn_norm; /* [dim] */
+    Mat wq;                 /* [n_heads*hd][dim] */
+    Mat wk, wv;             /* [n_kv*hd][dim] */
+    Mat wo;                 /* [dim][n_heads*hd] */
+    const float *ffn_norm;  /* [dim] */
+    Mat w1, w3;             /* gate, up: [hidden][dim] */
+    Mat w2;                 /* down: [dim][hidden] */
+} Layer;
+
+typedef struct {
+    Config c;
+    Mat embed;              /* [vocab][dim] */
+    Layer *layers;          /* [n_layers] */
+    const float *final_norm;/* [dim] */
+    Mat lm_head;            /* [vocab][dim] (the embedding when tied) */
+    float *rope_cos, *rope_sin; /* [seq_len][hd/2] */
+    Tokenizer *tok;
+    char digest[40];        /* paradec.digest of the tensors */
+    TensorFile tf;          /* the weights point into it */
+    Arena arena;            /* converted norms, rope tables, layer array */
+    struct Workspace *ws;   /* forward.c's scratch buffers, grown on demand */
+} Model;
+
+/* load a model file written by convert/widen (validated: config, every tensor's
+   dtype and shape, tokenizer vocabulary = model vocabulary) */
+int model_load(Model *m, const char *path);
+void model_free(Model *m);
+
+/* the names tensors carry (Hugging Face's) */
+#define NAME_EMBED "model.embed_tokens.weight"
+#define NAME_NORM "model.norm.weight"
+#define NAME_LM_HEAD "lm_head.weight"
+void layer_tensor_name(char *out, size_t n, int layer, const char *what);
+
+#endif

@@ -1,0 +1,66 @@
+/* tensorfile.h — safetensors files, plain (memory-mapped) or zstd-compressed (.zst,
+   streamed, so "-" works as stdin/stdout). The standard format, nothing home-made:
+   `zstd -d x.safetensors.zst` gives a file any safetensors reader opens.
+
+   Reading validates everything before any tensor is touched: header length and
+   JSON, dtype names, shapes (non-negative, product fits), data offsets (in range,
+   matching dtype×shape, not overlapping) and the file size. A bad file is refused
+   with a one-line message "path: what is wrong". */
+#ifndef PD_TENSORFILE_H
+#define PD_TENSORFILE_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_U8, DT_I8, DT_I32, DT_I64, DT_COUNT } DType;
+const char *dtype_name(DType t);  /* safetensors spelling: "F32", "BF16", ... */
+int dtype_parse(const char *s);   /* -1 when unknown */
+size_t dtype_size(DType t);
+
+#define TF_MAX_DIMS 8
+typedef struct {
+    char *name;
+    DType dtype;
+    int ndim;
+    int64_t shape[TF_MAX_DIMS];
+    size_t nbytes;
+    const void *data; /* points into the mapping or the decompressed buffer */
+} Tensor;
+
+typedef struct {
+    char *path;
+    int n;
+    Tensor *t;       /* [n], in file order */
+    char **meta_key; /* [n_meta] __metadata__ (string → string, as safetensors says) */
+    char **meta_val;
+    int n_meta;
+    /* storage: either a read-only mapping or a malloc'd buffer */
+    void *map;
+    size_t map_len;
+    char *buf;
+} TensorFile;
+
+/* open `path` ("-" = stdin); zstd is recognised by its magic number, not the name.
+   Plain files are mmap'ed; compressed ones are decompressed into memory. */
+int tf_open(TensorFile *tf, const char *path);
+/* the same from bytes already in memory (takes nothing; `what` names it in errors).
+   The tensors point into `bytes`, which must outlive tf. For fuzzing and tests. */
+int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what);
+void tf_close(TensorFile *tf);
+const Tensor *tf_get(const TensorFile *tf, const char *name);   /* NULL when absent */
+const char *tf_meta(const TensorFile *tf, const char *key);     /* NULL when absent */
+/* the tensor, checked: must exist with this dtype and shape, else -1 + message */
+int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const int64_t *shape,
+              const Tensor **out);
+
+/* ---- writing: atomic (temp file, rename on commit); "-" streams to stdout ---- */
+typedef struct TfWriter TfWriter;
+/* compress: 1 = zstd, 0 = plain, -1 = decide by name (".zst" suffix or "-" → zstd) */
+TfWriter *tfw_begin(const char *path, int compress);
+int tfw_meta(TfWriter *w, const char *key, const char *value);
+/* data is referenced, not copied: it must stay valid until tfw_commit */
+int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *shape,
+            const void *data);
+int tfw_commit(TfWriter *w); /* writes everything, renames; frees w */
+void tfw_abort(TfWriter *w); /* leaves no output; frees w */
+
+#endif

@@ -1,0 +1,73 @@
+#!/bin/sh
+# test_tokenize_tool.sh — bin/tokenize end to end: the Llama 2 ids of "Hello world"
+# (from llama.cpp's ggml-vocab-llama-spm vectors), --bos, --decode round trips, errors.
+# Run from the repo root; $BIN names the tool folder (default bin).
+set -u
+: "${BIN:=bin}"
+tool="$BIN/tokenize"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { # check "what" cond...
+    what=$1
+    shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+
+data=""
+for d in "${PARADEC_DATA:-}" data ../shared/data; do
+    [ -n "$d" ] && [ -f "$d/tokenizers/llama2/tokenizer.bin" ] && { data=$d; break; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ ! -x "$tool" ]; then
+    bad "$tool is not built"
+elif [ -z "$data" ]; then
+    bad "tokenizers/llama2/tokenizer.bin not found under \$PARADEC_DATA, data/ or ../shared/data"
+else
+    tok="$data/tokenizers/llama2/tokenizer.bin"
+
+    out=$(printf 'Hello world' | "$tool" --tokenizer "$tok")
+    check "Hello world -> '15043 3186', got '$out'" [ "$out" = "15043 3186" ]
+    out=$(printf 'Hello world' | "$tool" --tokenizer "$tok" --bos)
+    check "--bos -> '1 15043 3186', got '$out'" [ "$out" = "1 15043 3186" ]
+    out=$(printf '' | "$tool" --tokenizer "$tok")
+    check "empty input -> no ids, got '$out'" [ "$out" = "" ]
+
+    # round trips through files, so leading spaces and trailing newlines count
+    printf '  Hello,\n\tworld! \303\244pfel \360\237\246\231 \377end\n\n' >"$tmp/text"
+    for flag in "" --bos; do
+        "$tool" --tokenizer "$tok" $flag <"$tmp/text" >"$tmp/ids" &&
+            "$tool" --tokenizer "$tok" --decode <"$tmp/ids" >"$tmp/back"
+        check "--decode round trip ($flag)" cmp -s "$tmp/text" "$tmp/back"
+    done
+    out=$(echo "1 15043 3186 2" | "$tool" --tokenizer "$tok" --decode)
+    check "decode '1 15043 3186 2' -> 'Hello world', got '$out'" [ "$out" = "Hello world" ]
+
+    echo "15043 32000" | "$tool" --tokenizer "$tok" --decode >/dev/null 2>"$tmp/err"
+    rc=$?
+    check "out-of-range id refused" [ $rc -ne 0 ]
+    check "out-of-range id: one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+    echo "15043 x" | "$tool" --tokenizer "$tok" --decode >/dev/null 2>&1
+    check "non-number id refused" [ $? -ne 0 ]
+
+    printf 'x' | "$tool" --tokenizer "$tmp/missing.bin" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    check "missing tokenizer: non-zero exit" [ $rc -ne 0 ]
+    check "missing tokenizer: one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+    check "missing tokenizer: the line names the file" grep -q "^tokenize: $tmp/missing.bin: " "$tmp/err"
+    check "missing tokenizer: nothing on stdout" [ ! -s "$tmp/out" ]
+    printf 'x' | "$tool" --tokenizer "$data/tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp" \
+        >/dev/null 2>"$tmp/err"
+    check "not a tokenizer refused" grep -q "not a tokenizer paradec knows" "$tmp/err"
+
+    printf 'x' | "$tool" --tokenizer "$tok" --frobnicate >/dev/null 2>&1
+    check "unknown flag: non-zero exit" [ $? -ne 0 ]
+    printf 'x' | "$tool" >/dev/null 2>"$tmp/err"
+    check "no --tokenizer: exit 2" [ $? -eq 2 ]
+    check "no --tokenizer: usage line" grep -q "^usage: tokenize" "$tmp/err"
+fi
+
+echo "tokenize_tool: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

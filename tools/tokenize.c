@@ -1,0 +1,107 @@
+/* tokenize — text on stdin to token ids on stdout, or back with --decode.
+     bin/tokenize --tokenizer PATH [--bos] [--decode]
+   Encoding prints the ids space-separated on one line (BOS only with --bos);
+   decoding reads whitespace-separated ids and prints exactly the text they make. */
+#include "tokenizer.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage = "usage: tokenize --tokenizer PATH [--bos] [--decode] < input\n";
+
+static int fail(const char *msg) {
+    fprintf(stderr, "tokenize: %s\n", msg);
+    return 1;
+}
+
+static int encode(const Tokenizer *t, const char *text, size_t n, int bos) {
+    int32_t *ids;
+    int k;
+    if (tok_encode(t, text, n, bos, &ids, &k)) return fail(pd_errmsg());
+    for (int i = 0; i < k; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
+}
+
+/* ids: whitespace-separated decimal numbers */
+static int decode(const Tokenizer *t, char *in) {
+    size_t cap = 1024;
+    int k = 0;
+    int32_t *ids = pd_alloc(cap * sizeof *ids);
+    if (!ids) return fail(pd_errmsg());
+    for (char *s = in, *e;; s = e) {
+        while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r') s++;
+        if (!*s) break;
+        errno = 0;
+        long v = strtol(s, &e, 10);
+        if (e == s || (*e && !strchr(" \n\t\r", *e)) || errno || v < INT32_MIN || v > INT32_MAX) {
+            free(ids);
+            int w = (int)strcspn(s, " \n\t\r");
+            pd_error("-: '%.*s' is not a token id", w > 40 ? 40 : w, s);
+            return fail(pd_errmsg());
+        }
+        if ((size_t)k == cap) {
+            int32_t *more = pd_realloc(ids, pd_mul(2 * cap, sizeof *ids));
+            if (!more) {
+                free(ids);
+                return fail(pd_errmsg());
+            }
+            ids = more;
+            cap *= 2;
+        }
+        ids[k++] = (int32_t)v;
+    }
+    char *text;
+    size_t len;
+    int rc = tok_decode(t, ids, k, &text, &len);
+    free(ids);
+    if (rc) {
+        pd_error_prefix("-");
+        return fail(pd_errmsg());
+    }
+    fwrite(text, 1, len, stdout);
+    free(text);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL;
+    int bos = 0, dec = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer")) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "tokenize: --tokenizer needs a PATH\n%s", usage);
+                return 2;
+            }
+            path = argv[++i];
+        } else if (!strcmp(argv[i], "--bos")) bos = 1;
+        else if (!strcmp(argv[i], "--decode")) dec = 1;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "tokenize: unknown argument '%s'\n%s", argv[i], usage);
+            return 2;
+        }
+    }
+    if (!path) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    Tokenizer *t;
+    if (tok_load_file(&t, path)) return fail(pd_errmsg());
+    char *in;
+    size_t n;
+    if (pd_read_file("-", &in, &n)) {
+        tok_free(t);
+        return fail(pd_errmsg());
+    }
+    int rc = dec ? decode(t, in) : encode(t, in, n, bos);
+    free(in);
+    tok_free(t);
+    if (fflush(stdout) || ferror(stdout)) rc = fail("-: write error on stdout");
+    return rc;
+}
