@@ -514,11 +514,13 @@ static void test_fuzz(void) {
         TensorFile tf;
         int rc = tf_parse(&tf, m, n, "mut");
         odd += rc != 0 && rc != -1;
-        if (rc == 0) {
+        if (rc == 0) { /* inside this file's data section (the length bytes may be hit too) */
             accepted++;
+            uint64_t mh = 0;
+            for (int i = 7; i >= 0; i--) mh = mh << 8 | (unsigned char)m[i];
             for (int i = 0; i < tf.n; i++) {
                 const char *d = tf.t[i].data;
-                odd += d < m + span || d + tf.t[i].nbytes > m + n;
+                odd += mh > n - 8 || d < m + 8 + mh || d + tf.t[i].nbytes > m + n;
             }
         }
         tf_close(&tf);
