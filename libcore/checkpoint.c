@@ -78,9 +78,26 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);               /* round to nearest even */
 }
 
+/* canonical tensor order: embedding, layers in order, the rest by name — so the
+   same weights give the same file and digest whatever order an importer used */
+static int order_key(const char *name, int *layer) {
+    if (!strcmp(name, NAME_EMBED)) return 0;
+    if (sscanf(name, "model.layers.%d.", layer) == 1) return 1;
+    return 2;
+}
+
+static int by_canonical_order(const void *a, const void *b) {
+    const CkTensor *x = a, *y = b;
+    int lx = 0, ly = 0, gx = order_key(x->name, &lx), gy = order_key(y->name, &ly);
+    if (gx != gy) return gx - gy;
+    if (lx != ly) return lx - ly;
+    return strcmp(x->name, y->name);
+}
+
 static int is_norm(const char *name) { return strstr(name, "norm") != NULL; }
 
 int ck_write_model(const Checkpoint *ck, const char *path, DType dt) {
+    qsort(ck->t, ck->n, sizeof(CkTensor), by_canonical_order);
     if (dt != DT_F32 && dt != DT_BF16) return pd_error("%s: weights can be stored F32 or BF16", path);
     if (!ck->tok) return pd_error("%s: no tokenizer given (--tokenizer)", path);
     void **conv = pd_alloc(sizeof(void *) * (ck->n + 1));

@@ -1,0 +1,75 @@
+# test_tools — convert and decode end to end on stories260K, and every kind of bad
+# input: one clear line, a non-zero exit, no output file.
+. tests/lib.sh
+S=$(data models/stories260K)
+TOK=$S/tok512.bin
+
+# the golden text: llama2.c's doc/stories260K.md, `./run stories260K.bin -z tok512.bin -t 0.0`
+GOLD="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
+out=$($BIN/decode -m "$MODEL" -p "Once upon a time" -n 60 --temp 0 2>/dev/null)
+case "$out" in "$GOLD"*) ok ;; *) bad "greedy stories260K text: $out" ;; esac
+
+# legacy and version-1 checkpoints hold the same weights: same digest, same text
+$BIN/convert "$S/stories260K_v1.bin" --tokenizer "$TOK" -o "$TMP/v1.safetensors" 2>/dev/null
+$BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" -o "$TMP/v0.safetensors" 2>/dev/null
+d0=$(grep -ao '"paradec.digest":"[0-9a-f]*"' "$TMP/v0.safetensors")
+d1=$(grep -ao '"paradec.digest":"[0-9a-f]*"' "$TMP/v1.safetensors")
+check "v1 and legacy digests ($d0 / $d1)" test -n "$d0" -a "$d0" = "$d1"
+# bf16 storage still tells the same story for 60 tokens
+$BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" --dtype bf16 -o "$TMP/bf16.safetensors" 2>/dev/null
+out=$($BIN/decode -m "$TMP/bf16.safetensors" -p "Once upon a time" -n 30 --temp 0 -t 2 2>/dev/null)
+case "$out" in "Once upon a time, there was a little girl named Lily"*) ok ;; *) bad "bf16 text: $out" ;; esac
+# the zstd file is a standard one
+check "zstd -d gives a plain safetensors" sh -c "zstd -q -d -c '$MODEL' | cmp -s - '$TMP/v0.safetensors'"
+# a pipeline: convert to stdout, decode from stdin
+out=$($BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" -o - 2>/dev/null | $BIN/decode -m - -p "Once upon a time" -n 60 --temp 0 2>/dev/null)
+case "$out" in "$GOLD"*) ok ;; *) bad "pipeline text: $out" ;; esac
+
+# --json
+j=$($BIN/decode -m "$MODEL" -p "Once upon a time" -n 20 --temp 0 --json 2>/dev/null)
+for key in tokens text n_prompt n_gen tok_per_s target_passes; do
+    case "$j" in *"\"$key\":"*) ok ;; *) bad "--json lacks $key: $j" ;; esac
+done
+case "$j" in *'"n_gen":20'*'"target_passes":20'*|*'"target_passes":20'*'"n_gen":20'*) ;; esac
+check "--json n_gen 20" sh -c "echo '$j' | grep -q '\"n_gen\":20'"
+# sampling is reproducible with a seed and differs across seeds
+a=$($BIN/decode -m "$MODEL" -p "Once" -n 40 --temp 1 --seed 7 2>/dev/null)
+b=$($BIN/decode -m "$MODEL" -p "Once" -n 40 --temp 1 --seed 7 2>/dev/null)
+c=$($BIN/decode -m "$MODEL" -p "Once" -n 40 --temp 1 --seed 8 2>/dev/null)
+check "same seed, same text" test "$a" = "$b"
+check "other seed, other text" test "$a" != "$c"
+
+# ---- bad input ----
+O=$TMP/out.safetensors
+refuses "convert: missing checkpoint" "$O" $BIN/convert "$TMP/nope.bin" --tokenizer "$TOK" -o "$O"
+refuses "convert: missing tokenizer" "$O" $BIN/convert "$S/stories260K.bin" --tokenizer "$TMP/nope" -o "$O"
+head -c 500000 "$S/stories260K.bin" >"$TMP/trunc.bin"
+refuses "convert: truncated checkpoint" "$O" $BIN/convert "$TMP/trunc.bin" --tokenizer "$TOK" -o "$O"
+head -c 20 "$S/stories260K.bin" >"$TMP/short.bin"
+refuses "convert: 20-byte checkpoint" "$O" $BIN/convert "$TMP/short.bin" --tokenizer "$TOK" -o "$O"
+refuses "convert: tokenizer of another vocabulary" "$O" $BIN/convert "$S/stories260K.bin" --tokenizer "$(data tokenizers/llama2/tokenizer.bin)" -o "$O"
+refuses "convert: a tokenizer that is not one" "$O" $BIN/convert "$S/stories260K.bin" --tokenizer "$S/stories260K.bin" -o "$O"
+refuses "convert: unknown flag" "$O" $BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" --frobnicate -o "$O"
+refuses "convert: bad dtype" "$O" $BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" --dtype f8 -o "$O"
+refuses "convert: output directory missing" "" $BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" -o "$TMP/no/dir/x"
+P="-p Once -n 10"
+refuses "decode: missing model" "" $BIN/decode -m "$TMP/nope" $P
+head -c 100000 "$TMP/v0.safetensors" >"$TMP/trunc.safetensors"
+refuses "decode: truncated model" "" $BIN/decode -m "$TMP/trunc.safetensors" $P
+head -c 100000 "$MODEL" >"$TMP/trunc.safetensors.zst"
+refuses "decode: truncated compressed model" "" $BIN/decode -m "$TMP/trunc.safetensors.zst" $P
+cp "$TMP/v0.safetensors" "$TMP/corrupt.safetensors"
+printf 'XXXXXXXX' | dd of="$TMP/corrupt.safetensors" bs=1 seek=40 conv=notrunc 2>/dev/null
+refuses "decode: corrupted header" "" $BIN/decode -m "$TMP/corrupt.safetensors" $P
+refuses "decode: a checkpoint that is not a model file" "" $BIN/decode -m "$S/stories260K.bin" $P
+long=$(yes "the dog ran to the park and" | head -n 200 | tr '\n' ' ')
+refuses "decode: prompt longer than the context" "" $BIN/decode -m "$MODEL" -p "$long" -n 10
+refuses "decode: -n 0" "" $BIN/decode -m "$MODEL" -p Once -n 0
+refuses "decode: -n abc" "" $BIN/decode -m "$MODEL" -p Once -n abc
+refuses "decode: --temp x" "" $BIN/decode -m "$MODEL" -p Once -n 5 --temp x
+refuses "decode: --top-p 2" "" $BIN/decode -m "$MODEL" -p Once -n 5 --top-p 2
+refuses "decode: -t 0" "" $BIN/decode -m "$MODEL" -p Once -n 5 -t 0
+refuses "decode: unknown flag" "" $BIN/decode -m "$MODEL" -p Once -n 5 --bogus
+refuses "decode: unknown method" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method magic
+refuses "decode: flag without its value" "" $BIN/decode -m "$MODEL" -p Once -n
+finish tools
