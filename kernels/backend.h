@@ -42,6 +42,10 @@ typedef struct {
 } AttnArgs;
 void k_attention(const AttnArgs *a);
 
+/* reads n floats with every thread and returns their sum: the read-bandwidth probe
+   the benchmarks divide by */
+double k_stream_sum(const float *x, size_t n);
+
 float k_softmax(float *x, int n); /* in place; returns the max logit */
 int k_argmax(const float *x, int n); /* lowest index among equal maxima */
 

@@ -207,3 +207,15 @@ void model_free(Model *m) {
     arena_free(&m->arena);
     memset(m, 0, sizeof *m);
 }
+
+static double mat_bytes(const Mat *w) { return (double)w->rows * w->cols * (w->t == WT_F32 ? 4 : 2); }
+
+double model_weight_bytes(const Model *m) {
+    double b = mat_bytes(&m->lm_head) + mat_bytes(&m->embed) / m->c.vocab_size;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+             mat_bytes(&L->w1) + mat_bytes(&L->w2) + mat_bytes(&L->w3);
+    }
+    return b;
+}

@@ -57,6 +57,8 @@ typedef struct {
    dtype and shape, tokenizer vocabulary = model vocabulary) */
 int model_load(Model *m, const char *path);
 void model_free(Model *m);
+/* bytes of weights one decode step reads (every matrix once; one embedding row) */
+double model_weight_bytes(const Model *m);
 
 /* the names tensors carry (Hugging Face's) */
 #define NAME_EMBED "model.embed_tokens.weight"

@@ -26,16 +26,33 @@ static int print_piece(void *ctx, int prev, int token) {
     return 0;
 }
 
-static void print_json(DecodeCtx *d, int n_prompt) {
-    char *text;
+/* the generated text exactly as streaming prints it after the prompt */
+static char *generated_text(DecodeCtx *d, int prev, size_t *len) {
+    size_t cap = 64, n = 0;
+    char *s = malloc(cap);
+    for (int i = 0; s && i < d->n_out; prev = d->out[i++]) {
+        size_t pl;
+        const char *p = tok_piece(d->m->tok, prev, d->out[i], &pl);
+        if (!p) continue;
+        while (n + pl + 1 > cap) s = realloc(s, cap *= 2);
+        if (s) memcpy(s + n, p, pl), n += pl;
+    }
+    if (!s) die("out of memory");
+    s[n] = 0;
+    *len = n;
+    return s;
+}
+
+static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     size_t len;
-    if (tok_decode(d->m->tok, d->out, d->n_out, &text, &len)) die_lib();
+    char *text = generated_text(d, prompt[n_prompt - 1], &len);
     json_t *ids = json_array();
     for (int i = 0; i < d->n_out; i++) json_array_append_new(ids, json_integer(d->out[i]));
-    json_t *o = json_pack("{s:o, s:s%, s:i, s:i, s:f, s:f, s:I}", "tokens", ids, "text", text, len,
+    json_t *o = json_pack("{s:o, s:s%, s:i, s:i, s:f, s:f, s:I, s:f}", "tokens", ids, "text", text, len,
                           "n_prompt", n_prompt, "n_gen", d->n_out, "tok_per_s",
                           d->n_out / (d->t_decode + 1e-12), "prefill_tok_per_s",
-                          n_prompt / (d->t_prefill + 1e-12), "target_passes", (json_int_t)d->target_passes);
+                          n_prompt / (d->t_prefill + 1e-12), "target_passes", (json_int_t)d->target_passes,
+                          "weight_bytes_per_token", model_weight_bytes(d->m));
     if (!o) die("cannot encode the output as JSON (is the text valid UTF-8?)");
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
@@ -95,7 +112,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (dm->generate(&d, ids, n_prompt)) die_lib();
-    if (json) print_json(&d, n_prompt);
+    if (json) print_json(&d, ids, n_prompt);
     else putchar('\n');
     fprintf(stderr, "decode: %s, %d prompt + %d generated tokens, prefill %.1f tok/s, decode %.1f tok/s, %lld target passes\n",
             method, n_prompt, d.n_out, n_prompt / (d.t_prefill + 1e-12), d.n_out / (d.t_decode + 1e-12),

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "dot.h"
+#include "pool.h"
 
 void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps) {
     for (int t = 0; t < n; t++) {
@@ -95,4 +96,39 @@ int k_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+typedef struct {
+    const float *x;
+    size_t per;       /* floats a chunk */
+    double sums[256]; /* one per chunk */
+} StreamJob;
+
+static void stream_chunk(void *ctx, int b, int e) {
+    StreamJob *j = ctx;
+    for (int c = b; c < e; c++) {
+        const float *x = j->x + (size_t)c * j->per;
+#ifdef __AVX512F__
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = 0; i + 64 <= j->per; i += 64) {
+            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
+            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
+        }
+        j->sums[c] = hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#else
+        double s = 0;
+        for (size_t i = 0; i < j->per; i++) s += x[i];
+        j->sums[c] = s;
+#endif
+    }
+}
+
+double k_stream_sum(const float *x, size_t n) {
+    StreamJob j = {x, (n / 256) & ~(size_t)63, {0}};
+    pool_run(stream_chunk, &j, 256, 1, 1);
+    double s = 0;
+    for (int c = 0; c < 256; c++) s += j.sums[c];
+    return s;
 }
