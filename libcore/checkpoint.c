@@ -96,51 +96,80 @@ static int by_canonical_order(const void *a, const void *b) {
 
 static int is_norm(const char *name) { return strstr(name, "norm") != NULL; }
 
-int ck_write_model(const Checkpoint *ck, const char *path, DType dt) {
-    qsort(ck->t, ck->n, sizeof(CkTensor), by_canonical_order);
+int mw_begin(ModelWriter *mw, const char *path, DType dt) {
+    memset(mw, 0, sizeof *mw);
     if (dt != DT_F32 && dt != DT_BF16) return pd_error("%s: weights can be stored F32 or BF16", path);
-    if (!ck->tok) return pd_error("%s: no tokenizer given (--tokenizer)", path);
-    void **conv = pd_alloc(sizeof(void *) * (ck->n + 1));
-    TfWriter *w = conv ? tfw_begin(path, -1) : NULL;
-    if (!w) {
-        free(conv);
+    mw->dt = dt;
+    mw->hash = XXH3_createState();
+    if (!mw->hash) return pd_error("%s: out of memory", path);
+    XXH3_128bits_reset(mw->hash);
+    if (!(mw->w = tfw_begin(path, -1))) {
+        XXH3_freeState(mw->hash);
         return -1;
     }
-    XXH3_state_t *h = XXH3_createState();
-    XXH3_128bits_reset(h);
-    int rc = 0;
-    for (int i = 0; i < ck->n && !rc; i++) {
-        const CkTensor *t = &ck->t[i];
-        DType tdt = is_norm(t->name) ? DT_F32 : dt;
-        size_t count = (size_t)t->shape[0] * t->shape[1];
-        const void *data = t->data;
-        if (tdt == DT_BF16) {
-            uint16_t *b = pd_alloc(count * 2);
-            if (!b) { rc = -1; break; }
-            for (size_t j = 0; j < count; j++) b[j] = f32_to_bf16(t->data[j]);
-            data = conv[i] = b;
+    return 0;
+}
+
+static void mw_free(ModelWriter *mw) {
+    for (int i = 0; i < mw->n_owned; i++) free(mw->owned[i]);
+    free(mw->owned);
+    XXH3_freeState(mw->hash);
+    memset(mw, 0, sizeof *mw);
+}
+
+int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data) {
+    DType dt = is_norm(name) ? DT_F32 : mw->dt;
+    size_t count = (size_t)shape[0] * shape[1];
+    const void *bytes = data;
+    if (dt == DT_BF16) {
+        if (mw->n_owned == mw->cap) {
+            void **o = pd_realloc(mw->owned, sizeof(void *) * (mw->cap = mw->cap ? 2 * mw->cap : 64));
+            if (!o) return -1;
+            mw->owned = o;
         }
-        XXH3_128bits_update(h, t->name, strlen(t->name) + 1);
-        XXH3_128bits_update(h, &tdt, sizeof tdt);
-        XXH3_128bits_update(h, t->shape, sizeof t->shape);
-        XXH3_128bits_update(h, data, count * dtype_size(tdt));
-        rc = tfw_add(w, t->name, tdt, t->ndim, t->shape, data);
+        uint16_t *b = pd_alloc(pd_mul(count, 2));
+        if (!b) return -1;
+        for (size_t j = 0; j < count; j++) b[j] = f32_to_bf16(data[j]);
+        bytes = mw->owned[mw->n_owned++] = b;
     }
-    int64_t tn = (int64_t)ck->tok_len;
-    rc = rc ? rc : tfw_add(w, "tokenizer.bytes", DT_U8, 1, &tn, ck->tok);
-    XXH128_hash_t d = XXH3_128bits_digest(h);
-    XXH3_freeState(h);
-    char digest[40], *cfg = rc ? NULL : config_to_json(&ck->c);
+    XXH3_128bits_update(mw->hash, name, strlen(name) + 1);
+    XXH3_128bits_update(mw->hash, &dt, sizeof dt);
+    XXH3_128bits_update(mw->hash, shape, 2 * sizeof(int64_t));
+    XXH3_128bits_update(mw->hash, bytes, count * dtype_size(dt));
+    return tfw_add(mw->w, name, dt, ndim, shape, bytes);
+}
+
+int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t tok_len, const char *tok_kind) {
+    int64_t tn = (int64_t)tok_len;
+    XXH128_hash_t d = XXH3_128bits_digest(mw->hash);
+    char digest[40], *cfg = config_to_json(c);
     snprintf(digest, sizeof digest, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
-    if (!rc && (!cfg || tfw_meta(w, "paradec.kind", "model") || tfw_meta(w, "paradec.version", "1") ||
-                tfw_meta(w, "paradec.config", cfg) || tfw_meta(w, "paradec.digest", digest) ||
-                tfw_meta(w, "paradec.tokenizer", ck->tok_kind)))
-        rc = -1;
-    rc = rc ? (tfw_abort(w), -1) : tfw_commit(w);
+    int rc = !cfg || tfw_add(mw->w, "tokenizer.bytes", DT_U8, 1, &tn, tok) ||
+             tfw_meta(mw->w, "paradec.kind", "model") || tfw_meta(mw->w, "paradec.version", "1") ||
+             tfw_meta(mw->w, "paradec.config", cfg) || tfw_meta(mw->w, "paradec.digest", digest) ||
+             tfw_meta(mw->w, "paradec.tokenizer", tok_kind);
     free(cfg);
-    for (int i = 0; i < ck->n; i++) free(conv[i]);
-    free(conv);
+    rc = rc ? (tfw_abort(mw->w), -1) : tfw_commit(mw->w);
+    mw_free(mw);
     return rc;
+}
+
+void mw_abort(ModelWriter *mw) {
+    if (mw->w) tfw_abort(mw->w);
+    mw_free(mw);
+}
+
+int ck_write_model(const Checkpoint *ck, const char *path, DType dt) {
+    if (!ck->tok) return pd_error("%s: no tokenizer given (--tokenizer)", path);
+    qsort(ck->t, ck->n, sizeof(CkTensor), by_canonical_order);
+    ModelWriter mw;
+    if (mw_begin(&mw, path, dt)) return -1;
+    for (int i = 0; i < ck->n; i++)
+        if (mw_add(&mw, ck->t[i].name, ck->t[i].ndim, ck->t[i].shape, ck->t[i].data)) {
+            mw_abort(&mw);
+            return -1;
+        }
+    return mw_commit(&mw, &ck->c, ck->tok, ck->tok_len, ck->tok_kind);
 }
 
 int ck_read_model(Checkpoint *ck, const char *path) {

@@ -29,6 +29,22 @@ void ck_free(Checkpoint *ck);
 /* the tokenizer file as is, checked against the vocabulary */
 int ck_set_tokenizer(Checkpoint *ck, const char *path);
 
+/* a model file written one tensor at a time (what ck_write_model and widen share):
+   weights go out in dt (F32 or BF16; norm gains stay F32), each hashed into the
+   digest. F32 data is referenced until commit; BF16 copies are the writer's. */
+typedef struct {
+    TfWriter *w;
+    struct XXH3_state_s *hash;
+    DType dt;
+    void **owned; /* converted copies */
+    int n_owned, cap;
+} ModelWriter;
+int mw_begin(ModelWriter *mw, const char *path, DType dt);
+int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data);
+/* the tokenizer and the metadata, then the atomic rename; frees mw either way */
+int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t tok_len, const char *tok_kind);
+void mw_abort(ModelWriter *mw);
+
 /* write a model file: weights in dt (F32 or BF16; norm gains stay F32), metadata
    paradec.kind=model, paradec.config, paradec.digest (of the tensors as written) */
 int ck_write_model(const Checkpoint *ck, const char *path, DType dt);

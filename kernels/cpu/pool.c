@@ -9,7 +9,7 @@
 #include "pool.h"
 
 #define MAX_THREADS 64
-#define SPIN_ROUNDS 200000
+#define SPIN_ROUNDS 2000
 
 static struct {
     int n;                       /* threads including the caller */
