@@ -9,6 +9,10 @@ GOLD="Once upon a time, there was a little girl named Lily. She loved to play ou
 out=$($BIN/decode -m "$MODEL" -p "Once upon a time" -n 60 --temp 0 2>/dev/null)
 case "$out" in "$GOLD"*) ok ;; *) bad "greedy stories260K text: $out" ;; esac
 
+# ... and goes on as llama2.c's run.c does: its -n 256 (positions, the last one
+# included) prints 252 tokens after the 4 of the prompt (tests/golden/README.md)
+$BIN/decode -m "$MODEL" -p "Once upon a time" -n 252 --temp 0 2>/dev/null >"$TMP/long.txt"
+check "252 greedy tokens equal run.c's output" cmp -s "$TMP/long.txt" tests/golden/stories260K_runc_256.txt
 # legacy and version-1 checkpoints hold the same weights: same digest, same text
 $BIN/convert "$S/stories260K_v1.bin" --tokenizer "$TOK" -o "$TMP/v1.safetensors" 2>/dev/null
 $BIN/convert "$S/stories260K.bin" --tokenizer "$TOK" -o "$TMP/v0.safetensors" 2>/dev/null
