@@ -114,6 +114,7 @@ int main(int argc, char **argv) {
     if (dm->generate(&d, ids, n_prompt)) die_lib();
     if (json) print_json(&d, ids, n_prompt);
     else putchar('\n');
+    fflush(stdout); /* the text ends before the summary line on a shared terminal */
     fprintf(stderr, "decode: %s, %d prompt + %d generated tokens, prefill %.1f tok/s, decode %.1f tok/s, %lld target passes\n",
             method, n_prompt, d.n_out, n_prompt / (d.t_prefill + 1e-12), d.n_out / (d.t_decode + 1e-12),
             (long long)d.target_passes);
