@@ -199,31 +199,22 @@ int ck_read_model(Checkpoint *ck, const char *path) {
     return rc;
 }
 
-void rope_rows_to_hf(float *w, int n_heads, int hd, int cols) {
-    float *tmp = malloc(sizeof(float) * hd * cols);
-    if (!tmp) return;
+int rope_rows_permute(float *w, int n_heads, int hd, int cols, int to_hf) {
+    float *tmp = pd_alloc(pd_mul(pd_mul(sizeof(float), hd), cols));
+    if (!tmp) return -1;
+    size_t row = sizeof(float) * cols;
     for (int h = 0; h < n_heads; h++) {
         float *W = w + (size_t)h * hd * cols;
-        memcpy(tmp, W, sizeof(float) * hd * cols);
-        /* Meta row 2i+c (pair i, component c) becomes HF row c*hd/2 + i */
+        memcpy(tmp, W, row * hd);
+        /* Meta row 2i+c (pair i, component c) is HF row c*hd/2 + i */
         for (int i = 0; i < hd / 2; i++)
-            for (int c = 0; c < 2; c++)
-                memcpy(W + (size_t)(c * hd / 2 + i) * cols, tmp + (size_t)(2 * i + c) * cols, sizeof(float) * cols);
+            for (int c = 0; c < 2; c++) {
+                size_t meta = 2 * i + c, hf = (size_t)c * hd / 2 + i;
+                memcpy(W + (to_hf ? hf : meta) * cols, tmp + (to_hf ? meta : hf) * cols, row);
+            }
     }
     free(tmp);
-}
-
-void rope_rows_from_hf(float *w, int n_heads, int hd, int cols) {
-    float *tmp = malloc(sizeof(float) * hd * cols);
-    if (!tmp) return;
-    for (int h = 0; h < n_heads; h++) {
-        float *W = w + (size_t)h * hd * cols;
-        memcpy(tmp, W, sizeof(float) * hd * cols);
-        for (int i = 0; i < hd / 2; i++)
-            for (int c = 0; c < 2; c++)
-                memcpy(W + (size_t)(2 * i + c) * cols, tmp + (size_t)(c * hd / 2 + i) * cols, sizeof(float) * cols);
-    }
-    free(tmp);
+    return 0;
 }
 
 int hf_write_dir(const Checkpoint *ck, const char *dir) {

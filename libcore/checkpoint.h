@@ -60,8 +60,8 @@ int llama2c_write(const Checkpoint *ck, const char *path);
 /* a Hugging Face directory: config.json + model.safetensors (F32) */
 int hf_write_dir(const Checkpoint *ck, const char *dir);
 
-/* permute q/k rows between Meta's interleaved pairs and HF's rotate-half halves */
-void rope_rows_to_hf(float *w, int n_heads, int head_dim, int cols);
-void rope_rows_from_hf(float *w, int n_heads, int head_dim, int cols);
+/* permute q/k rows between Meta's interleaved pairs and HF's rotate-half halves
+   (to_hf = 1: Meta → HF; 0: back) */
+int rope_rows_permute(float *w, int n_heads, int head_dim, int cols, int to_hf);
 
 #endif

@@ -77,15 +77,17 @@ static int header(Checkpoint *ck, Reader *r, int *shared) {
 }
 
 /* q and k rows from Meta's interleaved pairs to HF's halves */
-static void permute_qk(Checkpoint *ck) {
+static int permute_qk(Checkpoint *ck) {
     const Config *c = &ck->c;
-    char name[128];
+    char q[128], k[128];
     for (int l = 0; l < c->n_layers; l++) {
-        layer_tensor_name(name, sizeof name, l, "self_attn.q_proj.weight");
-        rope_rows_to_hf(ck_get(ck, name)->data, c->n_heads, c->head_dim, c->dim);
-        layer_tensor_name(name, sizeof name, l, "self_attn.k_proj.weight");
-        rope_rows_to_hf(ck_get(ck, name)->data, c->n_kv_heads, c->head_dim, c->dim);
+        layer_tensor_name(q, sizeof q, l, "self_attn.q_proj.weight");
+        layer_tensor_name(k, sizeof k, l, "self_attn.k_proj.weight");
+        if (rope_rows_permute(ck_get(ck, q)->data, c->n_heads, c->head_dim, c->dim, 1) ||
+            rope_rows_permute(ck_get(ck, k)->data, c->n_kv_heads, c->head_dim, c->dim, 1))
+            return -1;
     }
+    return 0;
 }
 
 int llama2c_read_mem(Checkpoint *ck, const void *bytes, size_t n, const char *what) {
@@ -131,7 +133,10 @@ int llama2c_read_mem(Checkpoint *ck, const void *bytes, size_t n, const char *wh
         ck_free(ck);
         return -1;
     }
-    permute_qk(ck);
+    if (permute_qk(ck)) {
+        ck_free(ck);
+        return -1;
+    }
     return 0;
 }
 
@@ -155,7 +160,10 @@ static int put(AtomicFile *af, const Checkpoint *ck, int layer, const char *what
     if (unpermute_heads) {
         if (!(tmp = pd_alloc(count * sizeof(float)))) return -1;
         memcpy(tmp, d, count * sizeof(float));
-        rope_rows_from_hf(tmp, unpermute_heads, ck->c.head_dim, (int)t->shape[1]);
+        if (rope_rows_permute(tmp, unpermute_heads, ck->c.head_dim, (int)t->shape[1], 0)) {
+            free(tmp);
+            return -1;
+        }
         d = tmp;
     }
     size_t wrote = fwrite(d, sizeof(float), count, af->f);

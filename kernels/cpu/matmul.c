@@ -137,7 +137,6 @@ static void matmul_rows(void *ctx, int rb, int re) {
 #else
 static void matmul_rows(void *ctx, int rb, int re) {
     const MatmulJob *j = ctx;
-    float *wf = NULL;
     for (int r = rb; r < re; r++)
         for (int t = 0; t < j->n; t++) {
             const float *w = (const float *)j->w + (size_t)r * j->cols;
@@ -148,7 +147,6 @@ static void matmul_rows(void *ctx, int rb, int re) {
             }
             j->y[(size_t)t * j->rows + r] = dot_f32(w, j->x + (size_t)t * j->cols, j->cols);
         }
-    (void)wf;
 }
 #endif
 
