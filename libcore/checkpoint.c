@@ -94,7 +94,8 @@ static int by_canonical_order(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static int is_norm(const char *name) { return strstr(name, "norm") != NULL; }
+/* small vectors stay F32 whatever the weights are stored as */
+static int is_norm(const char *name) { return strstr(name, "norm") || strstr(name, ".bias"); }
 
 int mw_begin(ModelWriter *mw, const char *path, DType dt) {
     memset(mw, 0, sizeof *mw);

@@ -140,6 +140,12 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
     k_matmul(w->q, w->xb, L->wq.w, L->wq.t, n, c->dim, qd);
     k_matmul(w->k, w->xb, L->wk.w, L->wk.t, n, c->dim, kvd);
     k_matmul(w->v, w->xb, L->wv.w, L->wv.t, n, c->dim, kvd);
+    if (L->bq)
+        for (int i = 0; i < n; i++) {
+            k_add(w->q + (size_t)i * qd, L->bq, qd);
+            k_add(w->k + (size_t)i * kvd, L->bk, kvd);
+            k_add(w->v + (size_t)i * kvd, L->bv, kvd);
+        }
     k_rope(w->q, b->pos, n, c->n_heads, hd, m->rope_cos, m->rope_sin);
     k_rope(w->k, b->pos, n, c->n_kv_heads, hd, m->rope_cos, m->rope_sin);
     for (int i = 0; i < n; i++) {

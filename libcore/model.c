@@ -19,13 +19,19 @@ void layer_tensor_name(char *out, size_t n, int layer, const char *what) {
 }
 
 char *config_to_json(const Config *c) {
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b}",
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:b}",
                           "architecture", "llama", "hidden_size", c->dim, "intermediate_size",
                           c->hidden_dim, "num_hidden_layers", c->n_layers, "num_attention_heads",
                           c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim", c->head_dim,
                           "vocab_size", c->vocab_size, "max_position_embeddings", c->seq_len,
                           "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
-                          "tie_word_embeddings", c->tied);
+                          "tie_word_embeddings", c->tied, "attention_bias", c->qkv_bias);
+    if (o && c->rope_factor > 0)
+        json_object_set_new(o, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
+                                      (double)c->rope_factor, "low_freq_factor", (double)c->rope_low_freq,
+                                      "high_freq_factor", (double)c->rope_high_freq,
+                                      "original_max_position_embeddings", c->rope_orig_ctx));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);
     if (!s) pd_error("cannot encode the model config as JSON");
@@ -45,6 +51,25 @@ static int get_num(json_t *o, const char *key, float *out, const char *what) {
     json_t *v = json_object_get(o, key);
     if (!json_is_number(v)) return pd_error("%s: config: '%s' missing or not a number", what, key);
     *out = (float)json_number_value(v);
+    return 0;
+}
+
+/* {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+   original_max_position_embeddings}; any other type is refused by name */
+int rope_scaling_from_json(Config *c, json_t *rs, const char *what) {
+    json_t *type = json_object_get(rs, "rope_type");
+    if (!type) type = json_object_get(rs, "type");
+    if (!json_is_object(rs) || !json_is_string(type))
+        return pd_error("%s: config: rope_scaling is not an object with a rope_type", what);
+    if (strcmp(json_string_value(type), "llama3"))
+        return pd_error("%s: config: rope_scaling type '%s' is not supported (paradec knows 'llama3')", what,
+                        json_string_value(type));
+    if (get_num(rs, "factor", &c->rope_factor, what) || get_num(rs, "low_freq_factor", &c->rope_low_freq, what) ||
+        get_num(rs, "high_freq_factor", &c->rope_high_freq, what) ||
+        get_int(rs, "original_max_position_embeddings", &c->rope_orig_ctx, what))
+        return -1;
+    if (!(c->rope_factor >= 1) || !(c->rope_high_freq > c->rope_low_freq) || c->rope_orig_ctx < 1)
+        return pd_error("%s: config: rope_scaling values out of range", what);
     return 0;
 }
 
@@ -74,6 +99,11 @@ int config_from_json(Config *c, const char *json, const char *what) {
     json_t *tied = json_object_get(o, "tie_word_embeddings");
     if (!rc && !json_is_boolean(tied)) rc = pd_error("%s: config: 'tie_word_embeddings' missing or not a boolean", what);
     c->tied = json_is_true(tied);
+    json_t *bias = json_object_get(o, "attention_bias");
+    if (!rc && bias && !json_is_boolean(bias)) rc = pd_error("%s: config: 'attention_bias' is not a boolean", what);
+    c->qkv_bias = json_is_true(bias);
+    json_t *rs = json_object_get(o, "rope_scaling");
+    if (!rc && rs && !json_is_null(rs)) rc = rope_scaling_from_json(c, rs, what);
     json_decref(o);
     return rc ? rc : config_check(c, what);
 }
@@ -118,6 +148,18 @@ static int load_vec(Model *m, const char *name, int n, const float **out) {
     return 0;
 }
 
+/* Llama 3.1's frequency scaling: long wavelengths slowed by factor, short ones kept,
+   a smooth blend between (as Hugging Face's _compute_llama3_parameters) */
+static float rope_scaled(const Config *c, float freq) {
+    if (c->rope_factor <= 0) return freq;
+    double low_wl = c->rope_orig_ctx / c->rope_low_freq, high_wl = c->rope_orig_ctx / c->rope_high_freq;
+    double wl = 2 * M_PI / freq;
+    if (wl < high_wl) return freq;
+    if (wl > low_wl) return (float)(freq / c->rope_factor);
+    double smooth = (c->rope_orig_ctx / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+    return (float)((1 - smooth) * freq / c->rope_factor + smooth * freq);
+}
+
 static int build_rope(Model *m) {
     const Config *c = &m->c;
     int half = c->head_dim / 2;
@@ -127,7 +169,7 @@ static int build_rope(Model *m) {
     if (!m->rope_cos || !m->rope_sin) return -1;
     for (int j = 0; j < half; j++) {
         /* llama2.c's formulation, so float rounding matches it */
-        float freq = 1.0f / powf(c->rope_theta, (2 * j) / (float)c->head_dim);
+        float freq = rope_scaled(c, 1.0f / powf(c->rope_theta, (2 * j) / (float)c->head_dim));
         for (int p = 0; p < c->seq_len; p++) {
             float a = p * freq;
             m->rope_cos[(size_t)p * half + j] = cosf(a);
@@ -135,6 +177,18 @@ static int build_rope(Model *m) {
         }
     }
     return 0;
+}
+
+static int load_biases(Model *m, int l, Layer *L) {
+    const Config *c = &m->c;
+    int q = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    char name[128];
+    layer_tensor_name(name, sizeof name, l, "self_attn.q_proj.bias");
+    if (load_vec(m, name, q, &L->bq)) return -1;
+    layer_tensor_name(name, sizeof name, l, "self_attn.k_proj.bias");
+    if (load_vec(m, name, kvd, &L->bk)) return -1;
+    layer_tensor_name(name, sizeof name, l, "self_attn.v_proj.bias");
+    return load_vec(m, name, kvd, &L->bv);
 }
 
 static int load_layers(Model *m) {
@@ -155,6 +209,7 @@ static int load_layers(Model *m) {
             load_mat(m, NM(8), c->dim, c->hidden_dim, &L->w2))
             return -1;
 #undef NM
+        if (c->qkv_bias && load_biases(m, l, L)) return -1;
     }
     return 0;
 }
@@ -186,7 +241,9 @@ int model_load(Model *m, const char *path) {
     if (!rc) snprintf(m->digest, sizeof m->digest, "%s", dig ? dig : "");
     size_t rope = pd_mul(pd_mul((size_t)m->c.seq_len, m->c.head_dim), sizeof(float));
     rc = rc ? rc : arena_init(&m->arena, rope + 2 * sizeof(float) * m->c.dim * (2 * m->c.n_layers + 1) +
-                                             sizeof(Layer) * m->c.n_layers + 64 * 64 * m->c.n_layers + 4096);
+                                             sizeof(Layer) * m->c.n_layers + 64 * 64 * m->c.n_layers + 4096 +
+                                             (m->c.qkv_bias ? sizeof(float) * (size_t)m->c.n_layers *
+                                                                  (m->c.n_heads + 2 * m->c.n_kv_heads) * m->c.head_dim : 0));
     rc = rc ? rc : load_mat(m, NAME_EMBED, m->c.vocab_size, m->c.dim, &m->embed);
     rc = rc ? rc : load_layers(m);
     rc = rc ? rc : load_vec(m, NAME_NORM, m->c.dim, &m->final_norm);

@@ -16,12 +16,18 @@ typedef struct {
     int seq_len;    /* longest context (RoPE table size) */
     float norm_eps, rope_theta;
     int tied;       /* lm_head is the embedding */
+    int qkv_bias;   /* q/k/v projections carry biases (Qwen2) */
+    /* Llama 3.1-style RoPE scaling ("rope_type": "llama3"); rope_factor 0 = none */
+    float rope_factor, rope_low_freq, rope_high_freq;
+    int rope_orig_ctx;
 } Config;
 
 /* config ↔ the JSON stored as paradec.config (Hugging Face key names) */
 char *config_to_json(const Config *c);                       /* malloc'd */
 int config_from_json(Config *c, const char *json, const char *what);
 int config_check(const Config *c, const char *what);        /* sane sizes */
+struct json_t;
+int rope_scaling_from_json(Config *c, struct json_t *rope_scaling, const char *what);
 
 typedef struct {
     WType t;
@@ -34,6 +40,7 @@ typedef struct {
     Mat wq;                 /* [n_heads*hd][dim] */
     Mat wk, wv;             /* [n_kv*hd][dim] */
     Mat wo;                 /* [dim][n_heads*hd] */
+    const float *bq, *bk, *bv; /* [n_heads*hd], [n_kv*hd] ×2, or NULL */
     const float *ffn_norm;  /* [dim] */
     Mat w1, w3;             /* gate, up: [hidden][dim] */
     Mat w2;                 /* down: [dim][hidden] */
