@@ -15,7 +15,7 @@ OPT    := -O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
 CFLAGS += -std=c11 $(OPT) -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
-LDLIBS += -lzstd -ljansson -lxxhash -lz -lpthread -lm
+LDLIBS += -lzstd -ljansson -lxxhash -lpcre2-8 -lz -lpthread -lm
 
 LIB_SRC  := $(wildcard libcore/*.c libcore/decode/*.c kernels/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

@@ -27,18 +27,27 @@ void k_add(float *y, const float *x, size_t n);
 /* row of weights (f32 or bf16) → f32 */
 void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
 
-/* attention of token t over its visible keys, in the order given (context slots
-   first, then the batch ancestors, i.e. position order):
-   out[n_heads*hd] = Σ_j softmax_j(q_h·k_j[kvh] * scale) v_j[kvh], kvh = h / (n_heads/n_kv) */
+/* attention over a paged KV cache. Token t sees its sequence's committed slots
+   0..n_ctx[t]-1, then the slots extra[extra_off[t] .. extra_off[t+1]-1] (the visible
+   tokens of its batch, itself last), in that order:
+     out[h] = Σ_j softmax_j(q_h·k_j * scale) v_j     for the kv head of h.
+   A block holds block_size slots of one layer: keys transposed [kv_dim][block_size],
+   values [block_size][kv_dim]. A score is the sequential FMA chain over the head's
+   dimensions and the weighted sum keeps four partial sums by key index mod 4, in
+   every path, so a token's result never depends on the batch. */
 typedef struct {
-    int n;                 /* tokens in the call */
-    int n_heads, n_kv, hd; /* q heads, kv heads, head size */
+    int n;                   /* tokens in the call */
+    int n_heads, n_kv, hd;   /* q heads, kv heads, head size */
     float scale;
-    const float *q;        /* [n][n_heads*hd] */
-    float *out;            /* [n][n_heads*hd] */
-    const float *const *k; /* key rows, [key_off[n]] pointers to [n_kv*hd] */
-    const float *const *v; /* value rows, same */
-    const int *key_off;    /* [n+1]: token t sees rows key_off[t] .. key_off[t+1]-1 */
+    const float *q;          /* [n][n_heads*hd] */
+    float *out;              /* [n][n_heads*hd] */
+    const float *k, *v;      /* this layer's block 0 (keys, values) */
+    size_t block_stride;     /* floats from one block of the layer to the next */
+    int block_size;
+    const int *const *table; /* [n] the block table of each token's sequence */
+    const int *n_ctx;        /* [n] */
+    const int *extra_off;    /* [n+1] */
+    const int *extra;        /* slots */
 } AttnArgs;
 void k_attention(const AttnArgs *a);
 

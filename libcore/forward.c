@@ -18,14 +18,15 @@ typedef struct Workspace {
     float *hb, *hb2;         /* [n][hidden] */
     float *out;              /* [n][dim] a branch's output before the residual add */
     int *slot, *base;        /* [n] slot of each token; committed length of its sequence */
-    int *key_off;            /* [n+1] */
-    const float **kp, **vp;  /* [cap_keys] key/value row pointers */
+    int *extra_off;          /* [n+1] each token's visible batch slots in extra */
+    int *extra;              /* [cap_keys] */
+    const int **table;       /* [n] block table of each token's sequence */
 } Workspace;
 
 static void ws_free(Workspace *w) {
     if (!w) return;
     free(w->xb); free(w->q); free(w->k); free(w->v); free(w->att); free(w->hb); free(w->hb2);
-    free(w->out); free(w->slot); free(w->base); free(w->key_off); free(w->kp); free(w->vp);
+    free(w->out); free(w->slot); free(w->base); free(w->extra_off); free(w->extra); free(w->table);
     free(w);
 }
 
@@ -51,11 +52,11 @@ static int ws_reserve(Model *m, int n, size_t keys) {
     w->out = pd_alloc(sizeof(float) * cn * c->dim);
     w->slot = pd_alloc(sizeof(int) * cn);
     w->base = pd_alloc(sizeof(int) * cn);
-    w->key_off = pd_alloc(sizeof(int) * (cn + 1));
-    w->kp = pd_alloc(sizeof(float *) * ck);
-    w->vp = pd_alloc(sizeof(float *) * ck);
+    w->extra_off = pd_alloc(sizeof(int) * (cn + 1));
+    w->extra = pd_alloc(sizeof(int) * ck);
+    w->table = pd_alloc(sizeof(int *) * cn);
     if (!w->xb || !w->q || !w->k || !w->v || !w->att || !w->hb || !w->hb2 || !w->out || !w->slot ||
-        !w->base || !w->key_off || !w->kp || !w->vp) {
+        !w->base || !w->extra_off || !w->extra || !w->table) {
         ws_free(w);
         m->ws = NULL;
         return -1;
@@ -97,34 +98,26 @@ static int check_batch(Model *m, KVCache *kv, const Batch *b, int lb, int le) {
     return 0;
 }
 
-/* slots of this layer's new K/V and the visible key rows of every token */
+/* slots of this layer's new K/V, and what each token sees: its sequence's committed
+   slots, then the visible tokens of this batch (itself last) */
 static int place_keys(Model *m, KVCache *kv, const Batch *b, int l) {
     int n = b->n;
-    size_t keys = 0;
-    for (int i = 0; i < n; i++) keys += (size_t)kv_len(kv, seq_of(b, i), l) + i + 1;
-    if (ws_reserve(m, n, keys)) return -1;
+    if (ws_reserve(m, n, (size_t)n * (n + 1) / 2)) return -1;
     Workspace *w = m->ws;
     for (int i = 0; i < n; i++) {
         int s = seq_of(b, i), rank = 0;
         for (int j = 0; j < i; j++) rank += seq_of(b, j) == s;
         w->base[i] = kv_len(kv, s, l);
         w->slot[i] = w->base[i] + rank;
+        w->table[i] = kv_table(kv, s);
     }
-    size_t at = 0;
+    int at = 0;
     for (int i = 0; i < n; i++) {
-        int s = seq_of(b, i);
-        w->key_off[i] = (int)at;
-        for (int p = 0; p < w->base[i]; p++) {
-            w->kp[at] = kv_key(kv, s, l, p);
-            w->vp[at++] = kv_value(kv, s, l, p);
-        }
+        w->extra_off[i] = at;
         for (int j = 0; j <= i; j++)
-            if (j == i || visible(b, i, j)) {
-                w->kp[at] = kv_key(kv, s, l, w->slot[j]);
-                w->vp[at++] = kv_value(kv, s, l, w->slot[j]);
-            }
+            if (j == i || visible(b, i, j)) w->extra[at++] = w->slot[j];
     }
-    w->key_off[n] = (int)at;
+    w->extra_off[n] = at;
     return 0;
 }
 
@@ -148,12 +141,11 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
         }
     k_rope(w->q, b->pos, n, c->n_heads, hd, m->rope_cos, m->rope_sin);
     k_rope(w->k, b->pos, n, c->n_kv_heads, hd, m->rope_cos, m->rope_sin);
-    for (int i = 0; i < n; i++) {
-        memcpy(kv_key(kv, seq_of(b, i), l, w->slot[i]), w->k + (size_t)i * kvd, sizeof(float) * kvd);
-        memcpy(kv_value(kv, seq_of(b, i), l, w->slot[i]), w->v + (size_t)i * kvd, sizeof(float) * kvd);
-    }
+    for (int i = 0; i < n; i++)
+        kv_write(kv, seq_of(b, i), l, w->slot[i], w->k + (size_t)i * kvd, w->v + (size_t)i * kvd);
     AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->q, w->att,
-                  w->kp, w->vp, w->key_off};
+                  kv_layer_k(kv, l), kv_layer_v(kv, l), kv_block_stride(kv), kv->block_size,
+                  w->table, w->base, w->extra_off, w->extra};
     k_attention(&a);
     k_matmul(w->out, w->att, L->wo.w, L->wo.t, n, qd, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);

@@ -67,14 +67,30 @@ int kv_reserve(KVCache *kv, int seq, int slots) {
     return 0;
 }
 
-static float *slot_ptr(KVCache *kv, float *base, int seq, int layer, int slot) {
-    int blk = kv->table[(size_t)seq * kv->max_blocks + slot / kv->block_size];
-    size_t off = (((size_t)blk * kv->n_layers + layer) * kv->block_size + slot % kv->block_size) * kv->kv_dim;
-    return base + off;
+size_t kv_block_stride(const KVCache *kv) { return (size_t)kv->n_layers * kv->block_size * kv->kv_dim; }
+const float *kv_layer_k(const KVCache *kv, int layer) { return kv->k + (size_t)layer * kv->block_size * kv->kv_dim; }
+const float *kv_layer_v(const KVCache *kv, int layer) { return kv->v + (size_t)layer * kv->block_size * kv->kv_dim; }
+const int *kv_table(const KVCache *kv, int seq) { return kv->table + (size_t)seq * kv->max_blocks; }
+
+/* the slot's block for this layer: its offset in k (or v) */
+static size_t block_at(const KVCache *kv, int seq, int layer, int slot) {
+    int blk = kv_table(kv, seq)[slot / kv->block_size];
+    return (size_t)blk * kv_block_stride(kv) + (size_t)layer * kv->block_size * kv->kv_dim;
 }
 
-float *kv_key(KVCache *kv, int seq, int layer, int slot) { return slot_ptr(kv, kv->k, seq, layer, slot); }
-float *kv_value(KVCache *kv, int seq, int layer, int slot) { return slot_ptr(kv, kv->v, seq, layer, slot); }
+void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v) {
+    size_t b = block_at(kv, seq, layer, slot);
+    int i = slot % kv->block_size;
+    for (int d = 0; d < kv->kv_dim; d++) kv->k[b + (size_t)d * kv->block_size + i] = k[d];
+    memcpy(kv->v + b + (size_t)i * kv->kv_dim, v, sizeof(float) * kv->kv_dim);
+}
+
+void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v) {
+    size_t b = block_at(kv, seq, layer, slot);
+    int i = slot % kv->block_size;
+    for (int d = 0; d < kv->kv_dim; d++) k[d] = kv->k[b + (size_t)d * kv->block_size + i];
+    memcpy(v, kv->v + b + (size_t)i * kv->kv_dim, sizeof(float) * kv->kv_dim);
+}
 
 int kv_truncate(KVCache *kv, int seq, int len) {
     if (len < 0) return pd_error("kv cache: cannot truncate to %d", len);
@@ -90,15 +106,15 @@ int kv_truncate(KVCache *kv, int seq, int len) {
 }
 
 int kv_keep_path(KVCache *kv, int seq, int base, const int *path, int n) {
-    size_t row = sizeof(float) * kv->kv_dim;
+    float k[kv->kv_dim], v[kv->kv_dim];
     for (int l = 0; l < kv->n_layers; l++)
         for (int i = 0; i < n; i++) {
             int from = base + path[i];
             if (from == base + i) continue;
             if (from < base + i || from >= kv_len(kv, seq, l))
                 return pd_error("kv cache: path entry %d is not an increasing filled slot", path[i]);
-            memcpy(kv_key(kv, seq, l, base + i), kv_key(kv, seq, l, from), row);
-            memcpy(kv_value(kv, seq, l, base + i), kv_value(kv, seq, l, from), row);
+            kv_read(kv, seq, l, from, k, v);
+            kv_write(kv, seq, l, base + i, k, v);
         }
     return kv_truncate(kv, seq, base + n);
 }
@@ -110,12 +126,12 @@ int kv_fork(KVCache *kv, int seq, int len) {
         kv_seq_free(kv, s);
         return -1;
     }
-    size_t row = sizeof(float) * kv->kv_dim;
+    float k[kv->kv_dim], v[kv->kv_dim];
     for (int l = 0; l < kv->n_layers; l++) {
         int n = kv_len(kv, seq, l) < len ? kv_len(kv, seq, l) : len;
         for (int i = 0; i < n; i++) {
-            memcpy(kv_key(kv, s, l, i), kv_key(kv, seq, l, i), row);
-            memcpy(kv_value(kv, s, l, i), kv_value(kv, seq, l, i), row);
+            kv_read(kv, seq, l, i, k, v);
+            kv_write(kv, s, l, i, k, v);
         }
         kv_set_len(kv, s, l, n);
     }

@@ -3,7 +3,9 @@
    filled, because AdaDecode fills the layers of one position at different times.
    Slot i of a sequence holds position i once a step is accepted; a token tree in
    flight occupies the slots after the accepted ones until kv_keep_path compacts the
-   accepted branch. */
+   accepted branch.
+   Within a block, keys are stored transposed ([kv_dim][block_size]) so attention
+   scores a block's keys 16 at a time; values are stored by slot ([block_size][kv_dim]). */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
 #include "model.h"
@@ -11,7 +13,8 @@
 typedef struct {
     int n_layers, kv_dim, block_size;
     int n_blocks, max_seqs, max_blocks; /* pool size, sequences, blocks per sequence */
-    float *k, *v;      /* [n_blocks][n_layers][block_size][kv_dim] */
+    float *k;          /* [n_blocks][n_layers][kv_dim][block_size] */
+    float *v;          /* [n_blocks][n_layers][block_size][kv_dim] */
     int *free_blocks;  /* [n_blocks] stack of free block ids */
     int n_free;
     int *table;        /* [max_seqs][max_blocks] block ids */
@@ -29,8 +32,12 @@ int kv_seq_new(KVCache *kv);                 /* a sequence id, or -1 when none i
 void kv_seq_free(KVCache *kv, int seq);      /* its blocks go back to the pool */
 int kv_len(const KVCache *kv, int seq, int layer);
 int kv_reserve(KVCache *kv, int seq, int slots); /* blocks for slots [0, slots) */
-float *kv_key(KVCache *kv, int seq, int layer, int slot);   /* [kv_dim] */
-float *kv_value(KVCache *kv, int seq, int layer, int slot); /* [kv_dim] */
+void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v); /* [kv_dim] each */
+void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v);
+const int *kv_table(const KVCache *kv, int seq);     /* the sequence's block ids */
+size_t kv_block_stride(const KVCache *kv);           /* floats between blocks of one layer */
+const float *kv_layer_k(const KVCache *kv, int layer); /* block 0's keys of this layer */
+const float *kv_layer_v(const KVCache *kv, int layer);
 void kv_set_len(KVCache *kv, int seq, int layer, int len);
 /* rollback: every layer keeps at most len slots; whole blocks past it are freed */
 int kv_truncate(KVCache *kv, int seq, int len);

@@ -1,70 +1,126 @@
 /* attention.c — each (token, head) pair is one unit of work: scores over the visible
-   keys in the order given, softmax, weighted sum of values. One pair never depends
-   on another, so threads split the pairs and tokens stay batch-invariant.
-   The order of every sum depends only on the head size and the number of keys,
-   never on the batch: scores use dot.h's order (or sequential FMAs for heads under
-   16 dims), the weighted sum keeps four partial sums by key index mod 4. */
+   keys, softmax, weighted sum of values. One pair never depends on another, so
+   threads split the pairs and tokens stay batch-invariant. Keys are transposed within
+   a block, so a block's scores come 16 at a time from hd vector FMAs; a lone slot
+   (a batch ancestor) takes the same FMA chain one lane at a time. */
 #include <math.h>
 
 #include "backend.h"
 #include "dot.h"
 #include "pool.h"
 
-static float score(const float *q, const float *k, int hd) {
-    if (hd >= 16) return dot_f32(q, k, hd);
+typedef struct {
+    const AttnArgs *a;
+    int t, kvh;
+    const float *q;
+} Unit;
+
+/* the K of slot's block for this unit's kv head: [hd][block_size] */
+static const float *key_block(const Unit *u, int slot) {
+    const AttnArgs *a = u->a;
+    return a->k + (size_t)a->table[u->t][slot / a->block_size] * a->block_stride +
+           (size_t)u->kvh * a->hd * a->block_size;
+}
+
+static const float *value_row(const Unit *u, int slot) {
+    const AttnArgs *a = u->a;
+    return a->v + (size_t)a->table[u->t][slot / a->block_size] * a->block_stride +
+           ((size_t)(slot % a->block_size) * a->n_kv + u->kvh) * a->hd;
+}
+
+static float score_one(const Unit *u, int slot) {
+    const float *K = key_block(u, slot) + slot % u->a->block_size;
     float s = 0;
-    for (int d = 0; d < hd; d++) s = fmaf(q[d], k[d], s);
-    return s;
+    for (int d = 0; d < u->a->hd; d++) s = fmaf(u->q[d], K[(size_t)d * u->a->block_size], s);
+    return s * u->a->scale;
+}
+
+/* p[0..n_ctx) for the committed slots */
+static void score_context(const Unit *u, float *p, int n_ctx) {
+    const AttnArgs *a = u->a;
+    int j = 0;
+#ifdef __AVX512F__
+    if (a->block_size % 16 == 0) {
+        __m512 sc = _mm512_set1_ps(a->scale);
+        /* four chunks of 16 keys at once: independent FMA chains hide the latency */
+        for (; j + 64 <= n_ctx; j += 64) {
+            const float *K[4];
+            __m512 acc[4];
+            for (int c = 0; c < 4; c++) {
+                K[c] = key_block(u, j + 16 * c) + (j + 16 * c) % a->block_size;
+                acc[c] = _mm512_setzero_ps();
+            }
+            for (int d = 0; d < a->hd; d++) {
+                __m512 qd = _mm512_set1_ps(u->q[d]);
+                for (int c = 0; c < 4; c++)
+                    acc[c] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(K[c] + (size_t)d * a->block_size), acc[c]);
+            }
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(p + j + 16 * c, _mm512_mul_ps(acc[c], sc));
+        }
+        for (; j < n_ctx; j += 16) {
+            int left = n_ctx - j;
+            __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+            const float *K = key_block(u, j) + j % a->block_size;
+            __m512 acc = _mm512_setzero_ps();
+            for (int d = 0; d < a->hd; d++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(u->q[d]), _mm512_maskz_loadu_ps(m, K + (size_t)d * a->block_size), acc);
+            _mm512_mask_storeu_ps(p + j, m, _mm512_mul_ps(acc, sc));
+        }
+    }
+#endif
+    for (; j < n_ctx; j++) p[j] = score_one(u, j);
 }
 
 #ifdef __AVX512F__
 /* out[hd] = Σ_j p[j] v_j, four partial sums by j mod 4 */
-static void weighted_sum(float *out, const float *p, const float *const *V, int off, int nk, int hd) {
+static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra) {
+    int hd = u->a->hd, nk = n_ctx + n_extra;
     for (int d = 0; d < hd; d += 16) {
         int left = hd - d;
         __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        int j = 0;
-        for (; j + 4 <= nk; j += 4)
-            for (int u = 0; u < 4; u++)
-                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(p[j + u]), _mm512_maskz_loadu_ps(m, V[j + u] + off + d), a[u]);
-        for (int u = 0; j < nk; j++, u++)
-            a[u] = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, V[j] + off + d), a[u]);
-        _mm512_mask_storeu_ps(out + d, m, _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int j = 0; j < nk; j++) {
+            const float *v = value_row(u, j < n_ctx ? j : extra[j - n_ctx]) + d;
+            acc[j & 3] = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, v), acc[j & 3]);
+        }
+        _mm512_mask_storeu_ps(out + d, m, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
     }
 }
 #else
-static void weighted_sum(float *out, const float *p, const float *const *V, int off, int nk, int hd) {
-    for (int d = 0; d < hd; d++) {
-        float a[4] = {0, 0, 0, 0};
-        for (int j = 0; j < nk; j++) a[j % 4] = fmaf(p[j], V[j][off + d], a[j % 4]);
-        out[d] = (a[0] + a[1]) + (a[2] + a[3]);
+static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra) {
+    int nk = n_ctx + n_extra;
+    for (int d = 0; d < u->a->hd; d++) {
+        float acc[4] = {0, 0, 0, 0};
+        for (int j = 0; j < nk; j++)
+            acc[j & 3] = fmaf(p[j], value_row(u, j < n_ctx ? j : extra[j - n_ctx])[d], acc[j & 3]);
+        out[d] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
 }
 #endif
 
 static void attend(void *ctx, int b, int e) {
     const AttnArgs *a = ctx;
-    int qdim = a->n_heads * a->hd, group = a->n_heads / a->n_kv;
-    int maxk = 0;
+    int qdim = a->n_heads * a->hd, group = a->n_heads / a->n_kv, maxk = 0;
     for (int t = b / a->n_heads; t <= (e - 1) / a->n_heads; t++) {
-        int nk = a->key_off[t + 1] - a->key_off[t];
+        int nk = a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
         maxk = nk > maxk ? nk : maxk;
     }
-    float p[maxk ? maxk : 1]; /* scores [n_keys]: 4 bytes a key, well inside a thread's stack */
-    for (int u = b; u < e; u++) {
-        int t = u / a->n_heads, h = u % a->n_heads, off = (h / group) * a->hd;
-        const float *q = a->q + (size_t)t * qdim + (size_t)h * a->hd;
-        const float *const *K = a->k + a->key_off[t], *const *V = a->v + a->key_off[t];
-        int nk = a->key_off[t + 1] - a->key_off[t];
-        for (int j = 0; j < nk; j++) p[j] = score(q, K[j] + off, a->hd) * a->scale;
-        k_softmax(p, nk);
-        weighted_sum(a->out + (size_t)t * qdim + (size_t)h * a->hd, p, V, off, nk, a->hd);
+    float p[maxk + 64]; /* scores [n_keys] (+ room for a whole last chunk): 4 bytes a key */
+    for (int i = b; i < e; i++) {
+        int t = i / a->n_heads, h = i % a->n_heads;
+        Unit u = {a, t, h / group, a->q + (size_t)t * qdim + (size_t)h * a->hd};
+        const int *extra = a->extra + a->extra_off[t];
+        int n_ctx = a->n_ctx[t], n_extra = a->extra_off[t + 1] - a->extra_off[t];
+        score_context(&u, p, n_ctx);
+        for (int x = 0; x < n_extra; x++) p[n_ctx + x] = score_one(&u, extra[x]);
+        k_softmax(p, n_ctx + n_extra);
+        weighted_sum(&u, a->out + (size_t)t * qdim + (size_t)h * a->hd, p, n_ctx, extra, n_extra);
     }
 }
 
 void k_attention(const AttnArgs *a) {
-    int keys = a->key_off[a->n] - a->key_off[0];
+    int keys = 0;
+    for (int t = 0; t < a->n; t++) keys += a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
     int min_units = 1 + 4096 / (1 + keys / (a->n ? a->n : 1));
     pool_run(attend, (void *)a, a->n * a->n_heads, 1, min_units);
 }
