@@ -72,18 +72,41 @@ static void score_context(const Unit *u, float *p, int n_ctx) {
 }
 
 #ifdef __AVX512F__
-/* out[hd] = Σ_j p[j] v_j, four partial sums by j mod 4 */
+/* key j's term goes to accumulator j mod 4 */
+static inline void add_key(__m512 *a0, __m512 *a1, __m512 *a2, __m512 *a3, int j, float p, __m512 v) {
+    __m512 pv = _mm512_set1_ps(p);
+    switch (j & 3) {
+    case 0: *a0 = _mm512_fmadd_ps(pv, v, *a0); break;
+    case 1: *a1 = _mm512_fmadd_ps(pv, v, *a1); break;
+    case 2: *a2 = _mm512_fmadd_ps(pv, v, *a2); break;
+    default: *a3 = _mm512_fmadd_ps(pv, v, *a3); break;
+    }
+}
+
+/* out[hd] = Σ_j p[j] v_j, four partial sums by j mod 4; committed slots block by block */
 static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra) {
-    int hd = u->a->hd, nk = n_ctx + n_extra;
+    const AttnArgs *a = u->a;
+    int hd = a->hd, bs = a->block_size, row = a->n_kv * a->hd;
     for (int d = 0; d < hd; d += 16) {
         int left = hd - d;
         __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int j = 0; j < nk; j++) {
-            const float *v = value_row(u, j < n_ctx ? j : extra[j - n_ctx]) + d;
-            acc[j & 3] = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, v), acc[j & 3]);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int j = 0;
+        for (int b0 = 0; b0 < n_ctx; b0 += bs) {
+            const float *V = value_row(u, b0) + d;
+            int end = b0 + bs < n_ctx ? b0 + bs : n_ctx;
+            if (bs % 4 == 0)
+                for (; j + 4 <= end; j += 4, V += 4 * row) {
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, V), a0);
+                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(p[j + 1]), _mm512_maskz_loadu_ps(m, V + row), a1);
+                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(p[j + 2]), _mm512_maskz_loadu_ps(m, V + 2 * row), a2);
+                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(p[j + 3]), _mm512_maskz_loadu_ps(m, V + 3 * row), a3);
+                }
+            for (; j < end; j++, V += row) add_key(&a0, &a1, &a2, &a3, j, p[j], _mm512_maskz_loadu_ps(m, V));
         }
-        _mm512_mask_storeu_ps(out + d, m, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+        for (int x = 0; x < n_extra; x++, j++)
+            add_key(&a0, &a1, &a2, &a3, j, p[j], _mm512_maskz_loadu_ps(m, value_row(u, extra[x]) + d));
+        _mm512_mask_storeu_ps(out + d, m, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
     }
 }
 #else
