@@ -111,8 +111,35 @@ static __m512 reduce16(const __m512 *v) {
     return _mm512_permutexvar_ps(idx, s);
 }
 
+/* one token (the decode step): no token tiles, the row's partial straight to part */
+static void matvec_rows(const MatmulJob *j, int rb, int re) {
+    __m512 part[GROUP];
+    int cols = j->cols, fast = cols % 64 == 0;
+    for (int g = rb; g < re; g += GROUP) {
+        int nr = re - g < GROUP ? re - g : GROUP;
+        for (int r = 0; r < nr; r++) {
+            size_t at = (size_t)(g + r) * cols;
+            if (j->wt == WT_F32) {
+                const float *w = (const float *)j->w + at;
+                if (fast) part[r] = row1_f32_64(j->x, w, cols);
+                else row_f32(part + r, j->x, w, 1, cols);
+            } else {
+                const uint16_t *w = (const uint16_t *)j->w + at;
+                if (fast) part[r] = row1_bf16_64(j->x, w, cols);
+                else row_bf16(part + r, j->x, w, 1, cols);
+            }
+        }
+        for (int r = nr; r < GROUP; r++) part[r] = _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(j->y + g, (__mmask16)((1u << nr) - 1), reduce16(part));
+    }
+}
+
 static void matmul_rows(void *ctx, int rb, int re) {
     const MatmulJob *j = ctx;
+    if (j->n == 1) {
+        matvec_rows(j, rb, re);
+        return;
+    }
     __m512 part[4 * GROUP]; /* [token][row in group] partial vectors */
     for (int g = rb; g < re; g += GROUP) {
         int nr = re - g < GROUP ? re - g : GROUP;

@@ -32,9 +32,7 @@ void k_rope(float *x, const int32_t *pos, int n, int n_heads, int hd, const floa
     }
 }
 
-void k_silu_mul(float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++) a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
-}
+
 
 void k_add(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
@@ -76,7 +74,48 @@ float k_softmax(float *x, int n) {
     }
     return m;
 }
+void k_silu_mul(float *a, const float *b, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(a + i);
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_storeu_ps(a + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                              _mm512_loadu_ps(b + i)));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(m, a + i);
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_mask_storeu_ps(a + i, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                                      _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+
+/* the lowest index among equal maxima: the vector max first, then the first lane
+   holding it */
+int k_argmax(const float *x, int n) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, load_f32_or(x + i, n - i, -INFINITY));
+    float m = _mm512_reduce_max_ps(mx);
+    __m512 vm = _mm512_set1_ps(m);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 hit = _mm512_cmpeq_ps_mask(load_f32_or(x + i, n - i, -INFINITY), vm);
+        if (hit) return i + __builtin_ctz(hit);
+    }
+    return 0; /* all NaN */
+}
 #else
+void k_silu_mul(float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+}
+
+int k_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 float k_softmax(float *x, int n) {
     float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
@@ -91,12 +130,6 @@ float k_softmax(float *x, int n) {
 }
 #endif
 
-int k_argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
 
 typedef struct {
     const float *x;
