@@ -53,6 +53,23 @@ static inline __m512 row1_f32_64(const float *x, const float *w, int cols) {
     return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
 }
 
+/* any cols: full 64-blocks, then the ragged tail with masked loads in place */
+static inline __m512 row1_f32_any(const float *x, const float *w, int cols) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= cols; i += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    if (i < cols) a0 = _mm512_fmadd_ps(load_f32(w + i, cols - i), load_f32(x + i, cols - i), a0);
+    if (i + 16 < cols) a1 = _mm512_fmadd_ps(load_f32(w + i + 16, cols - i - 16), load_f32(x + i + 16, cols - i - 16), a1);
+    if (i + 32 < cols) a2 = _mm512_fmadd_ps(load_f32(w + i + 32, cols - i - 32), load_f32(x + i + 32, cols - i - 32), a2);
+    if (i + 48 < cols) a3 = _mm512_fmadd_ps(load_f32(w + i + 48, cols - i - 48), load_f32(x + i + 48, cols - i - 48), a3);
+    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+}
+
 static inline __m512 row1_bf16_64(const float *x, const uint16_t *w, int cols) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int i = 0; i < cols; i += 64) {
@@ -95,7 +112,7 @@ static inline __m512 fold8(__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
 }
 /* 16 vectors → one: lane r = hsum(v[r]), the same additions in the same tree */
-static __m512 reduce16(const __m512 *v) {
+static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *v) {
     __m512 w[8], z[4], u[2];
     for (int k = 0; k < 8; k++) w[k] = fold8(v[2 * k], v[2 * k + 1]);          /* +8 apart */
     for (int m = 0; m < 4; m++)                                                 /* +4 apart */
@@ -117,12 +134,18 @@ static void matvec_rows(const MatmulJob *j, int rb, int re) {
     int cols = j->cols, fast = cols % 64 == 0;
     for (int g = rb; g < re; g += GROUP) {
         int nr = re - g < GROUP ? re - g : GROUP;
+        if (nr == GROUP && fast && j->wt == WT_F32) { /* the common case, unrolled into registers */
+            const float *w = (const float *)j->w + (size_t)g * cols;
+#pragma GCC unroll 16
+            for (int r = 0; r < GROUP; r++) part[r] = row1_f32_64(j->x, w + (size_t)r * cols, cols);
+            _mm512_storeu_ps(j->y + g, reduce16(part));
+            continue;
+        }
         for (int r = 0; r < nr; r++) {
             size_t at = (size_t)(g + r) * cols;
             if (j->wt == WT_F32) {
                 const float *w = (const float *)j->w + at;
-                if (fast) part[r] = row1_f32_64(j->x, w, cols);
-                else row_f32(part + r, j->x, w, 1, cols);
+                part[r] = fast ? row1_f32_64(j->x, w, cols) : row1_f32_any(j->x, w, cols);
             } else {
                 const uint16_t *w = (const uint16_t *)j->w + at;
                 if (fast) part[r] = row1_bf16_64(j->x, w, cols);
