@@ -13,8 +13,12 @@ typedef enum { WT_F32, WT_BF16 } WType; /* weight storage the matmul reads direc
 int k_init(int n_threads);
 int k_threads(void);
 
-/* y[n][rows] = x[n][cols] · W[rows][cols]^T (W row-major, as Hugging Face stores Linear) */
-void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols, int rows);
+/* weights repacked into the layout k_matmul reads (the backend's choice); W is
+   row-major [rows][cols], as Hugging Face stores Linear */
+size_t k_packed_bytes(WType wt, int rows, int cols);
+void k_pack(void *dst /* k_packed_bytes, 64-byte aligned */, const void *w, WType wt, int rows, int cols);
+/* y[n][rows] = x[n][cols] · W^T, W packed by k_pack */
+void k_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* y[n][dim] = x / rms(x) * g   (per row; eps inside the root) */
 void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
 /* rotate-half RoPE in place on x[n][n_heads*head_dim]; cos/sin tables [pos][head_dim/2] */

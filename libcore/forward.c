@@ -130,9 +130,9 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->q, w->xb, L->wq.w, L->wq.t, n, c->dim, qd);
-    k_matmul(w->k, w->xb, L->wk.w, L->wk.t, n, c->dim, kvd);
-    k_matmul(w->v, w->xb, L->wv.w, L->wv.t, n, c->dim, kvd);
+    k_matmul(w->q, w->xb, L->wq.p, L->wq.t, n, c->dim, qd);
+    k_matmul(w->k, w->xb, L->wk.p, L->wk.t, n, c->dim, kvd);
+    k_matmul(w->v, w->xb, L->wv.p, L->wv.t, n, c->dim, kvd);
     if (L->bq)
         for (int i = 0; i < n; i++) {
             k_add(w->q + (size_t)i * qd, L->bq, qd);
@@ -147,15 +147,15 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
                   kv_layer_k(kv, l), kv_layer_v(kv, l), kv_block_stride(kv), kv->block_size,
                   w->table, w->base, w->extra_off, w->extra};
     k_attention(&a);
-    k_matmul(w->out, w->att, L->wo.w, L->wo.t, n, qd, c->dim);
+    k_matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
     k_rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->hb, w->xb, L->w1.w, L->w1.t, n, c->dim, c->hidden_dim);
-    k_matmul(w->hb2, w->xb, L->w3.w, L->w3.t, n, c->dim, c->hidden_dim);
+    k_matmul(w->hb, w->xb, L->w1.p, L->w1.t, n, c->dim, c->hidden_dim);
+    k_matmul(w->hb2, w->xb, L->w3.p, L->w3.t, n, c->dim, c->hidden_dim);
     k_silu_mul(w->hb, w->hb2, (size_t)n * c->hidden_dim);
-    k_matmul(w->out, w->hb, L->w2.w, L->w2.t, n, c->hidden_dim, c->dim);
+    k_matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
 
     for (int i = 0; i < n; i++) /* the last token of each sequence sets its new length */
@@ -190,6 +190,6 @@ int forward_layers(Model *m, KVCache *kv, const Batch *b, int lb, int le, float 
 int final_logits(Model *m, const float *hidden, int n, float *logits) {
     if (ws_reserve(m, n, 1)) return -1;
     k_rmsnorm(m->ws->xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    k_matmul(logits, m->ws->xb, m->lm_head.w, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+    k_matmul(logits, m->ws->xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
     return 0;
 }

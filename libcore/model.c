@@ -129,7 +129,7 @@ static int load_mat(Model *m, const char *name, int rows, int cols, Mat *out) {
         return pd_error("%s: tensor '%s' is %s; paradec runs F32 or BF16", m->tf.path, name, dtype_name(t->dtype));
     int64_t shape[2] = {rows, cols};
     if (tf_expect(&m->tf, name, t->dtype, 2, shape, &t)) return -1;
-    *out = (Mat){t->dtype == DT_F32 ? WT_F32 : WT_BF16, t->data, rows, cols};
+    *out = (Mat){t->dtype == DT_F32 ? WT_F32 : WT_BF16, t->data, NULL, rows, cols};
     return 0;
 }
 
@@ -227,6 +227,30 @@ static int load_tokenizer(Model *m) {
     return 0;
 }
 
+/* the matrices forward() multiplies, packed once into one arena */
+static Mat *packed_mats(Model *m, int i) {
+    int per = 7, L = m->c.n_layers;
+    if (i == per * L) return &m->lm_head;
+    if (i > per * L) return NULL;
+    Layer *l = &m->layers[i / per];
+    Mat *all[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w1, &l->w3, &l->w2};
+    return all[i % per];
+}
+
+static int pack_weights(Model *m) {
+    size_t total = 0;
+    Mat *w;
+    for (int i = 0; (w = packed_mats(m, i)); i++) total += (k_packed_bytes(w->t, w->rows, w->cols) + 63) & ~(size_t)63;
+    if (arena_init(&m->packed, total)) return pd_error_prefix(m->tf.path);
+    for (int i = 0; (w = packed_mats(m, i)); i++) {
+        void *dst = arena_push(&m->packed, k_packed_bytes(w->t, w->rows, w->cols));
+        if (!dst) return -1;
+        k_pack(dst, w->w, w->t, w->rows, w->cols);
+        w->p = dst;
+    }
+    return 0;
+}
+
 int model_load(Model *m, const char *path) {
     memset(m, 0, sizeof *m);
     if (tf_open(&m->tf, path)) return -1;
@@ -253,6 +277,7 @@ int model_load(Model *m, const char *path) {
     }
     rc = rc ? rc : build_rope(m);
     rc = rc ? rc : load_tokenizer(m);
+    rc = rc ? rc : pack_weights(m);
     if (rc) model_free(m);
     return rc;
 }
@@ -262,6 +287,7 @@ void model_free(Model *m) {
     tok_free(m->tok);
     tf_close(&m->tf);
     arena_free(&m->arena);
+    arena_free(&m->packed);
     memset(m, 0, sizeof *m);
 }
 

@@ -31,7 +31,8 @@ int rope_scaling_from_json(Config *c, struct json_t *rope_scaling, const char *w
 
 typedef struct {
     WType t;
-    const void *w; /* [rows][cols] */
+    const void *w; /* [rows][cols] as in the file */
+    const void *p; /* the same, packed for k_matmul (in Model.packed) */
     int rows, cols;
 } Mat;
 
@@ -57,6 +58,7 @@ typedef struct {
     char digest[40];        /* paradec.digest of the tensors */
     TensorFile tf;          /* the weights point into it */
     Arena arena;            /* converted norms, rope tables, layer array */
+    Arena packed;           /* every matrix in k_matmul's layout */
     struct Workspace *ws;   /* forward.c's scratch buffers, grown on demand */
 } Model;
 

@@ -1,210 +1,188 @@
 /* matmul.c — y[n][rows] = x[n][cols] · W[rows][cols]^T with f32 or bf16 weights.
-   Decoding is memory-bound: a row of W is loaded once and used for a tile of up to
-   four tokens. Every (token, row) element follows dot.h's order whatever the tile:
-   each row leaves one 16-lane partial vector per token, and 16 rows' vectors are
-   reduced together by a transpose that adds lanes in hsum's tree. So the result for
-   a token never depends on n, and small rows (a 64-wide model) cost little. */
+
+   Weights are repacked once (k_pack) into blocks of up to 128 rows, column-major
+   inside a block: for each column, the block's rows lie side by side, 16 to a
+   vector. A row's result is then one FMA chain over the columns, in column order —
+   no horizontal sums — and that chain is the same whichever kernel computes it
+   (one token, a tile of tokens, any thread split), so the result for a token never
+   depends on n. bf16 blocks hold two columns per 32-bit lane (the even column in
+   the low half), widened by one shift or one mask. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend.h"
 #include "dot.h"
 #include "pool.h"
 
+#define PANEL 16 /* rows a vector holds */
+#define BLOCK 8  /* panels a block holds (128 rows) */
+
+static int block_panels(int rows, int b) {
+    int left = (rows - b * PANEL * BLOCK + PANEL - 1) / PANEL;
+    return left < BLOCK ? left : BLOCK;
+}
+static int n_blocks(int rows) { return (rows + PANEL * BLOCK - 1) / (PANEL * BLOCK); }
+static int pairs(int cols) { return (cols + 1) / 2; }
+
+/* elements (floats, or 32-bit bf16 pairs) before block b */
+static size_t block_offset(WType wt, int b, int cols) {
+    return (size_t)b * PANEL * BLOCK * (wt == WT_F32 ? cols : pairs(cols));
+}
+
+size_t k_packed_bytes(WType wt, int rows, int cols) {
+    size_t padded = (size_t)(rows + PANEL - 1) / PANEL * PANEL;
+    return padded * (wt == WT_F32 ? (size_t)cols : (size_t)pairs(cols)) * 4;
+}
+
+void k_pack(void *dst, const void *w, WType wt, int rows, int cols) {
+    memset(dst, 0, k_packed_bytes(wt, rows, cols));
+    for (int b = 0; b < n_blocks(rows); b++) {
+        int width = block_panels(rows, b) * PANEL, r0 = b * PANEL * BLOCK;
+        int nr = rows - r0 < width ? rows - r0 : width;
+        if (wt == WT_F32) {
+            float *P = (float *)dst + block_offset(wt, b, cols);
+            for (int q = 0; q < nr; q++)
+                for (int c = 0; c < cols; c++) P[(size_t)c * width + q] = ((const float *)w)[(size_t)(r0 + q) * cols + c];
+        } else {
+            uint16_t *P = (uint16_t *)((uint32_t *)dst + block_offset(wt, b, cols));
+            for (int q = 0; q < nr; q++)
+                for (int c = 0; c < cols; c++)
+                    P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] = ((const uint16_t *)w)[(size_t)(r0 + q) * cols + c];
+        }
+    }
+}
+
 typedef struct {
     float *y;
     const float *x;
-    const void *w;
+    const void *w; /* packed */
     WType wt;
     int n, cols, rows;
 } MatmulJob;
 
-#define GROUP 16 /* rows reduced together */
-
 #ifdef __AVX512F__
-/* partial[t] = (a0 + a1) + (a2 + a3) for T tokens against one weight row; element i
-   goes to accumulator (i / 16) % 4. The column loop is unrolled by 64 so the four
-   accumulators stay in registers; a ragged tail uses masked loads in place. */
-#define STEP(T, LOADW, k, off)                                                                     \
-    if (i + off < cols) {                                                                          \
-        int left = cols - i - off;                                                                 \
-        __m512 wv = LOADW(w + i + off, left);                                                      \
-        for (int t = 0; t < T; t++)                                                                \
-            acc[t][k] = _mm512_fmadd_ps(wv, load_f32(x + (size_t)t * cols + i + off, left), acc[t][k]); \
-    }
-#define ROW(T, LOADW)                                                                              \
-    do {                                                                                           \
-        __m512 acc[T][4];                                                                          \
-        for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < 4; k++) acc[t][k] = _mm512_setzero_ps();                           \
-        for (int i = 0; i < cols; i += 64) {                                                       \
-            STEP(T, LOADW, 0, 0) STEP(T, LOADW, 1, 16) STEP(T, LOADW, 2, 32) STEP(T, LOADW, 3, 48) \
+static inline __m512 bf16_lo(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+static inline __m512 bf16_hi(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000))); }
+
+/* y[rows of block] for one token: G panels side by side, one chain each */
+#define MATVEC(G)                                                                                  \
+    static void matvec_f32_##G(float *y, const float *x, const float *P, int cols) {               \
+        __m512 acc[G];                                                                             \
+        for (int k = 0; k < G; k++) acc[k] = _mm512_setzero_ps();                                  \
+        for (int c = 0; c < cols; c++, P += G * PANEL) {                                           \
+            __m512 xc = _mm512_set1_ps(x[c]);                                                      \
+            for (int k = 0; k < G; k++) acc[k] = _mm512_fmadd_ps(xc, _mm512_load_ps(P + PANEL * k), acc[k]); \
         }                                                                                          \
-        for (int t = 0; t < T; t++)                                                                \
-            part[t * GROUP] = _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])); \
-    } while (0)
-
-/* the common decode case without tail checks: one token, cols a multiple of 64 */
-static inline __m512 row1_f32_64(const float *x, const float *w, int cols) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int i = 0; i < cols; i += 64) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+        for (int k = 0; k < G; k++) _mm512_storeu_ps(y + PANEL * k, acc[k]);                       \
+    }                                                                                              \
+    static void matvec_bf16_##G(float *y, const float *x, const uint32_t *P, int cols) {           \
+        __m512 acc[G];                                                                             \
+        for (int k = 0; k < G; k++) acc[k] = _mm512_setzero_ps();                                  \
+        int c = 0;                                                                                 \
+        for (; c + 1 < cols; c += 2, P += G * PANEL) {                                             \
+            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                       \
+            for (int k = 0; k < G; k++) {                                                          \
+                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
+                acc[k] = _mm512_fmadd_ps(x1, bf16_hi(v), _mm512_fmadd_ps(x0, bf16_lo(v), acc[k])); \
+            }                                                                                      \
+        }                                                                                          \
+        if (c < cols)                                                                              \
+            for (int k = 0; k < G; k++)                                                            \
+                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(x[c]),                                     \
+                                         bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k))), acc[k]); \
+        for (int k = 0; k < G; k++) _mm512_storeu_ps(y + PANEL * k, acc[k]);                       \
     }
-    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-}
+MATVEC(1) MATVEC(2) MATVEC(3) MATVEC(4) MATVEC(5) MATVEC(6) MATVEC(7) MATVEC(8)
 
-/* any cols: full 64-blocks, then the ragged tail with masked loads in place */
-static inline __m512 row1_f32_any(const float *x, const float *w, int cols) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 64 <= cols; i += 64) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    if (i < cols) a0 = _mm512_fmadd_ps(load_f32(w + i, cols - i), load_f32(x + i, cols - i), a0);
-    if (i + 16 < cols) a1 = _mm512_fmadd_ps(load_f32(w + i + 16, cols - i - 16), load_f32(x + i + 16, cols - i - 16), a1);
-    if (i + 32 < cols) a2 = _mm512_fmadd_ps(load_f32(w + i + 32, cols - i - 32), load_f32(x + i + 32, cols - i - 32), a2);
-    if (i + 48 < cols) a3 = _mm512_fmadd_ps(load_f32(w + i + 48, cols - i - 48), load_f32(x + i + 48, cols - i - 48), a3);
-    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-}
+typedef void (*MatvecF32)(float *, const float *, const float *, int);
+typedef void (*MatvecBf16)(float *, const float *, const uint32_t *, int);
+static const MatvecF32 MV_F32[BLOCK + 1] = {0, matvec_f32_1, matvec_f32_2, matvec_f32_3, matvec_f32_4,
+                                            matvec_f32_5, matvec_f32_6, matvec_f32_7, matvec_f32_8};
+static const MatvecBf16 MV_BF16[BLOCK + 1] = {0, matvec_bf16_1, matvec_bf16_2, matvec_bf16_3, matvec_bf16_4,
+                                              matvec_bf16_5, matvec_bf16_6, matvec_bf16_7, matvec_bf16_8};
 
-static inline __m512 row1_bf16_64(const float *x, const uint16_t *w, int cols) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int i = 0; i < cols; i += 64) {
-        a0 = _mm512_fmadd_ps(load_bf16(w + i, 16), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(load_bf16(w + i + 16, 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(load_bf16(w + i + 32, 16), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(load_bf16(w + i + 48, 16), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-}
-
-static void row_f32(__m512 *part, const float *x, const float *w, int nt, int cols) {
-    if (nt == 1 && cols % 64 == 0) {
-        part[0] = row1_f32_64(x, w, cols);
-        return;
-    }
-    switch (nt) {
-    case 4: ROW(4, load_f32); break;
-    case 3: ROW(3, load_f32); break;
-    case 2: ROW(2, load_f32); break;
-    default: ROW(1, load_f32); break;
-    }
-}
-
-static void row_bf16(__m512 *part, const float *x, const uint16_t *w, int nt, int cols) {
-    if (nt == 1 && cols % 64 == 0) {
-        part[0] = row1_bf16_64(x, w, cols);
-        return;
-    }
-    switch (nt) {
-    case 4: ROW(4, load_bf16); break;
-    case 3: ROW(3, load_bf16); break;
-    case 2: ROW(2, load_bf16); break;
-    default: ROW(1, load_bf16); break;
-    }
-}
-
-/* lanes i and i+8 of a, then of b: [a.lo+a.hi | b.lo+b.hi] */
-static inline __m512 fold8(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-}
-/* 16 vectors → one: lane r = hsum(v[r]), the same additions in the same tree */
-static inline __attribute__((always_inline)) __m512 reduce16(const __m512 *v) {
-    __m512 w[8], z[4], u[2];
-    for (int k = 0; k < 8; k++) w[k] = fold8(v[2 * k], v[2 * k + 1]);          /* +8 apart */
-    for (int m = 0; m < 4; m++)                                                 /* +4 apart */
-        z[m] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0x88),
-                             _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0xDD));
-    for (int m = 0; m < 2; m++)                                                 /* +2 apart */
-        u[m] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * m], z[2 * m + 1], 0x44),
-                             _mm512_shuffle_ps(z[2 * m], z[2 * m + 1], 0xEE));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88),               /* +1 apart */
-                             _mm512_shuffle_ps(u[0], u[1], 0xDD));
-    /* lane 4k+j now holds row 4j+k */
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, s);
-}
-
-/* one token (the decode step): no token tiles, the row's partial straight to part */
-static void matvec_rows(const MatmulJob *j, int rb, int re) {
-    __m512 part[GROUP];
-    int cols = j->cols, fast = cols % 64 == 0;
-    for (int g = rb; g < re; g += GROUP) {
-        int nr = re - g < GROUP ? re - g : GROUP;
-        if (nr == GROUP && fast && j->wt == WT_F32) { /* the common case, unrolled into registers */
-            const float *w = (const float *)j->w + (size_t)g * cols;
-#pragma GCC unroll 16
-            for (int r = 0; r < GROUP; r++) part[r] = row1_f32_64(j->x, w + (size_t)r * cols, cols);
-            _mm512_storeu_ps(j->y + g, reduce16(part));
-            continue;
+/* T tokens (≤ 8) against one panel: the same chain per element as matvec */
+static void tile_panel(float *y, int ystride, const float *x, int xstride, const void *Pv, WType wt,
+                       int width, int cols, int T) {
+    __m512 acc[8];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    if (wt == WT_F32) {
+        const float *P = Pv;
+        for (int c = 0; c < cols; c++, P += width) {
+            __m512 w = _mm512_load_ps(P);
+            for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * xstride + c]), w, acc[t]);
         }
-        for (int r = 0; r < nr; r++) {
-            size_t at = (size_t)(g + r) * cols;
-            if (j->wt == WT_F32) {
-                const float *w = (const float *)j->w + at;
-                part[r] = fast ? row1_f32_64(j->x, w, cols) : row1_f32_any(j->x, w, cols);
-            } else {
-                const uint16_t *w = (const uint16_t *)j->w + at;
-                if (fast) part[r] = row1_bf16_64(j->x, w, cols);
-                else row_bf16(part + r, j->x, w, 1, cols);
+    } else {
+        const uint32_t *P = Pv;
+        int c = 0;
+        for (; c + 1 < cols; c += 2, P += width) {
+            __m512i v = _mm512_load_si512((const void *)P);
+            __m512 lo = bf16_lo(v), hi = bf16_hi(v);
+            for (int t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * xstride;
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(xt[c + 1]), hi, _mm512_fmadd_ps(_mm512_set1_ps(xt[c]), lo, acc[t]));
             }
         }
-        for (int r = nr; r < GROUP; r++) part[r] = _mm512_setzero_ps();
-        _mm512_mask_storeu_ps(j->y + g, (__mmask16)((1u << nr) - 1), reduce16(part));
+        if (c < cols) {
+            __m512 lo = bf16_lo(_mm512_load_si512((const void *)P));
+            for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * xstride + c]), lo, acc[t]);
+        }
     }
+    for (int t = 0; t < T; t++) _mm512_storeu_ps(y + (size_t)t * ystride, acc[t]);
 }
 
-static void matmul_rows(void *ctx, int rb, int re) {
+static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    if (j->n == 1) {
-        matvec_rows(j, rb, re);
-        return;
-    }
-    __m512 part[4 * GROUP]; /* [token][row in group] partial vectors */
-    for (int g = rb; g < re; g += GROUP) {
-        int nr = re - g < GROUP ? re - g : GROUP;
-        for (int t0 = 0; t0 < j->n; t0 += 4) {
-            int nt = j->n - t0 < 4 ? j->n - t0 : 4;
-            const float *x = j->x + (size_t)t0 * j->cols;
-            for (int r = 0; r < GROUP; r++) {
-                if (r >= nr) {
-                    for (int t = 0; t < nt; t++) part[t * GROUP + r] = _mm512_setzero_ps();
-                } else if (j->wt == WT_F32) {
-                    row_f32(part + r, x, (const float *)j->w + (size_t)(g + r) * j->cols, nt, j->cols);
-                } else {
-                    row_bf16(part + r, x, (const uint16_t *)j->w + (size_t)(g + r) * j->cols, nt, j->cols);
-                }
-            }
-            for (int t = 0; t < nt; t++)
-                _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * j->rows + g, (__mmask16)((1u << nr) - 1),
-                                      reduce16(part + t * GROUP));
+    float out[8 * PANEL * BLOCK]; /* a block's rows for up to 8 tokens, before the tail cut */
+    for (int b = bb; b < be; b++) {
+        int G = block_panels(j->rows, b), width = G * PANEL, r0 = b * PANEL * BLOCK;
+        int nr = j->rows - r0 < width ? j->rows - r0 : width;
+        const char *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
+        for (int t0 = 0; t0 < j->n; t0 += 8) {
+            int T = j->n - t0 < 8 ? j->n - t0 : 8;
+            if (T == 1 && j->wt == WT_F32) MV_F32[G](out, j->x + (size_t)t0 * j->cols, (const float *)P, j->cols);
+            else if (T == 1) MV_BF16[G](out, j->x + (size_t)t0 * j->cols, (const uint32_t *)P, j->cols);
+            else
+                for (int k = 0; k < G; k++)
+                    tile_panel(out + PANEL * k, width, j->x + (size_t)t0 * j->cols, j->cols, P + (size_t)PANEL * k * 4,
+                               j->wt, width, j->cols, T);
+            for (int t = 0; t < T; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, out + (size_t)t * width, sizeof(float) * nr);
         }
     }
 }
 #else
-static void matmul_rows(void *ctx, int rb, int re) {
+/* the same chains, one element at a time */
+static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    for (int r = rb; r < re; r++)
-        for (int t = 0; t < j->n; t++) {
-            const float *w = (const float *)j->w + (size_t)r * j->cols;
-            if (j->wt == WT_BF16) {
-                static _Thread_local float row[1 << 16];
-                k_row_to_f32(row, j->w, j->wt, r, j->cols);
-                w = row;
+    for (int b = bb; b < be; b++) {
+        int width = block_panels(j->rows, b) * PANEL, r0 = b * PANEL * BLOCK;
+        int nr = j->rows - r0 < width ? j->rows - r0 : width;
+        for (int t = 0; t < j->n; t++)
+            for (int q = 0; q < nr; q++) {
+                const float *x = j->x + (size_t)t * j->cols;
+                float acc = 0;
+                for (int c = 0; c < j->cols; c++) {
+                    float w;
+                    if (j->wt == WT_F32) {
+                        w = ((const float *)j->w)[block_offset(j->wt, b, j->cols) + (size_t)c * width + q];
+                    } else {
+                        const uint16_t *P = (const uint16_t *)((const uint32_t *)j->w + block_offset(j->wt, b, j->cols));
+                        uint32_t u = (uint32_t)P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] << 16;
+                        memcpy(&w, &u, 4);
+                    }
+                    acc = fmaf(x[c], w, acc);
+                }
+                j->y[(size_t)t * j->rows + r0 + q] = acc;
             }
-            j->y[(size_t)t * j->rows + r] = dot_f32(w, j->x + (size_t)t * j->cols, j->cols);
-        }
+    }
 }
 #endif
 
 void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols, int rows) {
     MatmulJob j = {y, x, w, wt, n, cols, rows};
-    /* below ~32K multiply-adds per thread the hand-off costs more than it saves */
-    int min_rows = 1 + 32768 / ((size_t)cols * n);
-    pool_run(matmul_rows, &j, rows, GROUP, min_rows);
+    /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
+    int per_block = PANEL * BLOCK * cols * n;
+    pool_run(matmul_blocks, &j, n_blocks(rows), 1, 1 + 65536 / (per_block ? per_block : 1));
 }
 
 void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
