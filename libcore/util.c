@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,10 +54,23 @@ char *pd_strdup(const char *s) {
     return d;
 }
 
+/* big arenas come from mmap: the kernel hands out zero pages as they are touched,
+   instead of a memset that touches them all up front */
+#define ARENA_MMAP_MIN ((size_t)1 << 24)
+
 int arena_init(Arena *a, size_t cap) {
     a->used = 0;
     a->cap = cap;
-    if (cap >= ((size_t)1 << 40) || posix_memalign((void **)&a->base, 64, cap ? cap : 64)) {
+    a->base = NULL;
+    if (cap >= ((size_t)1 << 40)) return pd_error("out of memory allocating an arena of %zu bytes", cap);
+    if (cap >= ARENA_MMAP_MIN) {
+        void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return pd_error("out of memory allocating an arena of %zu bytes", cap);
+        madvise(p, cap, MADV_HUGEPAGE); /* a hint: fewer page faults for big weights */
+        a->base = p;
+        return 0;
+    }
+    if (posix_memalign((void **)&a->base, 64, cap ? cap : 64)) {
         a->base = NULL;
         return pd_error("out of memory allocating an arena of %zu bytes", cap);
     }
@@ -75,7 +89,8 @@ void *arena_push(Arena *a, size_t n) {
 }
 
 void arena_free(Arena *a) {
-    free(a->base);
+    if (a->base && a->cap >= ARENA_MMAP_MIN) munmap(a->base, a->cap);
+    else free(a->base);
     a->base = NULL;
     a->cap = a->used = 0;
 }

@@ -101,52 +101,70 @@ static const MatvecF32 MV_F32[BLOCK + 1] = {0, matvec_f32_1, matvec_f32_2, matve
 static const MatvecBf16 MV_BF16[BLOCK + 1] = {0, matvec_bf16_1, matvec_bf16_2, matvec_bf16_3, matvec_bf16_4,
                                               matvec_bf16_5, matvec_bf16_6, matvec_bf16_7, matvec_bf16_8};
 
-/* T tokens (≤ 8) against one panel: the same chain per element as matvec */
-static void tile_panel(float *y, int ystride, const float *x, int xstride, const void *Pv, WType wt,
-                       int width, int cols, int T) {
-    __m512 acc[8];
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-    if (wt == WT_F32) {
-        const float *P = Pv;
-        for (int c = 0; c < cols; c++, P += width) {
-            __m512 w = _mm512_load_ps(P);
-            for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * xstride + c]), w, acc[t]);
-        }
-    } else {
-        const uint32_t *P = Pv;
-        int c = 0;
-        for (; c + 1 < cols; c += 2, P += width) {
-            __m512i v = _mm512_load_si512((const void *)P);
-            __m512 lo = bf16_lo(v), hi = bf16_hi(v);
-            for (int t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * xstride;
-                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(xt[c + 1]), hi, _mm512_fmadd_ps(_mm512_set1_ps(xt[c]), lo, acc[t]));
-            }
-        }
-        if (c < cols) {
-            __m512 lo = bf16_lo(_mm512_load_si512((const void *)P));
-            for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * xstride + c]), lo, acc[t]);
-        }
+/* T tokens (≤ 3) against a whole block: every column row is read once per tile, and
+   each element is the same chain as in matvec */
+#define TILE(T, G)                                                                                 \
+    static void tile_f32_##T##_##G(float *y, const float *x, int cols, const float *P) {           \
+        __m512 acc[T][G];                                                                          \
+        for (int t = 0; t < T; t++)                                                                \
+            for (int k = 0; k < G; k++) acc[t][k] = _mm512_setzero_ps();                           \
+        for (int c = 0; c < cols; c++, P += G * PANEL)                                             \
+            for (int t = 0; t < T; t++) {                                                          \
+                __m512 xc = _mm512_set1_ps(x[(size_t)t * cols + c]);                               \
+                for (int k = 0; k < G; k++) acc[t][k] = _mm512_fmadd_ps(xc, _mm512_load_ps(P + PANEL * k), acc[t][k]); \
+            }                                                                                      \
+        for (int t = 0; t < T; t++)                                                                \
+            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * G * PANEL + PANEL * k, acc[t][k]); \
+    }                                                                                              \
+    static void tile_bf16_##T##_##G(float *y, const float *x, int cols, const uint32_t *P) {       \
+        __m512 acc[T][G];                                                                          \
+        for (int t = 0; t < T; t++)                                                                \
+            for (int k = 0; k < G; k++) acc[t][k] = _mm512_setzero_ps();                           \
+        int c = 0;                                                                                 \
+        for (; c + 1 < cols; c += 2, P += G * PANEL)                                               \
+            for (int k = 0; k < G; k++) {                                                          \
+                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
+                __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
+                for (int t = 0; t < T; t++)                                                        \
+                    acc[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi,   \
+                                _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, acc[t][k])); \
+            }                                                                                      \
+        if (c < cols)                                                                              \
+            for (int k = 0; k < G; k++) {                                                          \
+                __m512 lo = bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k)));             \
+                for (int t = 0; t < T; t++)                                                        \
+                    acc[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, acc[t][k]); \
+            }                                                                                      \
+        for (int t = 0; t < T; t++)                                                                \
+            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * G * PANEL + PANEL * k, acc[t][k]); \
     }
-    for (int t = 0; t < T; t++) _mm512_storeu_ps(y + (size_t)t * ystride, acc[t]);
-}
+#define TILES(G) TILE(2, G) TILE(3, G)
+TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6) TILES(7) TILES(8)
+typedef void (*TileF32)(float *, const float *, int, const float *);
+typedef void (*TileBf16)(float *, const float *, int, const uint32_t *);
+#define ROW_OF(T) {0, tile_f32_##T##_1, tile_f32_##T##_2, tile_f32_##T##_3, tile_f32_##T##_4, \
+                   tile_f32_##T##_5, tile_f32_##T##_6, tile_f32_##T##_7, tile_f32_##T##_8}
+#define ROWB_OF(T) {0, tile_bf16_##T##_1, tile_bf16_##T##_2, tile_bf16_##T##_3, tile_bf16_##T##_4, \
+                    tile_bf16_##T##_5, tile_bf16_##T##_6, tile_bf16_##T##_7, tile_bf16_##T##_8}
+static const TileF32 TL_F32[2][BLOCK + 1] = {ROW_OF(2), ROW_OF(3)};
+static const TileBf16 TL_BF16[2][BLOCK + 1] = {ROWB_OF(2), ROWB_OF(3)};
 
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    float out[8 * PANEL * BLOCK]; /* a block's rows for up to 8 tokens, before the tail cut */
+    float out[3 * PANEL * BLOCK]; /* a block's rows for up to 3 tokens, before the tail cut */
     for (int b = bb; b < be; b++) {
         int G = block_panels(j->rows, b), width = G * PANEL, r0 = b * PANEL * BLOCK;
         int nr = j->rows - r0 < width ? j->rows - r0 : width;
-        const char *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
-        for (int t0 = 0; t0 < j->n; t0 += 8) {
-            int T = j->n - t0 < 8 ? j->n - t0 : 8;
-            if (T == 1 && j->wt == WT_F32) MV_F32[G](out, j->x + (size_t)t0 * j->cols, (const float *)P, j->cols);
-            else if (T == 1) MV_BF16[G](out, j->x + (size_t)t0 * j->cols, (const uint32_t *)P, j->cols);
-            else
-                for (int k = 0; k < G; k++)
-                    tile_panel(out + PANEL * k, width, j->x + (size_t)t0 * j->cols, j->cols, P + (size_t)PANEL * k * 4,
-                               j->wt, width, j->cols, T);
+        const void *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
+        for (int t0 = 0; t0 < j->n;) {
+            int left = j->n - t0, T = left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1;
+            const float *x = j->x + (size_t)t0 * j->cols;
+            if (T == 1 && j->wt == WT_F32) MV_F32[G](out, x, P, j->cols);
+            else if (T == 1) MV_BF16[G](out, x, P, j->cols);
+            else if (j->wt == WT_F32) TL_F32[T - 2][G](out, x, j->cols, P);
+            else TL_BF16[T - 2][G](out, x, j->cols, P);
             for (int t = 0; t < T; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, out + (size_t)t * width, sizeof(float) * nr);
+            t0 += T;
         }
     }
 }
