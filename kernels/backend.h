@@ -16,7 +16,9 @@ int k_threads(void);
 /* weights repacked into the layout k_matmul reads (the backend's choice); W is
    row-major [rows][cols], as Hugging Face stores Linear */
 size_t k_packed_bytes(WType wt, int rows, int cols);
-void k_pack(void *dst /* k_packed_bytes, 64-byte aligned */, const void *w, WType wt, int rows, int cols);
+/* packs the rows of n_src matrices, one after another, as one [Σ rows][cols] matrix
+   (q, k and v share their input; so do gate and up). dst: k_packed_bytes, 64-aligned */
+void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, const int *src_rows);
 /* y[n][rows] = x[n][cols] · W^T, W packed by k_pack */
 void k_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* y[n][dim] = x / rms(x) * g   (per row; eps inside the root) */

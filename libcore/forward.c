@@ -15,7 +15,9 @@ typedef struct Workspace {
     float *q;                /* [n][n_heads*hd] */
     float *k, *v;            /* [n][n_kv*hd] */
     float *att;              /* [n][n_heads*hd] attention output */
-    float *hb, *hb2;         /* [n][hidden] */
+    float *qkv;              /* [n][(n_heads + 2 n_kv)*hd] the stacked projection */
+    float *gu;               /* [n][2 hidden] gate | up */
+    float *hb;               /* [n][hidden] */
     float *out;              /* [n][dim] a branch's output before the residual add */
     int *slot, *base;        /* [n] slot of each token; committed length of its sequence */
     int *extra_off;          /* [n+1] each token's visible batch slots in extra */
@@ -25,7 +27,7 @@ typedef struct Workspace {
 
 static void ws_free(Workspace *w) {
     if (!w) return;
-    free(w->xb); free(w->q); free(w->k); free(w->v); free(w->att); free(w->hb); free(w->hb2);
+    free(w->xb); free(w->q); free(w->k); free(w->v); free(w->att); free(w->qkv); free(w->gu); free(w->hb);
     free(w->out); free(w->slot); free(w->base); free(w->extra_off); free(w->extra); free(w->table);
     free(w);
 }
@@ -47,15 +49,16 @@ static int ws_reserve(Model *m, int n, size_t keys) {
     w->k = pd_alloc(sizeof(float) * cn * kvd);
     w->v = pd_alloc(sizeof(float) * cn * kvd);
     w->att = pd_alloc(sizeof(float) * cn * qd);
+    w->qkv = pd_alloc(sizeof(float) * cn * (qd + 2 * kvd));
+    w->gu = pd_alloc(sizeof(float) * cn * 2 * c->hidden_dim);
     w->hb = pd_alloc(sizeof(float) * cn * c->hidden_dim);
-    w->hb2 = pd_alloc(sizeof(float) * cn * c->hidden_dim);
     w->out = pd_alloc(sizeof(float) * cn * c->dim);
     w->slot = pd_alloc(sizeof(int) * cn);
     w->base = pd_alloc(sizeof(int) * cn);
     w->extra_off = pd_alloc(sizeof(int) * (cn + 1));
     w->extra = pd_alloc(sizeof(int) * ck);
     w->table = pd_alloc(sizeof(int *) * cn);
-    if (!w->xb || !w->q || !w->k || !w->v || !w->att || !w->hb || !w->hb2 || !w->out || !w->slot ||
+    if (!w->xb || !w->q || !w->k || !w->v || !w->att || !w->qkv || !w->gu || !w->hb || !w->out || !w->slot ||
         !w->base || !w->extra_off || !w->extra || !w->table) {
         ws_free(w);
         m->ws = NULL;
@@ -130,9 +133,13 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->q, w->xb, L->wq.p, L->wq.t, n, c->dim, qd);
-    k_matmul(w->k, w->xb, L->wk.p, L->wk.t, n, c->dim, kvd);
-    k_matmul(w->v, w->xb, L->wv.p, L->wv.t, n, c->dim, kvd);
+    k_matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, qd + 2 * kvd);
+    for (int i = 0; i < n; i++) {
+        const float *r = w->qkv + (size_t)i * (qd + 2 * kvd);
+        memcpy(w->q + (size_t)i * qd, r, sizeof(float) * qd);
+        memcpy(w->k + (size_t)i * kvd, r + qd, sizeof(float) * kvd);
+        memcpy(w->v + (size_t)i * kvd, r + qd + kvd, sizeof(float) * kvd);
+    }
     if (L->bq)
         for (int i = 0; i < n; i++) {
             k_add(w->q + (size_t)i * qd, L->bq, qd);
@@ -152,9 +159,12 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
     k_rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->hb, w->xb, L->w1.p, L->w1.t, n, c->dim, c->hidden_dim);
-    k_matmul(w->hb2, w->xb, L->w3.p, L->w3.t, n, c->dim, c->hidden_dim);
-    k_silu_mul(w->hb, w->hb2, (size_t)n * c->hidden_dim);
+    k_matmul(w->gu, w->xb, L->gate_up.p, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
+    for (int i = 0; i < n; i++) {
+        float *g = w->gu + (size_t)i * 2 * c->hidden_dim;
+        k_silu_mul(g, g + c->hidden_dim, c->hidden_dim);
+        memcpy(w->hb + (size_t)i * c->hidden_dim, g, sizeof(float) * c->hidden_dim);
+    }
     k_matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
 

@@ -227,28 +227,66 @@ static int load_tokenizer(Model *m) {
     return 0;
 }
 
-/* the matrices forward() multiplies, packed once into one arena */
-static Mat *packed_mats(Model *m, int i) {
-    int per = 7, L = m->c.n_layers;
-    if (i == per * L) return &m->lm_head;
-    if (i > per * L) return NULL;
-    Layer *l = &m->layers[i / per];
-    Mat *all[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w1, &l->w3, &l->w2};
-    return all[i % per];
+/* what forward() multiplies, packed once into one arena: per layer q|k|v stacked,
+   o, gate|up stacked, down; then the lm_head */
+typedef struct {
+    Mat *dst;
+    const Mat *src[3];
+} Pack;
+
+static int pack_list(Model *m, Pack *out) {
+    int n = 0;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        Layer *L = &m->layers[l];
+        out[n++] = (Pack){&L->qkv, {&L->wq, &L->wk, &L->wv}};
+        out[n++] = (Pack){&L->wo, {&L->wo}};
+        out[n++] = (Pack){&L->gate_up, {&L->w1, &L->w3}};
+        out[n++] = (Pack){&L->w2, {&L->w2}};
+    }
+    out[n++] = (Pack){&m->lm_head, {&m->lm_head}};
+    return n;
+}
+
+static void pack_shape(const Pack *p, Mat *shape, const void **src, int *rows) {
+    *shape = *p->src[0];
+    shape->rows = 0;
+    for (int i = 0; i < 3 && p->src[i]; i++) {
+        src[i] = p->src[i]->w;
+        rows[i] = p->src[i]->rows;
+        shape->rows += rows[i];
+    }
 }
 
 static int pack_weights(Model *m) {
+    Pack *list = pd_alloc(sizeof(Pack) * (4 * m->c.n_layers + 1));
+    if (!list) return -1;
+    int n = pack_list(m, list);
     size_t total = 0;
-    Mat *w;
-    for (int i = 0; (w = packed_mats(m, i)); i++) total += (k_packed_bytes(w->t, w->rows, w->cols) + 63) & ~(size_t)63;
-    if (arena_init(&m->packed, total)) return pd_error_prefix(m->tf.path);
-    for (int i = 0; (w = packed_mats(m, i)); i++) {
-        void *dst = arena_push(&m->packed, k_packed_bytes(w->t, w->rows, w->cols));
-        if (!dst) return -1;
-        k_pack(dst, w->w, w->t, w->rows, w->cols);
-        w->p = dst;
+    for (int i = 0; i < n; i++) {
+        Mat s;
+        const void *src[3];
+        int rows[3];
+        pack_shape(&list[i], &s, src, rows);
+        total += (k_packed_bytes(s.t, s.rows, s.cols) + 63) & ~(size_t)63;
+        for (int k = 1; k < 3 && list[i].src[k]; k++)
+            if (list[i].src[k]->t != s.t) {
+                free(list);
+                return pd_error("%s: q/k/v (or gate/up) weights of one layer must share a dtype", m->tf.path);
+            }
     }
-    return 0;
+    int rc = arena_init(&m->packed, total) ? pd_error_prefix(m->tf.path) : 0;
+    for (int i = 0; i < n && !rc; i++) {
+        Mat s;
+        const void *src[3] = {0};
+        int rows[3] = {0}, n_src = list[i].src[1] ? (list[i].src[2] ? 3 : 2) : 1;
+        pack_shape(&list[i], &s, src, rows);
+        void *dst = arena_push(&m->packed, k_packed_bytes(s.t, s.rows, s.cols));
+        if (!dst) { rc = -1; break; }
+        k_pack(dst, s.t, s.cols, n_src, src, rows);
+        *list[i].dst = (Mat){s.t, n_src == 1 ? s.w : NULL, dst, s.rows, s.cols};
+    }
+    free(list);
+    return rc;
 }
 
 int model_load(Model *m, const char *path) {

@@ -45,6 +45,8 @@ typedef struct {
     const float *ffn_norm;  /* [dim] */
     Mat w1, w3;             /* gate, up: [hidden][dim] */
     Mat w2;                 /* down: [dim][hidden] */
+    Mat qkv;                /* wq, wk, wv stacked: [(n_heads + 2 n_kv)*hd][dim], packed only */
+    Mat gate_up;            /* w1, w3 stacked: [2 hidden][dim], packed only */
 } Layer;
 
 typedef struct {

@@ -2,11 +2,13 @@
 
    Weights are repacked once (k_pack) into blocks of up to 128 rows, column-major
    inside a block: for each column, the block's rows lie side by side, 16 to a
-   vector. A row's result is then one FMA chain over the columns, in column order —
-   no horizontal sums — and that chain is the same whichever kernel computes it
-   (one token, a tile of tokens, any thread split), so the result for a token never
-   depends on n. bf16 blocks hold two columns per 32-bit lane (the even column in
-   the low half), widened by one shift or one mask. */
+   vector. A row's result is two FMA chains, one over the even columns and one over
+   the odd ones, each in column order, added at the end — no horizontal sums. Every
+   kernel here (one token, a tile of tokens, any thread split) computes exactly those
+   chains, so a token's result never depends on n. Two chains per row keep the FMA
+   units busy when a matrix has few rows. bf16 blocks hold a column pair per 32-bit
+   lane (even column in the low half), widened by one shift or one mask. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +26,7 @@ static int block_panels(int rows, int b) {
 static int n_blocks(int rows) { return (rows + PANEL * BLOCK - 1) / (PANEL * BLOCK); }
 static int pairs(int cols) { return (cols + 1) / 2; }
 
-/* elements (floats, or 32-bit bf16 pairs) before block b */
+/* 32-bit elements (floats, or bf16 pairs) before block b */
 static size_t block_offset(WType wt, int b, int cols) {
     return (size_t)b * PANEL * BLOCK * (wt == WT_F32 ? cols : pairs(cols));
 }
@@ -34,20 +36,29 @@ size_t k_packed_bytes(WType wt, int rows, int cols) {
     return padded * (wt == WT_F32 ? (size_t)cols : (size_t)pairs(cols)) * 4;
 }
 
-void k_pack(void *dst, const void *w, WType wt, int rows, int cols) {
+/* row r of the concatenation of the sources */
+static const void *source_row(WType wt, int cols, int n_src, const void *const *src, const int *src_rows, int r) {
+    for (int s = 0; s < n_src; r -= src_rows[s++])
+        if (r < src_rows[s]) return (const char *)src[s] + (size_t)r * cols * (wt == WT_F32 ? 4 : 2);
+    return NULL;
+}
+
+void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, const int *src_rows) {
+    int rows = 0;
+    for (int s = 0; s < n_src; s++) rows += src_rows[s];
     memset(dst, 0, k_packed_bytes(wt, rows, cols));
     for (int b = 0; b < n_blocks(rows); b++) {
         int width = block_panels(rows, b) * PANEL, r0 = b * PANEL * BLOCK;
         int nr = rows - r0 < width ? rows - r0 : width;
-        if (wt == WT_F32) {
-            float *P = (float *)dst + block_offset(wt, b, cols);
-            for (int q = 0; q < nr; q++)
-                for (int c = 0; c < cols; c++) P[(size_t)c * width + q] = ((const float *)w)[(size_t)(r0 + q) * cols + c];
-        } else {
-            uint16_t *P = (uint16_t *)((uint32_t *)dst + block_offset(wt, b, cols));
-            for (int q = 0; q < nr; q++)
-                for (int c = 0; c < cols; c++)
-                    P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] = ((const uint16_t *)w)[(size_t)(r0 + q) * cols + c];
+        for (int q = 0; q < nr; q++) {
+            const void *row = source_row(wt, cols, n_src, src, src_rows, r0 + q);
+            if (wt == WT_F32) {
+                float *P = (float *)dst + block_offset(wt, b, cols);
+                for (int c = 0; c < cols; c++) P[(size_t)c * width + q] = ((const float *)row)[c];
+            } else {
+                uint16_t *P = (uint16_t *)((uint32_t *)dst + block_offset(wt, b, cols));
+                for (int c = 0; c < cols; c++) P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] = ((const uint16_t *)row)[c];
+            }
         }
     }
 }
@@ -64,133 +75,113 @@ typedef struct {
 static inline __m512 bf16_lo(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
 static inline __m512 bf16_hi(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000))); }
 
-/* y[rows of block] for one token: G panels side by side, one chain each */
-#define MATVEC(G)                                                                                  \
-    static void matvec_f32_##G(float *y, const float *x, const float *P, int cols) {               \
-        __m512 acc[G];                                                                             \
-        for (int k = 0; k < G; k++) acc[k] = _mm512_setzero_ps();                                  \
-        for (int c = 0; c < cols; c++, P += G * PANEL) {                                           \
-            __m512 xc = _mm512_set1_ps(x[c]);                                                      \
-            for (int k = 0; k < G; k++) acc[k] = _mm512_fmadd_ps(xc, _mm512_load_ps(P + PANEL * k), acc[k]); \
-        }                                                                                          \
-        for (int k = 0; k < G; k++) _mm512_storeu_ps(y + PANEL * k, acc[k]);                       \
-    }                                                                                              \
-    static void matvec_bf16_##G(float *y, const float *x, const uint32_t *P, int cols) {           \
-        __m512 acc[G];                                                                             \
-        for (int k = 0; k < G; k++) acc[k] = _mm512_setzero_ps();                                  \
-        int c = 0;                                                                                 \
-        for (; c + 1 < cols; c += 2, P += G * PANEL) {                                             \
-            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                       \
-            for (int k = 0; k < G; k++) {                                                          \
-                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
-                acc[k] = _mm512_fmadd_ps(x1, bf16_hi(v), _mm512_fmadd_ps(x0, bf16_lo(v), acc[k])); \
-            }                                                                                      \
-        }                                                                                          \
-        if (c < cols)                                                                              \
-            for (int k = 0; k < G; k++)                                                            \
-                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(x[c]),                                     \
-                                         bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k))), acc[k]); \
-        for (int k = 0; k < G; k++) _mm512_storeu_ps(y + PANEL * k, acc[k]);                       \
-    }
-MATVEC(1) MATVEC(2) MATVEC(3) MATVEC(4) MATVEC(5) MATVEC(6) MATVEC(7) MATVEC(8)
-
-typedef void (*MatvecF32)(float *, const float *, const float *, int);
-typedef void (*MatvecBf16)(float *, const float *, const uint32_t *, int);
-static const MatvecF32 MV_F32[BLOCK + 1] = {0, matvec_f32_1, matvec_f32_2, matvec_f32_3, matvec_f32_4,
-                                            matvec_f32_5, matvec_f32_6, matvec_f32_7, matvec_f32_8};
-static const MatvecBf16 MV_BF16[BLOCK + 1] = {0, matvec_bf16_1, matvec_bf16_2, matvec_bf16_3, matvec_bf16_4,
-                                              matvec_bf16_5, matvec_bf16_6, matvec_bf16_7, matvec_bf16_8};
-
-/* T tokens (≤ 3) against a whole block: every column row is read once per tile, and
-   each element is the same chain as in matvec */
-#define TILE(T, G)                                                                                 \
-    static void tile_f32_##T##_##G(float *y, const float *x, int cols, const float *P) {           \
-        __m512 acc[T][G];                                                                          \
+/* T tokens × G panels (of a block W panels wide): even chain a, odd chain b.
+   P points at the first panel; the stride from one column (pair) to the next is W. */
+#define KERNEL(T, G)                                                                               \
+    static void f32_##T##_##G(float *y, int ystride, const float *x, int cols, const float *P, int W) { \
+        __m512 a[T][G], b[T][G];                                                                   \
         for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) acc[t][k] = _mm512_setzero_ps();                           \
-        for (int c = 0; c < cols; c++, P += G * PANEL)                                             \
+            for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
+        int c = 0;                                                                                 \
+        for (; c + 1 < cols; c += 2, P += 2 * W)                                                   \
             for (int t = 0; t < T; t++) {                                                          \
-                __m512 xc = _mm512_set1_ps(x[(size_t)t * cols + c]);                               \
-                for (int k = 0; k < G; k++) acc[t][k] = _mm512_fmadd_ps(xc, _mm512_load_ps(P + PANEL * k), acc[t][k]); \
+                __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
+                for (int k = 0; k < G; k++) {                                                      \
+                    a[t][k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[t][k]);         \
+                    b[t][k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[t][k]);     \
+                }                                                                                  \
             }                                                                                      \
+        if (c < cols)                                                                              \
+            for (int t = 0; t < T; t++)                                                            \
+                for (int k = 0; k < G; k++)                                                        \
+                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), _mm512_load_ps(P + PANEL * k), a[t][k]); \
         for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * G * PANEL + PANEL * k, acc[t][k]); \
+            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
     }                                                                                              \
-    static void tile_bf16_##T##_##G(float *y, const float *x, int cols, const uint32_t *P) {       \
-        __m512 acc[T][G];                                                                          \
+    static void bf16_##T##_##G(float *y, int ystride, const float *x, int cols, const uint32_t *P, int W) { \
+        __m512 a[T][G], b[T][G];                                                                   \
         for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) acc[t][k] = _mm512_setzero_ps();                           \
+            for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
         int c = 0;                                                                                 \
-        for (; c + 1 < cols; c += 2, P += G * PANEL)                                               \
+        for (; c + 1 < cols; c += 2, P += W)                                                       \
             for (int k = 0; k < G; k++) {                                                          \
                 __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
                 __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
-                for (int t = 0; t < T; t++)                                                        \
-                    acc[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi,   \
-                                _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, acc[t][k])); \
+                for (int t = 0; t < T; t++) {                                                      \
+                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
+                    b[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi, b[t][k]); \
+                }                                                                                  \
             }                                                                                      \
         if (c < cols)                                                                              \
             for (int k = 0; k < G; k++) {                                                          \
                 __m512 lo = bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k)));             \
                 for (int t = 0; t < T; t++)                                                        \
-                    acc[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, acc[t][k]); \
+                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
             }                                                                                      \
         for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * G * PANEL + PANEL * k, acc[t][k]); \
+            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
     }
-#define TILES(G) TILE(2, G) TILE(3, G)
-TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6) TILES(7) TILES(8)
-typedef void (*TileF32)(float *, const float *, int, const float *);
-typedef void (*TileBf16)(float *, const float *, int, const uint32_t *);
-#define ROW_OF(T) {0, tile_f32_##T##_1, tile_f32_##T##_2, tile_f32_##T##_3, tile_f32_##T##_4, \
-                   tile_f32_##T##_5, tile_f32_##T##_6, tile_f32_##T##_7, tile_f32_##T##_8}
-#define ROWB_OF(T) {0, tile_bf16_##T##_1, tile_bf16_##T##_2, tile_bf16_##T##_3, tile_bf16_##T##_4, \
-                    tile_bf16_##T##_5, tile_bf16_##T##_6, tile_bf16_##T##_7, tile_bf16_##T##_8}
-static const TileF32 TL_F32[2][BLOCK + 1] = {ROW_OF(2), ROW_OF(3)};
-static const TileBf16 TL_BF16[2][BLOCK + 1] = {ROWB_OF(2), ROWB_OF(3)};
+/* one token takes a whole block (up to 8 panels, 16 chains); tiles of 2-3 tokens
+   take it 4 panels at a time (24 chains at most) */
+KERNEL(1, 1) KERNEL(1, 2) KERNEL(1, 3) KERNEL(1, 4) KERNEL(1, 5) KERNEL(1, 6) KERNEL(1, 7) KERNEL(1, 8)
+KERNEL(2, 1) KERNEL(2, 2) KERNEL(2, 3) KERNEL(2, 4) KERNEL(3, 1) KERNEL(3, 2) KERNEL(3, 3) KERNEL(3, 4)
+
+typedef void (*KF32)(float *, int, const float *, int, const float *, int);
+typedef void (*KBF16)(float *, int, const float *, int, const uint32_t *, int);
+static const KF32 K_F32[3][BLOCK + 1] = {
+    {0, f32_1_1, f32_1_2, f32_1_3, f32_1_4, f32_1_5, f32_1_6, f32_1_7, f32_1_8},
+    {0, f32_2_1, f32_2_2, f32_2_3, f32_2_4, 0, 0, 0, 0},
+    {0, f32_3_1, f32_3_2, f32_3_3, f32_3_4, 0, 0, 0, 0}};
+static const KBF16 K_BF16[3][BLOCK + 1] = {
+    {0, bf16_1_1, bf16_1_2, bf16_1_3, bf16_1_4, bf16_1_5, bf16_1_6, bf16_1_7, bf16_1_8},
+    {0, bf16_2_1, bf16_2_2, bf16_2_3, bf16_2_4, 0, 0, 0, 0},
+    {0, bf16_3_1, bf16_3_2, bf16_3_3, bf16_3_4, 0, 0, 0, 0}};
 
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
     float out[3 * PANEL * BLOCK]; /* a block's rows for up to 3 tokens, before the tail cut */
     for (int b = bb; b < be; b++) {
-        int G = block_panels(j->rows, b), width = G * PANEL, r0 = b * PANEL * BLOCK;
-        int nr = j->rows - r0 < width ? j->rows - r0 : width;
-        const void *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
+        int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
+        int nr = j->rows - r0 < W ? j->rows - r0 : W;
+        const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
         for (int t0 = 0; t0 < j->n;) {
             int left = j->n - t0, T = left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1;
             const float *x = j->x + (size_t)t0 * j->cols;
-            if (T == 1 && j->wt == WT_F32) MV_F32[G](out, x, P, j->cols);
-            else if (T == 1) MV_BF16[G](out, x, P, j->cols);
-            else if (j->wt == WT_F32) TL_F32[T - 2][G](out, x, j->cols, P);
-            else TL_BF16[T - 2][G](out, x, j->cols, P);
-            for (int t = 0; t < T; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, out + (size_t)t * width, sizeof(float) * nr);
+            for (int k0 = 0; k0 < G; k0 += T == 1 ? G : 4) {
+                int g = T == 1 ? G : G - k0 < 4 ? G - k0 : 4;
+                if (j->wt == WT_F32) K_F32[T - 1][g](out + PANEL * k0, W, x, j->cols, (const float *)P + PANEL * k0, W);
+                else K_BF16[T - 1][g](out + PANEL * k0, W, x, j->cols, P + PANEL * k0, W);
+            }
+            for (int t = 0; t < T; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, out + (size_t)t * W, sizeof(float) * nr);
             t0 += T;
         }
     }
 }
 #else
-/* the same chains, one element at a time */
+/* the same two chains, one element at a time */
+static float packed_weight(const MatmulJob *j, int b, int W, int q, int c) {
+    if (j->wt == WT_F32) return ((const float *)j->w)[block_offset(j->wt, b, j->cols) + (size_t)c * W + q];
+    const uint16_t *P = (const uint16_t *)((const uint32_t *)j->w + block_offset(j->wt, b, j->cols));
+    uint32_t u = (uint32_t)P[((size_t)(c / 2) * W + q) * 2 + (c & 1)] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
     for (int b = bb; b < be; b++) {
-        int width = block_panels(j->rows, b) * PANEL, r0 = b * PANEL * BLOCK;
-        int nr = j->rows - r0 < width ? j->rows - r0 : width;
+        int W = block_panels(j->rows, b) * PANEL, r0 = b * PANEL * BLOCK;
+        int nr = j->rows - r0 < W ? j->rows - r0 : W;
         for (int t = 0; t < j->n; t++)
             for (int q = 0; q < nr; q++) {
                 const float *x = j->x + (size_t)t * j->cols;
-                float acc = 0;
+                float a = 0, bsum = 0;
                 for (int c = 0; c < j->cols; c++) {
-                    float w;
-                    if (j->wt == WT_F32) {
-                        w = ((const float *)j->w)[block_offset(j->wt, b, j->cols) + (size_t)c * width + q];
-                    } else {
-                        const uint16_t *P = (const uint16_t *)((const uint32_t *)j->w + block_offset(j->wt, b, j->cols));
-                        uint32_t u = (uint32_t)P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] << 16;
-                        memcpy(&w, &u, 4);
-                    }
-                    acc = fmaf(x[c], w, acc);
+                    if (c & 1) bsum = fmaf(x[c], packed_weight(j, b, W, q, c), bsum);
+                    else a = fmaf(x[c], packed_weight(j, b, W, q, c), a);
                 }
-                j->y[(size_t)t * j->rows + r0 + q] = acc;
+                j->y[(size_t)t * j->rows + r0 + q] = a + bsum;
             }
     }
 }
