@@ -62,6 +62,8 @@ void k_attention(const AttnArgs *a);
 double k_stream_sum(const float *x, size_t n);
 
 float k_softmax(float *x, int n); /* in place; returns the max logit */
+/* x[i] = exp(x[i] - max) in place; returns their sum (softmax without the division) */
+float k_exp_sum(float *x, int n, float *max_out);
 int k_argmax(const float *x, int n); /* lowest index among equal maxima */
 
 #endif

@@ -37,9 +37,9 @@ static float score_one(const Unit *u, int slot) {
 
 /* p[0..n_ctx) for the committed slots */
 static void score_context(const Unit *u, float *p, int n_ctx) {
-    const AttnArgs *a = u->a;
     int j = 0;
 #ifdef __AVX512F__
+    const AttnArgs *a = u->a;
     if (a->block_size % 16 == 0) {
         __m512 sc = _mm512_set1_ps(a->scale);
         /* four chunks of 16 keys at once: independent FMA chains hide the latency */
@@ -84,7 +84,8 @@ static inline void add_key(__m512 *a0, __m512 *a1, __m512 *a2, __m512 *a3, int j
 }
 
 /* out[hd] = Σ_j p[j] v_j, four partial sums by j mod 4; committed slots block by block */
-static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra) {
+static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra,
+                         float scale) {
     const AttnArgs *a = u->a;
     int hd = a->hd, bs = a->block_size, row = a->n_kv * a->hd;
     for (int d = 0; d < hd; d += 16) {
@@ -106,17 +107,19 @@ static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, c
         }
         for (int x = 0; x < n_extra; x++, j++)
             add_key(&a0, &a1, &a2, &a3, j, p[j], _mm512_maskz_loadu_ps(m, value_row(u, extra[x]) + d));
-        _mm512_mask_storeu_ps(out + d, m, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        _mm512_mask_storeu_ps(out + d, m, _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                                        _mm512_set1_ps(scale)));
     }
 }
 #else
-static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra) {
+static void weighted_sum(const Unit *u, float *out, const float *p, int n_ctx, const int *extra, int n_extra,
+                         float scale) {
     int nk = n_ctx + n_extra;
     for (int d = 0; d < u->a->hd; d++) {
         float acc[4] = {0, 0, 0, 0};
         for (int j = 0; j < nk; j++)
             acc[j & 3] = fmaf(p[j], value_row(u, j < n_ctx ? j : extra[j - n_ctx])[d], acc[j & 3]);
-        out[d] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        out[d] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
     }
 }
 #endif
@@ -136,8 +139,8 @@ static void attend(void *ctx, int b, int e) {
         int n_ctx = a->n_ctx[t], n_extra = a->extra_off[t + 1] - a->extra_off[t];
         score_context(&u, p, n_ctx);
         for (int x = 0; x < n_extra; x++) p[n_ctx + x] = score_one(&u, extra[x]);
-        k_softmax(p, n_ctx + n_extra);
-        weighted_sum(&u, a->out + (size_t)t * qdim + (size_t)h * a->hd, p, n_ctx, extra, n_extra);
+        float mx, inv = 1.0f / k_exp_sum(p, n_ctx + n_extra, &mx); /* softmax's division comes last */
+        weighted_sum(&u, a->out + (size_t)t * qdim + (size_t)h * a->hd, p, n_ctx, extra, n_extra, inv);
     }
 }
 

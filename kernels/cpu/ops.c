@@ -56,6 +56,16 @@ static inline __m512 exp_ps(__m512 x) {
 }
 
 float k_softmax(float *x, int n) {
+    float m, inv = 1.0f / k_exp_sum(x, n, &m);
+    __m512 vinv = _mm512_set1_ps(inv);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vinv));
+    }
+    return m;
+}
+
+float k_exp_sum(float *x, int n, float *max_out) {
     __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, load_f32_or(x + i, n - i, -INFINITY));
     float m = _mm512_reduce_max_ps(mx);
@@ -67,12 +77,8 @@ float k_softmax(float *x, int n) {
         _mm512_mask_storeu_ps(x + i, k, e);
         sum = _mm512_add_ps(sum, e);
     }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
-    }
-    return m;
+    *max_out = m;
+    return _mm512_reduce_add_ps(sum);
 }
 void k_silu_mul(float *a, const float *b, size_t n) {
     size_t i = 0;
@@ -105,6 +111,14 @@ int k_argmax(const float *x, int n) {
     return 0; /* all NaN */
 }
 #else
+float k_exp_sum(float *x, int n, float *max_out) {
+    float mx = x[0], sum = 0;
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) sum += (x[i] = expf(x[i] - mx));
+    *max_out = mx;
+    return sum;
+}
+
 void k_silu_mul(float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
 }
@@ -117,14 +131,7 @@ int k_argmax(const float *x, int n) {
 }
 
 float k_softmax(float *x, int n) {
-    float mx = x[0];
-    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = 1.0f / sum;
+    float mx, inv = 1.0f / k_exp_sum(x, n, &mx);
     for (int i = 0; i < n; i++) x[i] *= inv;
     return mx;
 }
