@@ -80,46 +80,46 @@ static inline __m512 bf16_hi(__m512i v) { return _mm512_castsi512_ps(_mm512_and_
 #define KERNEL(T, G)                                                                               \
     static void f32_##T##_##G(float *y, int ystride, const float *x, int cols, const float *P, int W) { \
         __m512 a[T][G], b[T][G];                                                                   \
-        for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
         int c = 0;                                                                                 \
         for (; c + 1 < cols; c += 2, P += 2 * W)                                                   \
-            for (int t = 0; t < T; t++) {                                                          \
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                                          \
                 __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
-                for (int k = 0; k < G; k++) {                                                      \
+                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
                     a[t][k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[t][k]);         \
                     b[t][k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[t][k]);     \
                 }                                                                                  \
             }                                                                                      \
         if (c < cols)                                                                              \
-            for (int t = 0; t < T; t++)                                                            \
-                for (int k = 0; k < G; k++)                                                        \
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                            \
+                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                                        \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), _mm512_load_ps(P + PANEL * k), a[t][k]); \
-        for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
     }                                                                                              \
     static void bf16_##T##_##G(float *y, int ystride, const float *x, int cols, const uint32_t *P, int W) { \
         __m512 a[T][G], b[T][G];                                                                   \
-        for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
         int c = 0;                                                                                 \
         for (; c + 1 < cols; c += 2, P += W)                                                       \
-            for (int k = 0; k < G; k++) {                                                          \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                          \
                 __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
                 __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
-                for (int t = 0; t < T; t++) {                                                      \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                                      \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
                     b[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi, b[t][k]); \
                 }                                                                                  \
             }                                                                                      \
         if (c < cols)                                                                              \
-            for (int k = 0; k < G; k++) {                                                          \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                          \
                 __m512 lo = bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k)));             \
-                for (int t = 0; t < T; t++)                                                        \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                        \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
             }                                                                                      \
-        for (int t = 0; t < T; t++)                                                                \
-            for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
     }
 /* one token takes a whole block (up to 8 panels, 16 chains); tiles of 2-3 tokens
    take it 4 panels at a time (24 chains at most) */
