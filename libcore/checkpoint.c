@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include "gguf.h"
+
 float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols) {
     if (ck->n == ck->cap) {
         int cap = ck->cap ? 2 * ck->cap : 64;
@@ -46,28 +48,68 @@ void ck_free(Checkpoint *ck) {
     }
     free(ck->t);
     free(ck->tok);
+    free(ck->chat_template);
     memset(ck, 0, sizeof *ck);
+}
+
+/* a GGUF's tokenizer metadata (a vocabulary-only file or a whole model) as a
+   vocabulary-only GGUF; its chat template too */
+static int take_gguf_vocab(Checkpoint *ck, char **bytes, size_t *n, const char *path) {
+    Gguf g;
+    if (gguf_parse(&g, *bytes, *n, path)) return -1;
+    const GgufKV *toks = gguf_find(&g, "tokenizer.ggml.tokens");
+    GgufStr tmpl;
+    unsigned char *out = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if (!toks || toks->type != GGUF_ARRAY || toks->elem != GGUF_STRING)
+        rc = pd_error("%s: no tokenizer.ggml.tokens: not a GGUF with a vocabulary", path);
+    else if (toks->n != (uint64_t)ck->c.vocab_size)
+        rc = pd_error("%s: tokenizer has %llu tokens but the model's vocabulary is %d", path,
+                      (unsigned long long)toks->n, ck->c.vocab_size);
+    rc = rc ? rc : gguf_write_vocab(&g, &out, &len);
+    if (!rc && gguf_find(&g, "tokenizer.chat_template") && !gguf_get_str(&g, "tokenizer.chat_template", &tmpl)) {
+        free(ck->chat_template);
+        if (!(ck->chat_template = strndup(tmpl.s, tmpl.len))) rc = pd_error("%s: out of memory", path);
+    }
+    gguf_close(&g);
+    if (rc) {
+        free(out);
+        return -1;
+    }
+    free(*bytes);
+    *bytes = (char *)out;
+    *n = len;
+    return 0;
+}
+
+/* the tokenizer module's loader for the kind must take it, and its vocabulary must be
+   the model's (a tokenizer.json may be smaller: Qwen2 pads its embedding) */
+int ck_check_tokenizer(const Checkpoint *ck, const void *bytes, size_t n, const char *kind, const char *what) {
+    Tokenizer *t;
+    if (tok_load_bytes(&t, bytes, n, kind, what)) return -1;
+    int v = tok_vocab_size(t);
+    tok_free(t);
+    if (v > ck->c.vocab_size || (v < ck->c.vocab_size && strcmp(kind, "hf-json")))
+        return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", what, v, ck->c.vocab_size);
+    return 0;
 }
 
 int ck_set_tokenizer(Checkpoint *ck, const char *path) {
     char *bytes;
-    size_t n;
-    Tokenizer *t;
-    if (pd_read_file(path, &bytes, &n)) return -1;
-    if (tok_load_llama2c(&t, bytes, n, path)) {
+    size_t n, i = 0;
+    if (pd_read_file_gz(path, &bytes, &n)) return -1;
+    while (i < n && (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\t' || bytes[i] == '\r')) i++;
+    const char *kind = n >= 4 && !memcmp(bytes, "GGUF", 4) ? "gguf" : i < n && bytes[i] == '{' ? "hf-json" : "llama2c";
+    if ((!strcmp(kind, "gguf") && take_gguf_vocab(ck, &bytes, &n, path)) ||
+        ck_check_tokenizer(ck, bytes, n, kind, path)) {
         free(bytes);
         return -1;
-    }
-    int v = tok_vocab_size(t);
-    tok_free(t);
-    if (v != ck->c.vocab_size) {
-        free(bytes);
-        return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", path, v, ck->c.vocab_size);
     }
     free(ck->tok);
     ck->tok = (unsigned char *)bytes;
     ck->tok_len = n;
-    snprintf(ck->tok_kind, sizeof ck->tok_kind, "llama2c");
+    snprintf(ck->tok_kind, sizeof ck->tok_kind, "%s", kind);
     return 0;
 }
 
@@ -148,7 +190,8 @@ int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t
     int rc = !cfg || tfw_add(mw->w, "tokenizer.bytes", DT_U8, 1, &tn, tok) ||
              tfw_meta(mw->w, "paradec.kind", "model") || tfw_meta(mw->w, "paradec.version", "1") ||
              tfw_meta(mw->w, "paradec.config", cfg) || tfw_meta(mw->w, "paradec.digest", digest) ||
-             tfw_meta(mw->w, "paradec.tokenizer", tok_kind);
+             tfw_meta(mw->w, "paradec.tokenizer", tok_kind) ||
+             (mw->chat_template && tfw_meta(mw->w, "paradec.chat_template", mw->chat_template));
     free(cfg);
     rc = rc ? (tfw_abort(mw->w), -1) : tfw_commit(mw->w);
     mw_free(mw);
@@ -170,6 +213,7 @@ int ck_write_model(const Checkpoint *ck, const char *path, DType dt) {
             mw_abort(&mw);
             return -1;
         }
+    mw.chat_template = ck->chat_template;
     return mw_commit(&mw, &ck->c, ck->tok, ck->tok_len, ck->tok_kind);
 }
 
@@ -193,6 +237,8 @@ int ck_read_model(Checkpoint *ck, const char *path) {
         memcpy(ck->tok, tok->data, tok->nbytes);
         ck->tok_len = tok->nbytes;
         snprintf(ck->tok_kind, sizeof ck->tok_kind, "%s", tf_meta(&m.tf, "paradec.tokenizer"));
+        const char *tmpl = tf_meta(&m.tf, "paradec.chat_template");
+        if (tmpl && !(ck->chat_template = pd_strdup(tmpl))) rc = -1;
     } else
         rc = -1;
     model_free(&m);

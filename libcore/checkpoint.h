@@ -1,5 +1,5 @@
 /* checkpoint.h — a model held in memory as f32 tensors under Hugging Face names:
-   what importers produce (llama2.c .bin now; HF directories and GGUF next), what
+   what importers produce (llama2.c .bin, Hugging Face directories, GGUF), what
    widen transforms, and what becomes a paradec model file. q_proj/k_proj rows are
    always in Hugging Face's rotate-half order; importers of other orders permute. */
 #ifndef PD_CHECKPOINT_H
@@ -19,15 +19,22 @@ typedef struct {
     CkTensor *t;
     unsigned char *tok;   /* tokenizer file bytes */
     size_t tok_len;
-    char tok_kind[16];    /* "llama2c" */
+    char tok_kind[16];    /* "llama2c", "hf-json" (tokenizer.json), "gguf" (vocabulary-only GGUF) */
+    char *chat_template;  /* the source's Jinja chat template, or NULL */
 } Checkpoint;
 
 /* a new zeroed tensor (rows == 0 for a vector of cols); NULL + message on failure */
 float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols);
 CkTensor *ck_get(const Checkpoint *ck, const char *name);
 void ck_free(Checkpoint *ck);
-/* the tokenizer file as is, checked against the vocabulary */
+/* a tokenizer file, its kind told by its content: a JSON object (tokenizer.json,
+   .gz read inflated) is "hf-json", a GGUF file (vocabulary-only or a whole model)
+   becomes a vocabulary-only GGUF of kind "gguf", anything else a llama2.c
+   tokenizer.bin; checked by ck_check_tokenizer */
 int ck_set_tokenizer(Checkpoint *ck, const char *path);
+/* tokenizer bytes of a kind load, and their vocabulary is the model's (a tokenizer.json's
+   may be smaller: Qwen2 pads its embedding) */
+int ck_check_tokenizer(const Checkpoint *ck, const void *bytes, size_t n, const char *kind, const char *what);
 
 /* a model file written one tensor at a time (what ck_write_model and widen share):
    weights go out in dt (F32 or BF16; norm gains stay F32), each hashed into the
@@ -38,6 +45,7 @@ typedef struct {
     DType dt;
     void **owned; /* converted copies */
     int n_owned, cap;
+    const char *chat_template; /* set before commit to store it as paradec.chat_template */
 } ModelWriter;
 int mw_begin(ModelWriter *mw, const char *path, DType dt);
 int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data);
@@ -46,7 +54,8 @@ int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t
 void mw_abort(ModelWriter *mw);
 
 /* write a model file: weights in dt (F32 or BF16; norm gains stay F32), metadata
-   paradec.kind=model, paradec.config, paradec.digest (of the tensors as written) */
+   paradec.kind=model, paradec.config, paradec.digest (of the tensors as written),
+   paradec.chat_template when the checkpoint has one */
 int ck_write_model(const Checkpoint *ck, const char *path, DType dt);
 /* read a model file back into f32 tensors (for widen) */
 int ck_read_model(Checkpoint *ck, const char *path);
@@ -59,6 +68,17 @@ int llama2c_read_mem(Checkpoint *ck, const void *bytes, size_t n, const char *wh
 int llama2c_write(const Checkpoint *ck, const char *path);
 /* a Hugging Face directory: config.json + model.safetensors (F32) */
 int hf_write_dir(const Checkpoint *ck, const char *dir);
+/* and back, any Hugging Face Llama/Mistral/Qwen2 directory: config.json, model.safetensors
+   or shards with model.safetensors.index.json (F32/F16/BF16), tokenizer.json (kind
+   "hf-json") or tokenizer.bin (llama2c), tokenizer_config.json's chat_template.
+   Unsupported architectures and features are refused by name. */
+int hf_read_dir(Checkpoint *ck, const char *dir);
+
+/* a llama.cpp GGUF model (architecture llama or qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1
+   dequantised to f32; q/k rows un-permuted from llama.cpp's Meta order); its tokenizer
+   metadata becomes a vocabulary-only GGUF of kind "gguf" */
+int gguf_read_model(Checkpoint *ck, const char *path);
+int gguf_read_model_mem(Checkpoint *ck, const void *bytes, size_t n, const char *what);
 
 /* permute q/k rows between Meta's interleaved pairs and HF's rotate-half halves
    (to_hf = 1: Meta → HF; 0: back) */

@@ -78,7 +78,8 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
 
 int decode_is_end(const DecodeCtx *d, int token) {
     const Tokenizer *t = d->m->tok;
-    return token == tok_eos(t) || (tok_kind(t) == TOK_SPM && token == tok_bos(t));
+    /* llama2.c-style models end a story with BOS, as run.c stops there */
+    return tok_is_eog(t, token) || (tok_kind(t) == TOK_SPM && token == tok_bos(t));
 }
 
 int decode_accept(DecodeCtx *d, int prev, int token) {

@@ -219,9 +219,11 @@ static int load_tokenizer(Model *m) {
     const char *kind = tf_meta(&m->tf, "paradec.tokenizer");
     if (!t || !kind) return pd_error("%s: no tokenizer inside (convert with --tokenizer)", m->tf.path);
     if (t->dtype != DT_U8 || t->ndim != 1) return pd_error("%s: tensor 'tokenizer.bytes' must be 1-d U8", m->tf.path);
-    if (strcmp(kind, "llama2c")) return pd_error("%s: tokenizer kind '%s' is unknown", m->tf.path, kind);
-    if (tok_load_llama2c(&m->tok, t->data, t->nbytes, m->tf.path)) return -1;
-    if (tok_vocab_size(m->tok) != m->c.vocab_size)
+    if (strcmp(kind, "llama2c") && strcmp(kind, "hf-json") && strcmp(kind, "gguf"))
+        return pd_error("%s: tokenizer kind '%s' is unknown", m->tf.path, kind);
+    if (tok_load_bytes(&m->tok, t->data, t->nbytes, kind, m->tf.path)) return -1;
+    /* a vocabulary may be padded past the tokenizer's pieces, never the other way */
+    if (tok_vocab_size(m->tok) > m->c.vocab_size)
         return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", m->tf.path,
                         tok_vocab_size(m->tok), m->c.vocab_size);
     return 0;
@@ -315,6 +317,7 @@ int model_load(Model *m, const char *path) {
     }
     rc = rc ? rc : build_rope(m);
     rc = rc ? rc : load_tokenizer(m);
+    if (!rc) m->chat_template = tf_meta(&m->tf, "paradec.chat_template");
     rc = rc ? rc : pack_weights(m);
     if (rc) model_free(m);
     return rc;

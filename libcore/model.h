@@ -57,6 +57,7 @@ typedef struct {
     Mat lm_head;            /* [vocab][dim] (the embedding when tied) */
     float *rope_cos, *rope_sin; /* [seq_len][hd/2] */
     Tokenizer *tok;
+    const char *chat_template; /* the model's Jinja chat template (metadata), or NULL */
     char digest[40];        /* paradec.digest of the tensors */
     TensorFile tf;          /* the weights point into it */
     Arena arena;            /* converted norms, rope tables, layer array */

@@ -219,15 +219,23 @@ void atomic_abort(AtomicFile *af) {
     memset(af, 0, sizeof *af);
 }
 
+const char *pd_cache_dir(void) {
+    static char dir[4096];
+    const char *env = getenv("PARADEC_CACHE"), *home = getenv("HOME");
+    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else snprintf(dir, sizeof dir, "%s/.cache/paradec", home ? home : ".");
+    return dir;
+}
+
 int pd_data_path(const char *rel, char *out, size_t outsz) {
     const char *env = getenv("PARADEC_DATA");
-    const char *roots[] = {env, "data", "../shared/data"};
-    for (int i = 0; i < 3; i++) {
+    const char *roots[] = {env, "data", pd_cache_dir(), "../shared/data"};
+    for (int i = 0; i < 4; i++) {
         if (!roots[i] || !roots[i][0]) continue;
         snprintf(out, outsz, "%s/%s", roots[i], rel);
         if (access(out, R_OK) == 0) return 0;
     }
-    return pd_error("%s: not found under $PARADEC_DATA, data/ or ../shared/data", rel);
+    return pd_error("%s: not found under $PARADEC_DATA, data/, %s or ../shared/data", rel, pd_cache_dir());
 }
 
 double pd_now(void) {

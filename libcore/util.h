@@ -47,7 +47,9 @@ int atomic_open(AtomicFile *af, const char *path);
 int atomic_commit(AtomicFile *af); /* fflush+fsync+rename; closes */
 void atomic_abort(AtomicFile *af); /* removes the temp file; closes */
 
-/* ---- paths to shared data: $PARADEC_DATA, else ./data, else ../shared/data ---- */
+/* ---- paths to data: $PARADEC_DATA, else ./data, else the cache `make models` fills
+   ($PARADEC_CACHE, default ~/.cache/paradec), else ../shared/data ---- */
+const char *pd_cache_dir(void);
 /* writes the first existing "<root>/<rel>" into out; -1 + message when none exists */
 int pd_data_path(const char *rel, char *out, size_t outsz);
 

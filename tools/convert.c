@@ -1,10 +1,53 @@
 /* convert — import a checkpoint into a paradec model file.
    bin/convert SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT
-   SRC: a llama2.c .bin checkpoint (legacy or version 1). */
+   SRC: a Hugging Face directory, a llama.cpp GGUF file, or a llama2.c .bin checkpoint. */
+#include <sys/stat.h>
+
 #include "checkpoint.h"
 #include "tool.h"
 
-#define USAGE "SRC --tokenizer TOK [--dtype f32|bf16] -o OUT   (SRC: llama2.c .bin; '-o -' writes to stdout)"
+#define USAGE "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT   ('-o -' writes to stdout)"
+
+static void help(void) {
+    printf("usage: convert %s\n\n"
+           "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n"
+           "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n"
+           "     a llama.cpp GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1, dequantised; its tokenizer inside),\n"
+           "     or a llama2.c .bin checkpoint (needs --tokenizer).\n"
+           "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n"
+           "     it replaces the source's own.\n",
+           USAGE);
+    exit(0);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* a directory is Hugging Face's; a file starting "GGUF" (or named .gguf) llama.cpp's;
+   anything else llama2.c's. stdin is read whole and told apart the same way. */
+static int read_source(Checkpoint *ck, const char *src) {
+    struct stat st;
+    if (strcmp(src, "-") && !stat(src, &st) && S_ISDIR(st.st_mode)) return hf_read_dir(ck, src);
+    if (strcmp(src, "-")) {
+        char magic[4] = {0};
+        FILE *f = fopen(src, "rb");
+        if (f) {
+            size_t got = fread(magic, 1, 4, f);
+            fclose(f);
+            if ((got == 4 && !memcmp(magic, "GGUF", 4)) || ends_with(src, ".gguf")) return gguf_read_model(ck, src);
+        }
+        return llama2c_read(ck, src);
+    }
+    char *bytes;
+    size_t n;
+    if (pd_read_file(src, &bytes, &n)) return -1;
+    int rc = n >= 4 && !memcmp(bytes, "GGUF", 4) ? gguf_read_model_mem(ck, bytes, n, "-")
+                                                   : llama2c_read_mem(ck, bytes, n, "-");
+    free(bytes);
+    return rc;
+}
 
 int main(int argc, char **argv) {
     tool_name = "convert";
@@ -13,19 +56,23 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--tokenizer")) tok = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "-o")) out = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "--dtype")) dtype = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) usage(USAGE);
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) help();
         else if (argv[i][0] == '-' && argv[i][1]) die("unknown flag %s (usage: convert %s)", argv[i], USAGE);
         else if (!src) src = argv[i];
         else die("more than one source: %s and %s", src, argv[i]);
     }
     if (!src || !out) usage(USAGE);
-    if (!tok) die("%s: --tokenizer is needed (a llama2.c tokenizer.bin)", src);
     DType dt = !strcmp(dtype, "f32") ? DT_F32 : !strcmp(dtype, "bf16") ? DT_BF16 : (DType)-1;
     if ((int)dt < 0) die("--dtype: '%s' is not f32 or bf16", dtype);
+    double t0 = pd_now();
     Checkpoint ck;
-    if (llama2c_read(&ck, src) || ck_set_tokenizer(&ck, tok) || ck_write_model(&ck, out, dt)) die_lib();
-    fprintf(stderr, "convert: %s → %s (%d layers, dim %d, vocab %d, %s)\n", src, out, ck.c.n_layers,
-            ck.c.dim, ck.c.vocab_size, dtype);
+    if (read_source(&ck, src)) die_lib();
+    if (tok && ck_set_tokenizer(&ck, tok)) die_lib();
+    if (!ck.tok)
+        die("%s: no tokenizer inside: --tokenizer is needed (tokenizer.bin, tokenizer.json or a GGUF)", src);
+    if (ck_write_model(&ck, out, dt)) die_lib();
+    fprintf(stderr, "convert: %s → %s (%d layers, dim %d, vocab %d, %s, tokenizer %s, %.1f s)\n", src, out,
+            ck.c.n_layers, ck.c.dim, ck.c.vocab_size, dtype, ck.tok_kind, pd_now() - t0);
     ck_free(&ck);
     return 0;
 }

@@ -6,10 +6,12 @@
 #include <jansson.h>
 #include <time.h>
 
+#include "chat.h"
 #include "decode.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL -p PROMPT -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS] [--method NAME] [--json]"
+#define USAGE "-m MODEL -p PROMPT -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS] " \
+              "[--method NAME] [--json] [--chat [--chat-format llama3|llama2|chatml] [--system TEXT]]"
 
 typedef struct {
     Model *m;
@@ -63,7 +65,8 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
 
 int main(int argc, char **argv) {
     tool_name = "decode";
-    const char *model = NULL, *prompt = NULL, *method = "standard";
+    const char *model = NULL, *prompt = NULL, *method = "standard", *chat_format = NULL, *system = NULL;
+    int chat = 0;
     long n = -1, top_k = 0, threads = 1, json = 0;
     double temp = 1.0, top_p = 1.0;
     unsigned long long seed = (unsigned long long)time(NULL);
@@ -79,6 +82,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
         else if (!strcmp(a, "--method")) method = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--chat-format")) chat_format = arg_next(argc, argv, &i), chat = 1;
+        else if (!strcmp(a, "--system")) system = arg_next(argc, argv, &i);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(USAGE);
         else die("unknown flag %s (usage: decode %s)", a, USAGE);
     }
@@ -91,7 +97,15 @@ int main(int argc, char **argv) {
     if (k_init((int)threads)) die("cannot start %ld threads", threads);
     int32_t *ids;
     int n_prompt;
-    if (tok_encode(m.tok, prompt, strlen(prompt), 1, &ids, &n_prompt)) die_lib();
+    if (chat) {
+        int f = chat_format ? chat_format_parse(chat_format) : chat_format_detect(m.chat_template), bos;
+        char *text = f < 0 ? NULL : chat_apply((ChatFormat)f, m.chat_template, system, prompt, &bos);
+        if (!text || tok_encode_flags(m.tok, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &ids, &n_prompt))
+            die_lib();
+        free(text);
+    } else if (tok_encode_flags(m.tok, prompt, strlen(prompt), tok_add_bos(m.tok) ? TOK_ADD_BOS : 0, &ids, &n_prompt))
+        die_lib();
+    if (n_prompt == 0) die("-p: the prompt is empty and the model takes no BOS");
     if (n_prompt >= m.c.seq_len)
         die("-p: the prompt is %d tokens, the model's context holds %d", n_prompt, m.c.seq_len);
     if (n > m.c.seq_len - n_prompt) {
@@ -107,7 +121,7 @@ int main(int argc, char **argv) {
     Out o = {&m, (int)json};
     d.emit = print_piece;
     d.emit_ctx = &o;
-    if (!json) {
+    if (!json && !chat) { /* a chat prints the answer alone */
         fputs(prompt, stdout);
         fflush(stdout);
     }

@@ -1,7 +1,10 @@
 /* tokenize — text on stdin to token ids on stdout, or back with --decode.
-     bin/tokenize --tokenizer PATH [--bos] [--decode]
-   Encoding prints the ids space-separated on one line (BOS only with --bos);
-   decoding reads whitespace-separated ids and prints exactly the text they make. */
+     bin/tokenize --tokenizer PATH [--bos] [--special] [--decode]
+   PATH: llama2.c tokenizer.bin, Hugging Face tokenizer.json (or .json.gz), or a GGUF
+   file (a model or a vocab-only one). Encoding prints the ids space-separated on one
+   line (BOS only with --bos); --special recognises control tokens written in the text
+   (<|begin_of_text|>, <|im_start|>, ...). Decoding reads whitespace-separated ids and
+   prints exactly the text they make; with --special control tokens print their text. */
 #include "tokenizer.h"
 #include "util.h"
 
@@ -9,17 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *usage = "usage: tokenize --tokenizer PATH [--bos] [--decode] < input\n";
+static const char *usage =
+    "usage: tokenize --tokenizer PATH [--bos] [--special] [--decode] < input\n";
 
 static int fail(const char *msg) {
     fprintf(stderr, "tokenize: %s\n", msg);
     return 1;
 }
 
-static int encode(const Tokenizer *t, const char *text, size_t n, int bos) {
+static int encode(const Tokenizer *t, const char *text, size_t n, int flags) {
     int32_t *ids;
     int k;
-    if (tok_encode(t, text, n, bos, &ids, &k)) return fail(pd_errmsg());
+    if (tok_encode_flags(t, text, n, flags, &ids, &k)) return fail(pd_errmsg());
     for (int i = 0; i < k; i++) printf(i ? " %d" : "%d", (int)ids[i]);
     printf("\n");
     free(ids);
@@ -27,7 +31,7 @@ static int encode(const Tokenizer *t, const char *text, size_t n, int bos) {
 }
 
 /* ids: whitespace-separated decimal numbers */
-static int decode(const Tokenizer *t, char *in) {
+static int decode(const Tokenizer *t, char *in, int flags) {
     size_t cap = 1024;
     int k = 0;
     int32_t *ids = pd_alloc(cap * sizeof *ids);
@@ -56,7 +60,7 @@ static int decode(const Tokenizer *t, char *in) {
     }
     char *text;
     size_t len;
-    int rc = tok_decode(t, ids, k, &text, &len);
+    int rc = tok_decode_flags(t, ids, k, flags, &text, &len);
     free(ids);
     if (rc) {
         pd_error_prefix("-");
@@ -69,7 +73,7 @@ static int decode(const Tokenizer *t, char *in) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int bos = 0, dec = 0;
+    int bos = 0, dec = 0, special = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) {
             if (i + 1 == argc) {
@@ -78,6 +82,7 @@ int main(int argc, char **argv) {
             }
             path = argv[++i];
         } else if (!strcmp(argv[i], "--bos")) bos = 1;
+        else if (!strcmp(argv[i], "--special")) special = 1;
         else if (!strcmp(argv[i], "--decode")) dec = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(usage, stdout);
@@ -99,7 +104,8 @@ int main(int argc, char **argv) {
         tok_free(t);
         return fail(pd_errmsg());
     }
-    int rc = dec ? decode(t, in) : encode(t, in, n, bos);
+    int flags = (bos ? TOK_ADD_BOS : 0) | (special ? TOK_SPECIAL : 0);
+    int rc = dec ? decode(t, in, flags) : encode(t, in, n, flags);
     free(in);
     tok_free(t);
     if (fflush(stdout) || ferror(stdout)) rc = fail("-: write error on stdout");

@@ -1,0 +1,73 @@
+/* test_chat — chat formats: recognised from real templates, and rendered to the token
+   ids Meta documents for Llama 3's instruct format. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "check.h"
+#include "tokenizer.h"
+#include "util.h"
+
+/* tokenizer_config.json's chat_template, the Llama 3 one in shared data */
+static char *llama3_template(void) {
+    char path[4096], *json;
+    size_t n;
+    if (pd_data_path("tokenizers/llama3/tokenizer_config.json", path, sizeof path) || pd_read_file(path, &json, &n))
+        return NULL;
+    char *a = strstr(json, "\"chat_template\": \"");
+    char *out = a ? strndup(a + 18, 400) : NULL;
+    free(json);
+    return out;
+}
+
+static void test_detect(void) {
+    char *l3 = llama3_template();
+    CHECK(l3 && chat_format_detect(l3) == CHAT_LLAMA3, "Llama 3's own template");
+    /* SmolLM2's template, as its GGUF carries it (the start of it) */
+    const char *smol = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                       "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+                       "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}";
+    CHECK(chat_format_detect(smol) == CHAT_CHATML, "SmolLM2's template");
+    CHECK(chat_format_detect("{{ bos_token }}[INST] {{ message }} [/INST]") == CHAT_LLAMA2, "[INST]");
+    CHECK(chat_format_detect("{{ message }}") == -1 && strstr(pd_errmsg(), "--chat-format"), "unknown template refused");
+    CHECK(chat_format_detect(NULL) == -1, "no template refused");
+    CHECK(chat_format_parse("llama3") == CHAT_LLAMA3 && chat_format_parse("vicuna") == -1, "names");
+    int bos;
+    char *t = chat_apply(CHAT_CHATML, smol, NULL, "Hi", &bos);
+    CHECK(t && !strcmp(t, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+          "ChatML with SmolLM2's default system prompt: %s", t);
+    free(t);
+    t = chat_apply(CHAT_LLAMA2, NULL, "Be brief.", "Hi", &bos);
+    CHECK(t && bos && !strcmp(t, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]"), "Llama 2 format: %s", t);
+    free(t);
+    free(l3);
+}
+
+/* Meta's model card: <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n...
+   = 128000 128006 882 128007 271 ... 128009 128006 78191 128007 271 */
+static void test_llama3_ids(void) {
+    char path[4096];
+    Tokenizer *t;
+    if (pd_data_path("tokenizers/llama3/tokenizer.json.gz", path, sizeof path) || tok_load_file(&t, path)) {
+        CHECK(0, "%s", pd_errmsg());
+        return;
+    }
+    int bos, n;
+    int32_t *ids;
+    char *text = chat_apply(CHAT_LLAMA3, NULL, NULL, "  Hello!\n", &bos);
+    CHECK(text && !bos, "llama3 text");
+    CHECK(tok_encode_flags(t, text, strlen(text), TOK_SPECIAL, &ids, &n) == 0, "%s", pd_errmsg());
+    const int head[] = {128000, 128006, 882, 128007, 271}, tail[] = {128009, 128006, 78191, 128007, 271};
+    CHECK(n == 5 + 2 + 5, "token count %d (Hello ! trimmed)", n);
+    CHECK(n >= 10 && !memcmp(ids, head, sizeof head) && !memcmp(ids + n - 5, tail, sizeof tail), "Llama 3 header ids");
+    free(ids);
+    free(text);
+    tok_free(t);
+}
+
+int main(void) {
+    test_detect();
+    test_llama3_ids();
+    return check_done("chat");
+}
