@@ -3,6 +3,7 @@
 #   make run        convert the default model (stories260K) and tell a story
 #   make test       every test; the last line says "N passed, N failed"
 #   make bench      speed figures for docs/benchmarks.md (never part of the tests)
+#   make models     fetch SmolLM2-135M-Instruct and the reference tools (make test does)
 #   make SAN=1 ...  the same with AddressSanitizer + UBSan, in build-san/
 
 BUILD  ?= build
@@ -24,7 +25,7 @@ TOOLS    := $(patsubst tools/%.c,$(BIN)/%,$(wildcard tools/*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 DEPS_OK  := $(BUILD)/.deps-ok
 
-.PHONY: all run test bench clean deps
+.PHONY: all run test bench clean deps models
 all: $(TOOLS)
 
 deps $(DEPS_OK): scripts/setup.sh
@@ -57,7 +58,12 @@ $(DEFAULT_MODEL): $(BIN)/convert
 run: all $(DEFAULT_MODEL)
 	$(BIN)/decode -m $(DEFAULT_MODEL) -p "Once upon a time" -n 200 --temp 0.8 --seed $${SEED:-42}
 
-test: all $(TESTS) $(DEFAULT_MODEL)
+# the real-model tests' inputs (SmolLM2, llama.cpp's vocab files, reference venv) in
+# $$PARADEC_CACHE; offline, those tests skip and say so
+models:
+	@scripts/models.sh
+
+test: all $(TESTS) $(DEFAULT_MODEL) models
 	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) tests/run.sh
 
 bench: all $(DEFAULT_MODEL)

@@ -330,6 +330,7 @@ static int copy_tokenizer(const Checkpoint *src, Checkpoint *out) {
     memcpy(out->tok, src->tok, src->tok_len);
     out->tok_len = src->tok_len;
     memcpy(out->tok_kind, src->tok_kind, sizeof out->tok_kind);
+    if (src->chat_template && !(out->chat_template = pd_strdup(src->chat_template))) return -1;
     return 0;
 }
 
@@ -388,6 +389,7 @@ int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, c
     float *scratch = dt == DT_BF16 ? pd_alloc(pd_mul(largest_slot(&p), sizeof(float))) : NULL;
     ModelWriter mw;
     int rc = keep && (dt != DT_BF16 || scratch) ? mw_begin(&mw, path, dt) : -1;
+    if (!rc) mw.chat_template = src->chat_template;
     int64_t done = 0;
     if (pg && !rc) progress_begin(pg, "widen: weights", total_params(&p));
     for (int i = 0; i < n && !rc; i++) {

@@ -11,7 +11,7 @@
 #include "tool.h"
 
 #define USAGE "-m MODEL -p PROMPT -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS] " \
-              "[--method NAME] [--json] [--chat [--chat-format llama3|llama2|chatml] [--system TEXT]]"
+              "[--method NAME] [--json] [--chat [--chat-format llama3|llama2|chatml] [--system TEXT]] [--dump-logits FILE]"
 
 typedef struct {
     Model *m;
@@ -66,6 +66,7 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
 int main(int argc, char **argv) {
     tool_name = "decode";
     const char *model = NULL, *prompt = NULL, *method = "standard", *chat_format = NULL, *system = NULL;
+    const char *dump = NULL; /* the prompt's last logits, raw f32, for reference checks */
     int chat = 0;
     long n = -1, top_k = 0, threads = 1, json = 0;
     double temp = 1.0, top_p = 1.0;
@@ -85,6 +86,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--chat-format")) chat_format = arg_next(argc, argv, &i), chat = 1;
         else if (!strcmp(a, "--system")) system = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--dump-logits")) dump = arg_next(argc, argv, &i);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(USAGE);
         else die("unknown flag %s (usage: decode %s)", a, USAGE);
     }
@@ -121,6 +123,13 @@ int main(int argc, char **argv) {
     Out o = {&m, (int)json};
     d.emit = print_piece;
     d.emit_ctx = &o;
+    if (dump) { /* the logits after the prompt, then stop */
+        AtomicFile af;
+        if (decode_prefill(&d, ids, n_prompt) || atomic_open(&af, dump)) die_lib();
+        if (fwrite(d.logits, sizeof(float), m.c.vocab_size, af.f) != (size_t)m.c.vocab_size) die("%s: write error", dump);
+        if (atomic_commit(&af)) die_lib();
+        return 0;
+    }
     if (!json && !chat) { /* a chat prints the answer alone */
         fputs(prompt, stdout);
         fflush(stdout);
