@@ -13,8 +13,9 @@ int main(int argc, char **argv) {
         else usage("[-t THREADS] [--mib SIZE]   (prints read GB/s)");
     }
     size_t n = (size_t)mib << 18; /* floats */
-    float *x = pd_alloc(n * sizeof(float));
-    if (!x) die_lib();
+    Arena a; /* the same kind of memory the packed weights live in (huge pages) */
+    if (arena_init(&a, n * sizeof(float))) die_lib();
+    float *x = arena_push(&a, n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7); /* touch every page */
     if (k_init((int)threads)) die("cannot start %ld threads", threads);
     double best = 1e30, sink = 0;
@@ -26,6 +27,6 @@ int main(int argc, char **argv) {
     }
     printf("%.2f\n", n * sizeof(float) / best / 1e9);
     fprintf(stderr, "membw: %ld MiB, %ld threads, best of 5 passes (checksum %g)\n", mib, threads, sink);
-    free(x);
+    arena_free(&a);
     return 0;
 }
