@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const DecodeMethod method_standard;
+extern const DecodeMethod method_standard, method_adadecode, method_selfspec;
 
 /* adding a method: one file in libcore/decode/ and one line here */
-static const DecodeMethod *const METHODS[] = {&method_standard};
+static const DecodeMethod *const METHODS[] = {&method_standard, &method_adadecode, &method_selfspec};
 #define N_METHODS (int)(sizeof METHODS / sizeof METHODS[0])
 
 const DecodeMethod *decode_method(const char *name) {
@@ -55,6 +55,14 @@ void decode_free(DecodeCtx *d) {
     memset(d, 0, sizeof *d);
 }
 
+int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) {
+    if (forward_layers(d->m, d->kv, b, lb, le, hidden)) return -1;
+    d->layer_passes += le - lb;
+    d->token_layers += (int64_t)b->n * (le - lb);
+    d->target_passes += lb == 0 && le == d->m->c.n_layers;
+    return 0;
+}
+
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     double t0 = pd_now();
     if (n < 1) return pd_error("empty prompt (it needs at least BOS)");
@@ -68,10 +76,11 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
         int32_t seq[PREFILL_CHUNK];
         for (int i = 0; i < take; i++) seq[i] = d->seq;
         Batch b = {take, prompt + at, seq, pos, NULL, NULL};
-        if (forward_layers(d->m, d->kv, &b, 0, d->m->c.n_layers, d->hidden)) return -1;
-        d->target_passes++;
+        if (decode_forward(d, &b, 0, d->m->c.n_layers, d->hidden)) return -1;
     }
     if (final_logits(d->m, d->hidden + (size_t)(take - 1) * d->m->c.dim, 1, d->logits)) return -1;
+    d->prefill_passes = d->target_passes;
+    d->prefill_token_layers = d->token_layers;
     d->t_prefill += pd_now() - t0;
     return 0;
 }

@@ -1,6 +1,6 @@
 /* decode — generate text with any decoding method.
    bin/decode -m MODEL -p PROMPT -n N [--temp T] [--top-k K] [--top-p P] [--seed S]
-              [-t THREADS] [--method NAME] [--json]
+              [-t THREADS] [--method NAME] [--json] [--chat ...] [method options]
    stdout: the prompt and the generated text (or one JSON object with --json);
    stderr: one summary line. */
 #include <jansson.h>
@@ -11,7 +11,17 @@
 #include "tool.h"
 
 #define USAGE "-m MODEL -p PROMPT -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS] " \
-              "[--method NAME] [--json] [--chat [--chat-format llama3|llama2|chatml] [--system TEXT]] [--dump-logits FILE]"
+              "[--method NAME] [--json] [--chat [--chat-format llama3|llama2|chatml] [--system TEXT]] " \
+              "[--heads FILE] [--gamma G] [--max-pending K] [--exit-layer L] [--draft-max K] [--oracle-exit RATE] " \
+              "[--dump-logits FILE]"
+
+typedef struct {
+    const char *model, *prompt, *method, *chat_format, *system, *heads, *dump;
+    int chat, json, n, top_k, threads;
+    double temp, top_p, oracle;
+    unsigned long long seed;
+    MethodOptions opt;
+} Args;
 
 typedef struct {
     Model *m;
@@ -55,6 +65,21 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
                           d->n_out / (d->t_decode + 1e-12), "prefill_tok_per_s",
                           n_prompt / (d->t_prefill + 1e-12), "target_passes", (json_int_t)d->target_passes,
                           "weight_bytes_per_token", model_weight_bytes(d->m));
+    if (o && d->opt.heads) { /* the early-exit statistics of adadecode / self-speculative */
+        int L = d->m->c.n_layers;
+        json_t *rates = json_object();
+        for (int k = 0; k < d->opt.heads->n; k++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", d->opt.heads->layer[k]);
+            json_object_set_new(rates, key, json_real(d->early[k] / (d->n_out + 1e-12)));
+        }
+        json_object_set_new(o, "layer_passes_per_token", json_real((d->layer_passes - d->prefill_passes * L) / (d->n_out + 1e-12)));
+        json_object_set_new(o, "token_layers_per_token", json_real((d->token_layers - d->prefill_token_layers) / (d->n_out + 1e-12)));
+        json_object_set_new(o, "early_rate_per_head_layer", rates);
+        json_object_set_new(o, "drafted", json_integer(d->drafted));
+        json_object_set_new(o, "rejection_rate", json_real(d->rejected / (d->drafted + 1e-12)));
+        json_object_set_new(o, "mean_pending", json_real(d->pending_sum / (d->pending_n + 1e-12)));
+    }
     if (!o) die("cannot encode the output as JSON (is the text valid UTF-8?)");
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
@@ -63,88 +88,131 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     json_decref(o);
 }
 
-int main(int argc, char **argv) {
-    tool_name = "decode";
-    const char *model = NULL, *prompt = NULL, *method = "standard", *chat_format = NULL, *system = NULL;
-    const char *dump = NULL; /* the prompt's last logits, raw f32, for reference checks */
-    int chat = 0;
-    long n = -1, top_k = 0, threads = 1, json = 0;
-    double temp = 1.0, top_p = 1.0;
-    unsigned long long seed = (unsigned long long)time(NULL);
+static Args parse(int argc, char **argv) {
+    Args a = {.method = "standard", .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0,
+              .seed = (unsigned long long)time(NULL)};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m")) model = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "-p")) prompt = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "-n")) n = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 30);
-        else if (!strcmp(a, "--temp")) temp = arg_num(a, arg_next(argc, argv, &i), 0, 1e6);
-        else if (!strcmp(a, "--top-k")) top_k = arg_int(a, arg_next(argc, argv, &i), 0, 1 << 30);
-        else if (!strcmp(a, "--top-p")) top_p = arg_num(a, arg_next(argc, argv, &i), 1e-9, 1);
-        else if (!strcmp(a, "--seed")) seed = (unsigned long long)arg_int(a, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
-        else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(a, "--method")) method = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--chat-format")) chat_format = arg_next(argc, argv, &i), chat = 1;
-        else if (!strcmp(a, "--system")) system = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--dump-logits")) dump = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(USAGE);
-        else die("unknown flag %s (usage: decode %s)", a, USAGE);
+        const char *f = argv[i];
+        if (!strcmp(f, "-m")) a.model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "-p")) a.prompt = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "-n")) a.n = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 30);
+        else if (!strcmp(f, "--temp")) a.temp = arg_num(f, arg_next(argc, argv, &i), 0, 1e6);
+        else if (!strcmp(f, "--top-k")) a.top_k = (int)arg_int(f, arg_next(argc, argv, &i), 0, 1 << 30);
+        else if (!strcmp(f, "--top-p")) a.top_p = arg_num(f, arg_next(argc, argv, &i), 1e-9, 1);
+        else if (!strcmp(f, "--seed")) a.seed = (unsigned long long)arg_int(f, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
+        else if (!strcmp(f, "-t")) a.threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
+        else if (!strcmp(f, "--method")) a.method = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--json")) a.json = 1;
+        else if (!strcmp(f, "--chat")) a.chat = 1;
+        else if (!strcmp(f, "--chat-format")) a.chat_format = arg_next(argc, argv, &i), a.chat = 1;
+        else if (!strcmp(f, "--system")) a.system = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--heads")) a.heads = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--gamma")) a.opt.gamma = (float)arg_num(f, arg_next(argc, argv, &i), 1e-6, 1);
+        else if (!strcmp(f, "--max-pending")) a.opt.max_pending = (int)arg_int(f, arg_next(argc, argv, &i), 1, 32);
+        else if (!strcmp(f, "--exit-layer")) a.opt.exit_layer = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(f, "--draft-max")) a.opt.draft_max = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
+        else if (!strcmp(f, "--oracle-exit")) a.oracle = arg_num(f, arg_next(argc, argv, &i), 0, 1);
+        else if (!strcmp(f, "--dump-logits")) a.dump = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
+        else die("unknown flag %s (usage: decode %s)", f, USAGE);
     }
-    if (!model || !prompt || n < 0) usage(USAGE);
-    const DecodeMethod *dm = decode_method(method);
-    if (!dm) die_lib();
+    if (!a.model || !a.prompt || a.n < 0) usage(USAGE);
+    return a;
+}
 
-    Model m;
-    if (model_load(&m, model)) die_lib();
-    if (k_init((int)threads)) die("cannot start %ld threads", threads);
+/* the prompt's ids: plain (BOS when the vocabulary wants one) or in a chat format */
+static int32_t *encode_prompt(const Args *a, const Model *m, int *n_prompt) {
     int32_t *ids;
-    int n_prompt;
-    if (chat) {
-        int f = chat_format ? chat_format_parse(chat_format) : chat_format_detect(m.chat_template), bos;
-        char *text = f < 0 ? NULL : chat_apply((ChatFormat)f, m.chat_template, system, prompt, &bos);
-        if (!text || tok_encode_flags(m.tok, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &ids, &n_prompt))
+    if (a->chat) {
+        int f = a->chat_format ? chat_format_parse(a->chat_format) : chat_format_detect(m->chat_template), bos;
+        char *text = f < 0 ? NULL : chat_apply((ChatFormat)f, m->chat_template, a->system, a->prompt, &bos);
+        if (!text || tok_encode_flags(m->tok, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &ids, n_prompt))
             die_lib();
         free(text);
-    } else if (tok_encode_flags(m.tok, prompt, strlen(prompt), tok_add_bos(m.tok) ? TOK_ADD_BOS : 0, &ids, &n_prompt))
+    } else if (tok_encode_flags(m->tok, a->prompt, strlen(a->prompt), tok_add_bos(m->tok) ? TOK_ADD_BOS : 0, &ids, n_prompt))
         die_lib();
-    if (n_prompt == 0) die("-p: the prompt is empty and the model takes no BOS");
-    if (n_prompt >= m.c.seq_len)
-        die("-p: the prompt is %d tokens, the model's context holds %d", n_prompt, m.c.seq_len);
-    if (n > m.c.seq_len - n_prompt) {
-        fprintf(stderr, "decode: -n %ld does not fit the context; generating at most %d\n", n, m.c.seq_len - n_prompt);
-        n = m.c.seq_len - n_prompt;
+    if (*n_prompt == 0) die("-p: the prompt is empty and the model takes no BOS");
+    if (*n_prompt >= m->c.seq_len) die("-p: the prompt is %d tokens, the model's context holds %d", *n_prompt, m->c.seq_len);
+    return ids;
+}
+
+/* --oracle-exit: the standard continuation, which the oracle then knows */
+static int32_t *standard_continuation(Model *m, KVCache *kv, const Args *a, const int32_t *ids, int n_prompt) {
+    Sampler s;
+    DecodeCtx d;
+    if (sampler_init(&s, m->c.vocab_size, (float)a->temp, a->top_k, (float)a->top_p, a->seed) ||
+        decode_init(&d, m, kv, &s, a->n) || decode_method("standard")->generate(&d, ids, n_prompt))
+        die_lib();
+    int32_t *out = malloc(sizeof(int32_t) * a->n);
+    if (!out) die("out of memory");
+    memset(out, 0xff, sizeof(int32_t) * a->n);
+    memcpy(out, d.out, sizeof(int32_t) * d.n_out);
+    decode_free(&d);
+    sampler_free(&s);
+    return out;
+}
+
+int main(int argc, char **argv) {
+    tool_name = "decode";
+    Args a = parse(argc, argv);
+    const DecodeMethod *dm = decode_method(a.method);
+    if (!dm) die_lib();
+    if (a.oracle > 0 && a.temp != 0) die("--oracle-exit: the oracle knows the greedy continuation; use --temp 0");
+
+    Model m;
+    ExitHeads heads;
+    if (model_load(&m, a.model) || (a.heads && heads_load(&heads, a.heads, &m))) die_lib();
+    if (a.heads) a.opt.heads = &heads;
+    if (k_init(a.threads)) die("cannot start %d threads", a.threads);
+    int n_prompt;
+    int32_t *ids = encode_prompt(&a, &m, &n_prompt);
+    if (a.n > m.c.seq_len - n_prompt) {
+        fprintf(stderr, "decode: -n %d does not fit the context; generating at most %d\n", a.n, m.c.seq_len - n_prompt);
+        a.n = m.c.seq_len - n_prompt;
     }
     KVCache kv;
     Sampler s;
     DecodeCtx d;
-    if (kv_init(&kv, &m.c, 1, m.c.seq_len, 16) || sampler_init(&s, m.c.vocab_size, (float)temp, (int)top_k, (float)top_p, seed) ||
-        decode_init(&d, &m, &kv, &s, (int)n))
+    if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16)) die_lib();
+    int32_t *oracle = a.oracle > 0 ? standard_continuation(&m, &kv, &a, ids, n_prompt) : NULL;
+    a.opt.oracle = oracle;
+    a.opt.oracle_rate = (float)a.oracle;
+    if (sampler_init(&s, m.c.vocab_size, (float)a.temp, a.top_k, (float)a.top_p, a.seed) ||
+        decode_init(&d, &m, &kv, &s, a.n))
         die_lib();
-    Out o = {&m, (int)json};
+    d.opt = a.opt;
+    Out o = {&m, a.json};
     d.emit = print_piece;
     d.emit_ctx = &o;
-    if (dump) { /* the logits after the prompt, then stop */
+    if (a.dump) { /* the logits after the prompt, then stop */
         AtomicFile af;
-        if (decode_prefill(&d, ids, n_prompt) || atomic_open(&af, dump)) die_lib();
-        if (fwrite(d.logits, sizeof(float), m.c.vocab_size, af.f) != (size_t)m.c.vocab_size) die("%s: write error", dump);
+        if (decode_prefill(&d, ids, n_prompt) || atomic_open(&af, a.dump)) die_lib();
+        if (fwrite(d.logits, sizeof(float), m.c.vocab_size, af.f) != (size_t)m.c.vocab_size) die("%s: write error", a.dump);
         if (atomic_commit(&af)) die_lib();
         return 0;
     }
-    if (!json && !chat) { /* a chat prints the answer alone */
-        fputs(prompt, stdout);
+    if (!a.json && !a.chat) { /* a chat prints the answer alone */
+        fputs(a.prompt, stdout);
         fflush(stdout);
     }
     if (dm->generate(&d, ids, n_prompt)) die_lib();
-    if (json) print_json(&d, ids, n_prompt);
+    if (a.json) print_json(&d, ids, n_prompt);
     else putchar('\n');
     fflush(stdout); /* the text ends before the summary line on a shared terminal */
-    fprintf(stderr, "decode: %s, %d prompt + %d generated tokens, prefill %.1f tok/s, decode %.1f tok/s, %lld target passes\n",
-            method, n_prompt, d.n_out, n_prompt / (d.t_prefill + 1e-12), d.n_out / (d.t_decode + 1e-12),
+    fprintf(stderr, "decode: %s, %d prompt + %d generated tokens, prefill %.1f tok/s, decode %.1f tok/s, %lld target passes",
+            a.method, n_prompt, d.n_out, n_prompt / (d.t_prefill + 1e-12), d.n_out / (d.t_decode + 1e-12),
             (long long)d.target_passes);
+    if (a.heads)
+        fprintf(stderr, ", %.2f layer passes/token, %lld early, %.1f %% rejected",
+                (d.layer_passes - d.prefill_passes * m.c.n_layers) / (d.n_out + 1e-12), (long long)d.drafted,
+                100.0 * d.rejected / (d.drafted + 1e-12));
+    fputc('\n', stderr);
     decode_free(&d);
     sampler_free(&s);
     kv_free(&kv);
     free(ids);
+    free(oracle);
+    if (a.heads) heads_free(&heads);
     model_free(&m);
     return 0;
 }

@@ -1,0 +1,254 @@
+/* adadecode.c — AdaDecode (Wei et al., ICML 2025): adaptive layer parallelism.
+
+   The youngest position runs layer by layer; at each head layer its exit head may
+   be confident enough (max prob ≥ γ) to emit the next token early. The next position
+   then starts at once, while the early one waits at its exit layer with its hidden
+   state; when the new position reaches that layer they go on together, one batched
+   forward_layers call per layer range. A position that reaches the last layer is
+   verified: its final distribution must give the token emitted early from it (greedy:
+   the same argmax; sampling: accept with min(1, p/q), else resample from
+   norm(max(0, p − q))); on a mismatch every later position and its KV entries go,
+   and decoding goes on from the corrected token. Only verified tokens are streamed.
+
+   Active positions are kept oldest first; their next layers never increase from old
+   to young (a position cannot pass an older one: it needs the older one's KV). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../decode.h"
+
+#define MAX_ACTIVE 34 /* max_pending (≤ 32) + the youngest + one spare */
+
+typedef struct {
+    int32_t token;  /* the position's input token */
+    int pos;
+    int layer;      /* next layer to run */
+    int head;       /* head that emitted the next token early, -1 when none */
+} Slot;
+
+/* per-head bookkeeping for the controller that stops exits that do not pay */
+typedef struct {
+    int checks, exits, rejects; /* in the current window */
+    int off_until;              /* no checks before this many emitted tokens */
+    int backoff;
+} HeadStat;
+
+typedef struct {
+    DecodeCtx *d;
+    const ExitHeads *heads;
+    int L, dim, vocab, n_prompt;
+    float gamma;
+    int max_pending;
+    Slot a[MAX_ACTIVE];
+    int n;                   /* active positions */
+    float *h;                /* [MAX_ACTIVE][dim] hidden states, in active order */
+    float *q;                /* [MAX_ACTIVE][vocab] head distributions (sampling) */
+    float *hl;               /* [vocab] head logits scratch */
+    HeadStat stat[MAX_EXIT_HEADS];
+    double head_cost;        /* a head check in layer-equivalents of work */
+    uint64_t rng;            /* the oracle's coin */
+    int done;
+} Ada;
+
+static float *slot_h(Ada *s, int i) { return s->h + (size_t)i * s->dim; }
+static float *slot_q(Ada *s, int i) { return s->q + (size_t)i * s->vocab; }
+
+/* removes active positions [i, i+k) */
+static void drop(Ada *s, int i, int k) {
+    memmove(&s->a[i], &s->a[i + k], sizeof(Slot) * (s->n - i - k));
+    memmove(slot_h(s, i), slot_h(s, i + k), sizeof(float) * s->dim * (s->n - i - k));
+    memmove(slot_q(s, i), slot_q(s, i + k), sizeof(float) * s->vocab * (s->n - i - k));
+    s->n -= k;
+}
+
+static void push(Ada *s, int32_t token, int pos) {
+    s->a[s->n] = (Slot){token, pos, 0, -1};
+    s->n++;
+}
+
+static int pending(const Ada *s) {
+    int k = 0;
+    for (int i = 0; i < s->n; i++) k += s->a[i].head >= 0;
+    return k;
+}
+
+static uint32_t coin(Ada *s) {
+    s->rng ^= s->rng << 13;
+    s->rng ^= s->rng >> 7;
+    s->rng ^= s->rng << 17;
+    return (uint32_t)(s->rng >> 32);
+}
+
+/* accepts a verified token; 1 when generation must stop */
+static int commit(Ada *s, int prev, int token) {
+    if (decode_accept(s->d, prev, token)) s->done = 1;
+    return s->done;
+}
+
+/* the window of a head's checks is judged: exits must save more layer work than the
+   checks and the rejections cost, or the head rests (longer each time) */
+static void judge(Ada *s, int k) {
+    HeadStat *st = &s->stat[k];
+    if (st->checks < 32) return;
+    double saved = (double)(st->exits - st->rejects) * (s->L - s->heads->layer[k]);
+    double cost = st->checks * s->head_cost + (double)st->rejects * s->L;
+    if (saved > cost) st->backoff = 0;
+    else {
+        st->backoff = st->backoff ? 2 * st->backoff : 32;
+        st->off_until = s->d->n_out + st->backoff;
+    }
+    st->checks = st->exits = st->rejects = 0;
+}
+
+/* may the youngest position exit at head k now? (a resting head is not even run, and
+   then its layer does not split the forward call) */
+static int may_exit(const Ada *s, int k) {
+    const DecodeCtx *d = s->d;
+    const Slot *y = &s->a[s->n - 1];
+    if (y->head >= 0 || pending(s) >= s->max_pending || d->n_out + pending(s) + 1 >= d->max_new) return 0;
+    if (y->pos + 1 >= d->m->c.seq_len) return 0;
+    if (d->opt.oracle) return k == s->heads->n / 2; /* the oracle exits at the middle head */
+    return d->n_out >= s->stat[k].off_until;
+}
+
+/* the youngest position is at head layer `layer`: exit early? returns the token, or -1 */
+static int try_exit(Ada *s, int layer) {
+    DecodeCtx *d = s->d;
+    int k = heads_find(s->heads, layer), y = s->n - 1;
+    if (k < 0 || !may_exit(s, k)) return -1;
+    if (d->opt.oracle) { /* benchmarks: an oracle right with probability rate */
+        int idx = s->a[y].pos + 1 - s->n_prompt;
+        if (idx >= d->max_new || coin(s) >= d->opt.oracle_rate * 4294967296.0) return -1;
+        s->a[y].head = k;
+        s->stat[k].exits++;
+        return d->opt.oracle[idx];
+    }
+    s->stat[k].checks++;
+    if (head_logits(d->m, s->heads, k, slot_h(s, y), 1, s->hl)) return -2;
+    float *q = slot_q(s, y);
+    memcpy(q, s->hl, sizeof(float) * s->vocab);
+    k_softmax(q, s->vocab); /* confidence: the head's own distribution */
+    int tok = k_argmax(q, s->vocab);
+    if (q[tok] < s->gamma || decode_is_end(d, tok)) return -1;
+    if (d->sampler->temp > 0) { /* sampling: draw from q = the head's distribution as sampled */
+        memcpy(q, s->hl, sizeof(float) * s->vocab);
+        tok = sampler_sample(d->sampler, q);
+        memcpy(q, s->hl, sizeof(float) * s->vocab);
+        sampler_probs(d->sampler, q);
+    }
+    s->a[y].head = k;
+    s->stat[k].exits++;
+    return tok;
+}
+
+/* position i reached the last layer with final logits lg: verify the token emitted
+   early from it (if any) or sample its successor. 1: a rejection rolled back */
+static int settle(Ada *s, int i, float *lg) {
+    DecodeCtx *d = s->d;
+    Slot *sl = &s->a[i];
+    int greedy = d->sampler->temp == 0, next;
+    if (sl->head < 0) { /* no early token: the successor comes from the final distribution */
+        next = sampler_sample(d->sampler, lg);
+        if (!commit(s, sl->token, next)) push(s, next, sl->pos + 1);
+        return 0;
+    }
+    int early = s->a[i + 1].token, ok;
+    d->drafted++;
+    if (greedy) {
+        next = k_argmax(lg, s->vocab);
+        ok = next == early;
+    } else {
+        float *q = slot_q(s, i);
+        sampler_probs(d->sampler, lg);
+        ok = sampler_uniform(d->sampler) * q[early] < lg[early]; /* min(1, p/q) */
+        if (!ok) { /* resample from norm(max(0, p − q)) */
+            for (int v = 0; v < s->vocab; v++) lg[v] = lg[v] > q[v] ? lg[v] - q[v] : 0;
+            float z = 0;
+            for (int v = 0; v < s->vocab; v++) z += lg[v];
+            float u = sampler_uniform(d->sampler) * z, c = 0;
+            next = s->vocab - 1;
+            for (int v = 0; v < s->vocab; v++)
+                if (lg[v] > 0 && (c += lg[v]) > u) { next = v; break; }
+        } else
+            next = early;
+    }
+    if (ok) {
+        d->early[sl->head]++;
+        commit(s, sl->token, early);
+        return 0;
+    }
+    d->rejected++;
+    s->stat[sl->head].rejects++;
+    int pos = sl->pos;
+    drop(s, i + 1, s->n - i - 1); /* every later position and its KV entries go */
+    kv_truncate(d->kv, d->seq, pos + 1);
+    if (!commit(s, sl->token, next)) push(s, next, pos + 1);
+    return 1;
+}
+
+/* one batched call: the trailing group of positions at the same layer runs to the
+   next boundary (a head layer, the last layer, or the next older position's layer) */
+static int step(Ada *s) {
+    DecodeCtx *d = s->d;
+    int y = s->n - 1, m = s->a[y].layer, g0 = y;
+    while (g0 > 0 && s->a[g0 - 1].layer == m) g0--;
+    int e = s->L;
+    for (int k = 0; k < s->heads->n; k++)
+        if (s->heads->layer[k] > m && s->heads->layer[k] < e && may_exit(s, k)) e = s->heads->layer[k];
+    if (g0 > 0 && s->a[g0 - 1].layer < e) e = s->a[g0 - 1].layer;
+    int g = s->n - g0, tok[MAX_ACTIVE], pos[MAX_ACTIVE], seq[MAX_ACTIVE];
+    for (int i = 0; i < g; i++) tok[i] = s->a[g0 + i].token, pos[i] = s->a[g0 + i].pos, seq[i] = d->seq;
+    Batch b = {g, tok, seq, pos, NULL, NULL};
+    if (decode_forward(d, &b, m, e, slot_h(s, g0))) return -1;
+    for (int i = g0; i < s->n; i++) s->a[i].layer = e;
+    d->pending_sum += pending(s);
+    d->pending_n++;
+    if (e == s->L) {
+        if (final_logits(d->m, slot_h(s, g0), g, d->logits)) return -1;
+        int n_before = s->n;
+        for (int i = 0; i < g && !s->done; i++) {
+            int rolled = settle(s, g0, d->logits + (size_t)i * s->vocab);
+            drop(s, g0, 1); /* position done: its KV is complete */
+            if (rolled) break;
+            (void)n_before;
+        }
+        return 0;
+    }
+    int tok_early = s->a[s->n - 1].head < 0 ? try_exit(s, e) : -1;
+    if (tok_early == -2) return -1;
+    if (tok_early >= 0) push(s, tok_early, s->a[s->n - 1].pos + 1);
+    for (int k = 0; k < s->heads->n; k++) judge(s, k);
+    return 0;
+}
+
+static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    if (!d->opt.heads) return pd_error("adadecode needs exit heads (--heads FILE)");
+    Ada s = {.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,
+             .vocab = d->m->c.vocab_size, .n_prompt = n_prompt,
+             .gamma = d->opt.gamma > 0 ? d->opt.gamma : 0.75f,
+             .max_pending = d->opt.max_pending > 0 ? d->opt.max_pending : 5, .rng = 0x2545F4914F6CDD1Dull};
+    if (s.max_pending > MAX_ACTIVE - 2) s.max_pending = MAX_ACTIVE - 2;
+    const Config *c = &d->m->c;
+    double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
+    s.head_cost = ((double)c->dim * c->dim + (double)c->vocab_size * c->dim) / layer;
+    s.h = pd_alloc(sizeof(float) * MAX_ACTIVE * s.dim);
+    s.q = pd_alloc(sizeof(float) * MAX_ACTIVE * s.vocab);
+    s.hl = pd_alloc(sizeof(float) * s.vocab);
+    int rc = s.h && s.q && s.hl ? decode_prefill(d, prompt, n_prompt) : -1;
+    double t0 = pd_now();
+    if (!rc) {
+        int next = sampler_sample(d->sampler, d->logits);
+        if (!commit(&s, prompt[n_prompt - 1], next)) push(&s, next, n_prompt);
+        while (!rc && !s.done && s.n > 0) {
+            if (s.a[s.n - 1].pos >= c->seq_len) break; /* the context is full */
+            rc = step(&s);
+        }
+    }
+    d->t_decode += pd_now() - t0;
+    free(s.h);
+    free(s.q);
+    free(s.hl);
+    return rc;
+}
+
+const DecodeMethod method_adadecode = {"adadecode", "early exits at confident heads, deferred layers batched, verified", generate};
