@@ -407,3 +407,41 @@ int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, c
     plan_free(&p);
     return rc;
 }
+
+/* ---- exit heads, widened along with their model ---- */
+
+int widen_heads(const char *heads_in, const char *small_model, const char *wide_model, const char *heads_out) {
+    Model a, b;
+    ExitHeads src = {0}, dst = {0};
+    if (model_load(&a, small_model)) return -1;
+    if (model_load(&b, wide_model)) {
+        model_free(&a);
+        return -1;
+    }
+    int rc = heads_load(&src, heads_in, &a);
+    int layers[MAX_EXIT_HEADS], La = a.c.n_layers, Lb = b.c.n_layers, d = a.c.dim, D = b.c.dim;
+    /* real layer r runs at wide floor(r·L'/L) (plan_init); a head after real layers
+       [0, l) sits right after the wide layer that runs real layer l-1 */
+    for (int k = 0; !rc && k < src.n; k++) layers[k] = (src.layer[k] - 1) * Lb / La + 1;
+    rc = rc ? rc : heads_identity(&dst, &b, layers, src.n, src.norm);
+    /* with the final norm, the wide normed state is the real one / s and the wide
+       output embedding the real one × s: T carries over; without it, the stream is the
+       real one × s, so T / s² */
+    double s2 = (double)D / d, scale = src.norm ? 1 : 1 / s2;
+    float *T = rc ? NULL : pd_alloc(sizeof(float) * D * D);
+    if (!rc && !T) rc = -1;
+    for (int k = 0; !rc && k < src.n; k++) {
+        memset(T, 0, sizeof(float) * D * D);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) T[(size_t)i * D + j] = (float)(src.T[k][(size_t)i * d + j] * scale);
+        rc = heads_set_T(&dst, k, T);
+    }
+    const char *meta[] = {"paradec.widened_from", src.model_digest};
+    rc = rc ? rc : heads_save(&dst, heads_out, meta, 1);
+    free(T);
+    if (src.n) heads_free(&src);
+    if (dst.n) heads_free(&dst);
+    model_free(&a);
+    model_free(&b);
+    return rc;
+}

@@ -17,6 +17,7 @@
 #ifndef PD_WIDEN_H
 #define PD_WIDEN_H
 #include "checkpoint.h"
+#include "exit_heads.h"
 
 typedef struct {
     const char *name;
@@ -43,5 +44,10 @@ int widen_checkpoint(const Checkpoint *src, const Config *dst, uint64_t seed, Ch
    is byte for byte what ck_write_model writes for widen_checkpoint's result. */
 int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, const char *path,
                       DType dt, Progress *progress);
+
+/* exit heads trained for small_model, carried over to wide_model (written by widen
+   from it): each head moves to the wide layer right after the one that runs its real
+   layer, T into the top-left corner of a D×D matrix, so its logits are unchanged */
+int widen_heads(const char *heads_in, const char *small_model, const char *wide_model, const char *heads_out);
 
 #endif

@@ -7,7 +7,7 @@
 #include "tool.h"
 #include "widen.h"
 
-#define USAGE "-m MODEL --preset NAME [--dtype f32|bf16] [--seed S] -o OUT [--llama2c OUT.bin] [--hf DIR]"
+#define USAGE "-m MODEL --preset NAME [--dtype f32|bf16] [--seed S] -o OUT [--llama2c OUT.bin] [--hf DIR] [--heads HEADS --heads-out WIDE_HEADS]"
 
 /* weights of a preset's shape (vocabulary left out: it is the model's) */
 static double preset_params(const WidenPreset *p) {
@@ -34,12 +34,13 @@ static void help(void) {
            "is held in f32 as well, so write 8b as bf16 without them (~14 GB instead of ~42 GB).\n"
            "Use a plain .safetensors name (not .zst) for big presets so decode can mmap it.\n"
            "--llama2c writes the same model in llama2.c's legacy format (f32) for run.c and\n"
-           "llama.cpp; --hf DIR a Hugging Face directory (config.json, model.safetensors F32).\n");
+           "llama.cpp; --hf DIR a Hugging Face directory (config.json, model.safetensors F32).\n"
+           "--heads HEADS --heads-out OUT carries exit heads trained for MODEL over to the wide model.\n");
     exit(0);
 }
 
 typedef struct {
-    const char *model, *preset, *out, *llama2c, *hf;
+    const char *model, *preset, *out, *llama2c, *hf, *heads, *heads_out;
     DType dt;
     uint64_t seed;
 } Args;
@@ -56,10 +57,14 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(s, "-o")) a.out = arg_next(argc, argv, &i);
         else if (!strcmp(s, "--llama2c")) a.llama2c = arg_next(argc, argv, &i);
         else if (!strcmp(s, "--hf")) a.hf = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--heads")) a.heads = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--heads-out")) a.heads_out = arg_next(argc, argv, &i);
         else if (!strcmp(s, "-h") || !strcmp(s, "--help")) help();
         else die("unknown flag %s (usage: widen %s)", s, USAGE);
     }
     if (!a.model || !a.preset || !a.out) usage(USAGE);
+    if (!a.heads != !a.heads_out) die("--heads and --heads-out go together");
+    if (a.heads && !strcmp(a.out, "-")) die("--heads needs the wide model in a file (-o FILE)");
     if (!strcmp(dtype, "bf16")) a.dt = DT_BF16;
     else if (strcmp(dtype, "f32")) die("--dtype: '%s' is not f32 or bf16", dtype);
     return a;
@@ -111,6 +116,10 @@ int main(int argc, char **argv) {
     Progress pg;
     if (a.llama2c || a.hf) write_all(&a, &src, &dst, &pg);
     else if (widen_write_model(&src, &dst, a.seed, a.out, a.dt, &pg)) die_lib();
+    if (a.heads && widen_heads(a.heads, a.model, a.out, a.heads_out)) {
+        take_back(a.out);
+        die_lib();
+    }
     fprintf(stderr, "widen: %s → %s (%s: dim %d, hidden %d, %d layers, %d/%d heads, head_dim %d, %s) in %.1fs\n",
             a.model, a.out, p->name, dst.dim, dst.hidden_dim, dst.n_layers, dst.n_heads, dst.n_kv_heads,
             dst.head_dim, a.dt == DT_BF16 ? "bf16" : "f32", pd_now() - t0);

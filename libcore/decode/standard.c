@@ -11,10 +11,8 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         int next = sampler_sample(d->sampler, d->logits);
         if (decode_accept(d, prev, next) || pos >= c->seq_len) break;
         Batch b = {1, &next, &d->seq, &pos, NULL, NULL};
-        if (forward_layers(d->m, d->kv, &b, 0, c->n_layers, d->hidden) ||
-            final_logits(d->m, d->hidden, 1, d->logits))
+        if (decode_forward(d, &b, 0, c->n_layers, d->hidden) || final_logits(d->m, d->hidden, 1, d->logits))
             return -1;
-        d->target_passes++;
         prev = next;
         pos++;
     }

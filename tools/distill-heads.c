@@ -1,0 +1,198 @@
+/* distill-heads — train AdaDecode's exit heads: one d×d matrix T_l per chosen layer,
+   from identity, by KL distillation from the frozen model's own last layer.
+   bin/distill-heads -m MODEL --data FILE [--fields F1,F2] [--layers L1,L2,...|auto]
+                     [--steps N] [--lr X] [--batch B] [--seq-len S] [--seed S]
+                     [--norm 0|1] [--heldout F] [-t N] -o HEADS
+   FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin.
+   stderr: a progress bar on a terminal (one summary line otherwise), then per layer the
+   held-out KL and top-1 agreement before (T = I) and after, and how many positions
+   would exit at γ = 0.5 / 0.75 / 0.9 with what precision. */
+#include <math.h>
+#include <unistd.h>
+
+#include "distill.h"
+#include "tool.h"
+
+#define USAGE "-m MODEL --data FILE [--fields F1,F2] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
+              "[--batch B] [--seq-len S] [--seed S] [--norm 0|1] [--heldout F] [-t N] -o HEADS"
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static int parse_layers(const char *s, int L, int *layers) {
+    if (!strcmp(s, "auto")) return distill_auto_layers(L, layers);
+    int n = 0;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ',')) die("--layers: '%s' is not a list of layers or 'auto'", s);
+        if (n == MAX_EXIT_HEADS) die("--layers: at most %d heads", MAX_EXIT_HEADS);
+        if (v < 1 || v >= L) die("--layers: layer %ld is out of range: the model has %d layers, heads go at 1..%d", v, L, L - 1);
+        layers[n++] = (int)v;
+        if (!*end) break;
+        p = end + 1;
+    }
+    qsort(layers, n, sizeof(int), cmp_int);
+    for (int i = 1; i < n; i++)
+        if (layers[i] == layers[i - 1]) die("--layers: layer %d given twice", layers[i]);
+    return n;
+}
+
+static void bar(int step, int steps, double loss, double pos_rate, double eta) {
+    char b[31];
+    int fill = steps ? 30 * step / steps : 30;
+    for (int i = 0; i < 30; i++) b[i] = i < fill ? '#' : '.';
+    b[30] = 0;
+    fprintf(stderr, "\rdistill-heads [%s] step %d/%d loss %.4f %.1fk pos/s ETA %.0fs \033[K", b, step, steps, loss,
+            pos_rate / 1e3, eta);
+}
+
+static void print_table(const ExitHeads *h, const HeadStats *before, const HeadStats *after, int64_t positions) {
+    fprintf(stderr, "distill-heads: held-out, %lld positions (before = T = I):\n", (long long)positions);
+    fprintf(stderr, "  layer   KL before  KL after  top-1 before  top-1 after   cover/prec @0.5    @0.75          @0.9\n");
+    for (int k = 0; k < h->n; k++) {
+        const HeadStats *a = &after[k];
+        fprintf(stderr, "  %5d   %9.4f  %8.4f  %12.4f  %11.4f  ", h->layer[k], before[k].kl, a->kl, before[k].top1, a->top1);
+        for (int g = 0; g < DISTILL_N_GAMMA; g++) fprintf(stderr, "  %.3f/%.3f", a->cover[g], a->prec[g]);
+        fprintf(stderr, "\n");
+    }
+}
+
+/* training facts as key/value pairs for heads_save */
+typedef struct {
+    char key[256][48], val[256][96];
+    const char *kv[512];
+    int n;
+} Meta;
+
+__attribute__((format(printf, 3, 4))) static void meta_add(Meta *m, const char *key, const char *fmt, ...) {
+    if (m->n == 256) return;
+    va_list ap;
+    va_start(ap, fmt);
+    snprintf(m->key[m->n], sizeof m->key[0], "%s", key);
+    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
+    va_end(ap);
+    m->kv[2 * m->n] = m->key[m->n];
+    m->kv[2 * m->n + 1] = m->val[m->n];
+    m->n++;
+}
+
+int main(int argc, char **argv) {
+    tool_name = "distill-heads";
+    const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = "auto", *fields = NULL;
+    long steps = 600, batch = 8, seq_len = 256, seed = 1, norm = 1, threads = 1;
+    double lr = 3e-3, heldout = 0.1;
+    int seq_len_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--data")) data = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--fields")) fields = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "-o")) out = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--layers")) layer_arg = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--steps")) steps = arg_int(a, arg_next(argc, argv, &i), 0, 100000000);
+        else if (!strcmp(a, "--lr")) lr = arg_num(a, arg_next(argc, argv, &i), 1e-9, 10);
+        else if (!strcmp(a, "--batch")) batch = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "--seq-len")) seq_len = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 20), seq_len_given = 1;
+        else if (!strcmp(a, "--seed")) seed = arg_int(a, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
+        else if (!strcmp(a, "--norm")) norm = arg_int(a, arg_next(argc, argv, &i), 0, 1);
+        else if (!strcmp(a, "--heldout")) heldout = arg_num(a, arg_next(argc, argv, &i), 1e-6, 0.9);
+        else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(USAGE);
+        else die("unknown flag %s (usage: distill-heads %s)", a, USAGE);
+    }
+    if (!model || !data || !out) usage(USAGE);
+    if (!strcmp(model, "-") && !strcmp(data, "-")) die("-m and --data cannot both be stdin");
+    if (strcmp(out, "-")) { /* a bad output path fails now, not after the training */
+        AtomicFile af;
+        if (atomic_open(&af, out)) die_lib();
+        atomic_abort(&af);
+    }
+
+    Model m;
+    if (model_load(&m, model)) die_lib();
+    if (k_init((int)threads)) die("cannot start %ld threads", threads);
+    int layers[MAX_EXIT_HEADS], n_heads = parse_layers(layer_arg, m.c.n_layers, layers);
+    if (n_heads < 1) die("--layers: the model has %d layer(s): no layer for a head", m.c.n_layers);
+    if (!seq_len_given && seq_len > m.c.seq_len) seq_len = m.c.seq_len;
+    if (seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", seq_len, m.c.seq_len);
+
+    TextSet text;
+    Sequences train, held;
+    if (dataset_read(&text, data, fields) ||
+        dataset_sequences(&text, m.tok, (int)seq_len, heldout, &train, &held, data))
+        die_lib();
+    ExitHeads h;
+    Distill d;
+    SeqOrder order;
+    if (heads_identity(&h, &m, layers, n_heads, (int)norm) || distill_init(&d, &m, &h, (int)seq_len, (float)lr) ||
+        order_init(&order, train.n, (uint64_t)seed))
+        die_lib();
+
+    HeadStats before[MAX_EXIT_HEADS], after[MAX_EXIT_HEADS];
+    if (distill_eval(&d, &held, before)) die_lib();
+    int *idx = malloc(sizeof(int) * batch), tty = isatty(2);
+    if (!idx) die("out of memory");
+    double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
+    int64_t positions = 0;
+    for (long s = 0; s < steps; s++) {
+        double loss[MAX_EXIT_HEADS], sum = 0;
+        order_next(&order, idx, (int)batch);
+        if (getenv("COS")) d.lr = (float)(lr * 0.5 * (1 + cos(M_PI * s / steps)));
+        if (distill_step(&d, &train, idx, (int)batch, loss)) die_lib();
+        for (int b = 0; b < batch; b++) positions += seq_len_of(&train, idx[b]);
+        for (int k = 0; k < n_heads; k++) sum += loss[k];
+        if (isnan(first)) first = sum;
+        ema = isnan(ema) ? sum : 0.95 * ema + 0.05 * sum;
+        double now = pd_now();
+        if (tty && (now - last > 0.1 || s + 1 == steps)) {
+            last = now;
+            double rate = positions / (now - t0 + 1e-9);
+            bar((int)s + 1, (int)steps, ema, rate, (steps - s - 1) * (now - t0) / (s + 1));
+        }
+    }
+    double dt = pd_now() - t0;
+    if (tty) fprintf(stderr, "\r\033[K");
+    fprintf(stderr, "distill-heads: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), loss %.4f -> %.4f\n",
+            steps, batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, n_heads, first, ema);
+    if (distill_eval(&d, &held, after)) die_lib();
+    print_table(&h, before, after, seqs_tokens(&held));
+
+    Meta meta = {0};
+    meta_add(&meta, "paradec.exit.steps", "%ld", steps);
+    meta_add(&meta, "paradec.exit.lr", "%g", lr);
+    meta_add(&meta, "paradec.exit.batch", "%ld", batch);
+    meta_add(&meta, "paradec.exit.seq_len", "%ld", seq_len);
+    meta_add(&meta, "paradec.exit.seed", "%ld", seed);
+    meta_add(&meta, "paradec.exit.positions", "%lld", (long long)positions);
+    meta_add(&meta, "paradec.exit.data_digest", "%s", text.digest);
+    meta_add(&meta, "paradec.exit.data_bytes", "%zu", text.bytes);
+    meta_add(&meta, "paradec.exit.heldout_positions", "%lld", (long long)seqs_tokens(&held));
+    for (int k = 0; k < n_heads; k++) {
+        char key[48];
+        int l = layers[k];
+#define FACT(what, fmt, v) (snprintf(key, sizeof key, "paradec.exit.%d." what, l), meta_add(&meta, key, fmt, v))
+        FACT("kl_before", "%.6f", before[k].kl);
+        FACT("top1_before", "%.6f", before[k].top1);
+        FACT("kl", "%.6f", after[k].kl);
+        FACT("top1", "%.6f", after[k].top1);
+        for (int g = 0; g < DISTILL_N_GAMMA; g++) {
+            snprintf(key, sizeof key, "paradec.exit.%d.cover@%g", l, distill_gamma[g]);
+            meta_add(&meta, key, "%.6f", after[k].cover[g]);
+            snprintf(key, sizeof key, "paradec.exit.%d.precision@%g", l, distill_gamma[g]);
+            meta_add(&meta, key, "%.6f", after[k].prec[g]);
+        }
+#undef FACT
+    }
+    if (heads_save(&h, out, meta.kv, meta.n)) die_lib();
+
+    free(idx);
+    order_free(&order);
+    distill_free(&d);
+    heads_free(&h);
+    seqs_free(&train);
+    seqs_free(&held);
+    dataset_free(&text);
+    model_free(&m);
+    return 0;
+}
