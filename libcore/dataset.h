@@ -10,8 +10,9 @@
    Records are tokenized one by one (BOS in front when the tokenizer asks for one)
    and packed whole into sequences of at most seq_len tokens, as llama2.c packed its
    pretraining data: a sequence always starts at a record's start, a record longer
-   than seq_len is cut into pieces. The last sequences (about heldout_frac of the
-   tokens, at least one) are held out for evaluation. */
+   than seq_len is cut into pieces. Every round(1/heldout_frac)-th sequence (at
+   least one; at most every second) is held out for evaluation: spread over the
+   whole text, because a text's regions differ. */
 #ifndef PD_DATASET_H
 #define PD_DATASET_H
 #include <stddef.h>
@@ -45,9 +46,10 @@ typedef struct {
 static inline int seq_len_of(const Sequences *s, int i) { return (int)(s->off[i + 1] - s->off[i]); }
 static inline int64_t seqs_tokens(const Sequences *s) { return s->off[s->n]; }
 
-/* tokenize and pack (see above); refused when the text makes fewer than two
-   sequences (nothing to hold out) */
-int dataset_sequences(const TextSet *ds, const Tokenizer *tok, int seq_len, double heldout_frac,
+/* tokenize, pack and split (see above); special: control tokens written in the text
+   (<|im_start|>, ...: chat-formatted data) become those tokens. Refused when the text
+   makes fewer than two sequences (one to train on, one to hold out) */
+int dataset_sequences(const TextSet *ds, const Tokenizer *tok, int seq_len, double heldout_frac, int special,
                       Sequences *train, Sequences *heldout, const char *what);
 void seqs_free(Sequences *s);
 

@@ -213,6 +213,10 @@ void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, 
     }
 }
 
+float distill_lr(float base, long s, long n) {
+    return n > 0 ? (float)(base * 0.5 * (1 + cos(M_PI * (double)s / (double)n))) : base;
+}
+
 int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *loss) {
     int H = d->h->n;
     size_t DD = (size_t)d->h->dim * d->h->dim;

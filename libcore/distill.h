@@ -65,6 +65,10 @@ int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n,
 void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, float lr, float beta1,
                  float beta2, float eps);
 
+/* the learning rate of step s of n: cosine decay from base to 0 (the loss is convex
+   in T: a decaying step settles into the optimum instead of circling it) */
+float distill_lr(float base, long s, long n);
+
 /* one training step on sequences idx[0..b) of s: the gradient averaged over all their
    positions, then Adam on every T. loss[k] (optional): head k's mean KL before the step */
 int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *loss);

@@ -436,8 +436,24 @@ int widen_heads(const char *heads_in, const char *small_model, const char *wide_
             for (int j = 0; j < d; j++) T[(size_t)i * D + j] = (float)(src.T[k][(size_t)i * d + j] * scale);
         rc = heads_set_T(&dst, k, T);
     }
-    const char *meta[] = {"paradec.widened_from", src.model_digest};
-    rc = rc ? rc : heads_save(&dst, heads_out, meta, 1);
+    /* the held-out records travel with each head, under its wide layer */
+    static const char *const stats[] = {"cover@0.5", "precision@0.5", "cover@0.75", "precision@0.75",
+                                        "cover@0.9", "precision@0.9", "kl", "top1"};
+    enum { N_STATS = sizeof stats / sizeof stats[0] };
+    const char *meta[2 * (1 + MAX_EXIT_HEADS * N_STATS)];
+    char keys[MAX_EXIT_HEADS * N_STATS][64];
+    int n_meta = 0;
+    meta[2 * n_meta] = "paradec.widened_from", meta[2 * n_meta++ + 1] = src.model_digest;
+    for (int k = 0; !rc && k < src.n; k++)
+        for (int i = 0; i < N_STATS; i++) {
+            char from[64];
+            snprintf(from, sizeof from, "paradec.exit.%d.%s", src.layer[k], stats[i]);
+            const char *v = tf_meta(&src.tf, from);
+            if (!v) continue;
+            snprintf(keys[k * N_STATS + i], sizeof keys[0], "paradec.exit.%d.%s", layers[k], stats[i]);
+            meta[2 * n_meta] = keys[k * N_STATS + i], meta[2 * n_meta++ + 1] = v;
+        }
+    rc = rc ? rc : heads_save(&dst, heads_out, meta, n_meta);
     free(T);
     if (src.n) heads_free(&src);
     if (dst.n) heads_free(&dst);

@@ -89,7 +89,7 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
 }
 
 static Args parse(int argc, char **argv) {
-    Args a = {.method = "standard", .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0,
+    Args a = {.method = "standard", .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0, .oracle = -1,
               .seed = (unsigned long long)time(NULL)};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -157,7 +157,8 @@ int main(int argc, char **argv) {
     Args a = parse(argc, argv);
     const DecodeMethod *dm = decode_method(a.method);
     if (!dm) die_lib();
-    if (a.oracle > 0 && a.temp != 0) die("--oracle-exit: the oracle knows the greedy continuation; use --temp 0");
+    if (a.oracle >= 0 && a.temp != 0) die("--oracle-exit: the oracle knows the greedy continuation; use --temp 0");
+    if (a.oracle >= 0 && !a.heads) die("--oracle-exit needs --heads (the oracle stands in for them, at their layers)");
 
     Model m;
     ExitHeads heads;
@@ -174,7 +175,7 @@ int main(int argc, char **argv) {
     Sampler s;
     DecodeCtx d;
     if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16)) die_lib();
-    int32_t *oracle = a.oracle > 0 ? standard_continuation(&m, &kv, &a, ids, n_prompt) : NULL;
+    int32_t *oracle = a.oracle >= 0 ? standard_continuation(&m, &kv, &a, ids, n_prompt) : NULL;
     a.opt.oracle = oracle;
     a.opt.oracle_rate = (float)a.oracle;
     if (sampler_init(&s, m.c.vocab_size, (float)a.temp, a.top_k, (float)a.top_p, a.seed) ||

@@ -1,9 +1,10 @@
 /* distill-heads — train AdaDecode's exit heads: one d×d matrix T_l per chosen layer,
    from identity, by KL distillation from the frozen model's own last layer.
-   bin/distill-heads -m MODEL --data FILE [--fields F1,F2] [--layers L1,L2,...|auto]
+   bin/distill-heads -m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto]
                      [--steps N] [--lr X] [--batch B] [--seq-len S] [--seed S]
                      [--norm 0|1] [--heldout F] [-t N] -o HEADS
-   FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin.
+   FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
+   --special: control tokens written in the text (chat-formatted data) are tokens.
    stderr: a progress bar on a terminal (one summary line otherwise), then per layer the
    held-out KL and top-1 agreement before (T = I) and after, and how many positions
    would exit at γ = 0.5 / 0.75 / 0.9 with what precision. */
@@ -13,7 +14,7 @@
 #include "distill.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL --data FILE [--fields F1,F2] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
+#define USAGE "-m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
               "[--batch B] [--seq-len S] [--seed S] [--norm 0|1] [--heldout F] [-t N] -o HEADS"
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
@@ -80,7 +81,7 @@ __attribute__((format(printf, 3, 4))) static void meta_add(Meta *m, const char *
 int main(int argc, char **argv) {
     tool_name = "distill-heads";
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = "auto", *fields = NULL;
-    long steps = 600, batch = 8, seq_len = 256, seed = 1, norm = 1, threads = 1;
+    long special = 0, steps = 600, batch = 8, seq_len = 256, seed = 1, norm = 1, threads = 1;
     double lr = 3e-3, heldout = 0.1;
     int seq_len_given = 0;
     for (int i = 1; i < argc; i++) {
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-m")) model = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--data")) data = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--fields")) fields = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--special")) special = 1;
         else if (!strcmp(a, "-o")) out = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--layers")) layer_arg = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--steps")) steps = arg_int(a, arg_next(argc, argv, &i), 0, 100000000);
@@ -120,7 +122,7 @@ int main(int argc, char **argv) {
     TextSet text;
     Sequences train, held;
     if (dataset_read(&text, data, fields) ||
-        dataset_sequences(&text, m.tok, (int)seq_len, heldout, &train, &held, data))
+        dataset_sequences(&text, m.tok, (int)seq_len, heldout, (int)special, &train, &held, data))
         die_lib();
     ExitHeads h;
     Distill d;
@@ -138,7 +140,7 @@ int main(int argc, char **argv) {
     for (long s = 0; s < steps; s++) {
         double loss[MAX_EXIT_HEADS], sum = 0;
         order_next(&order, idx, (int)batch);
-        if (getenv("COS")) d.lr = (float)(lr * 0.5 * (1 + cos(M_PI * s / steps)));
+        d.lr = distill_lr((float)lr, s, steps);
         if (distill_step(&d, &train, idx, (int)batch, loss)) die_lib();
         for (int b = 0; b < batch; b++) positions += seq_len_of(&train, idx[b]);
         for (int k = 0; k < n_heads; k++) sum += loss[k];
