@@ -81,7 +81,8 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
         d->dzT = pd_alloc(pd_mul(N * D, sizeof(float)));
         d->xTp_buf = pd_alloc(k_packed_bytes(WT_F32, (int)D, (int)N) + 64);
         d->dT = pd_alloc(dd);
-        rc = !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL || !d->pos || !d->x || !d->z ||
+        d->exited = pd_alloc(N * DISTILL_N_GAMMA);
+        rc = !d->exited || !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL || !d->pos || !d->x || !d->z ||
              !d->dz || !d->xT || !d->dzT || !d->xTp_buf || !d->dT;
     }
     if (rc) {
@@ -100,7 +101,7 @@ void distill_free(Distill *d) {
         free(d->grad[k]);
     }
     free(d->Et); free(d->hid); free(d->hl); free(d->pL); free(d->logits); free(d->negH); free(d->argL);
-    free(d->pos); free(d->x); free(d->z); free(d->dz); free(d->xT); free(d->dzT); free(d->xTp_buf); free(d->dT);
+    free(d->pos); free(d->x); free(d->z); free(d->dz); free(d->xT); free(d->dzT); free(d->xTp_buf); free(d->dT); free(d->exited);
     if (d->kv.arena.base) kv_free(&d->kv);
     memset(d, 0, sizeof *d);
 }
@@ -122,6 +123,8 @@ static int targets(Distill *d, const float *hL, int n) {
 
 typedef struct {
     double kl, top1, cover[DISTILL_N_GAMMA], hit[DISTILL_N_GAMMA];
+    /* the first-exit rule: exits that happen at this head, and how many agree */
+    double first[DISTILL_N_GAMMA], first_hit[DISTILL_N_GAMMA];
 } Tally;
 
 /* head k on n positions (targets already set): Σ KL into *loss; statistics into
@@ -144,8 +147,12 @@ static void head_pass(Distill *d, int k, const float *h, int n, double *loss, Ta
         if (tally) {
             int agree = arg == d->argL[t];
             tally->top1 += agree;
-            for (int g = 0; g < DISTILL_N_GAMMA; g++)
-                if (inv >= distill_gamma[g]) tally->cover[g]++, tally->hit[g] += agree; /* max p_l = e^0 / s */
+            for (int g = 0; g < DISTILL_N_GAMMA; g++) {
+                if (inv < distill_gamma[g]) continue; /* max p_l = e^0 / s */
+                tally->cover[g]++, tally->hit[g] += agree;
+                signed char *e = &d->exited[t * DISTILL_N_GAMMA + g];
+                if (*e < 0) *e = (signed char)agree, tally->first[g]++, tally->first_hit[g] += agree;
+            }
         }
         if (grad)
             for (int i = 0; i < V; i++) row[i] = row[i] * inv - p[i]; /* dKL/dlogits = p_l - p_L */
@@ -197,6 +204,7 @@ static int forward_seq(Distill *d, const int32_t *tok, int n) {
 static int run_seq(Distill *d, const int32_t *tok, int n, double *loss, Tally *tally, int train) {
     if (n > d->cap) return pd_error("distill: a sequence of %d tokens; %d fit", n, d->cap);
     if (forward_seq(d, tok, n) || targets(d, d->hid, n)) return -1;
+    memset(d->exited, -1, (size_t)n * DISTILL_N_GAMMA);
     for (int k = 0; k < d->h->n; k++)
         head_pass(d, k, d->hl + (size_t)k * d->cap * d->m->c.dim, n, &loss[k], tally ? &tally[k] : NULL,
                   train ? d->grad[k] : NULL);
@@ -241,7 +249,7 @@ int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *
     return 0;
 }
 
-int distill_eval(Distill *d, const Sequences *s, HeadStats *out) {
+int distill_eval(Distill *d, const Sequences *s, HeadStats *out, ExitStats *first) {
     int H = d->h->n;
     Tally tally[MAX_EXIT_HEADS];
     double sum[MAX_EXIT_HEADS] = {0};
@@ -261,6 +269,17 @@ int distill_eval(Distill *d, const Sequences *s, HeadStats *out) {
             o->cover[g] = tally[k].cover[g] / positions;
             o->prec[g] = tally[k].cover[g] ? tally[k].hit[g] / tally[k].cover[g] : 1;
         }
+    }
+    for (int g = 0; first && g < DISTILL_N_GAMMA; g++) {
+        double exits = 0, hits = 0, layers = 0;
+        for (int k = 0; k < H; k++) {
+            exits += tally[k].first[g];
+            hits += tally[k].first_hit[g];
+            layers += tally[k].first[g] * d->h->layer[k];
+        }
+        first->rate[g] = exits / positions;
+        first->prec[g] = exits ? hits / exits : 1;
+        first->layers[g] = (layers + (positions - exits) * d->m->c.n_layers) / positions;
     }
     return 0;
 }

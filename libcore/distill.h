@@ -30,6 +30,14 @@ typedef struct {
     double prec[DISTILL_N_GAMMA];    /* top-1 agreement among those (1 when none) */
 } HeadStats;
 
+/* AdaDecode's rule over all heads: a token exits at the first head whose max p_l ≥ γ */
+typedef struct {
+    double rate[DISTILL_N_GAMMA];   /* share of positions that exit early */
+    double prec[DISTILL_N_GAMMA];   /* top-1 agreement of those exits (1 when none) */
+    double layers[DISTILL_N_GAMMA]; /* mean layers a position runs before its token is
+                                       out (the exit layer, or all of them), rollbacks aside */
+} ExitStats;
+
 typedef struct {
     Model *m;
     ExitHeads *h;          /* the heads trained: T in h's arena, repacked each step */
@@ -50,6 +58,7 @@ typedef struct {
     float *xT, *dzT;       /* [dim][cap] transposes for the outer-product sum */
     void *xTp, *xTp_buf;   /* xT packed (aligned inside xTp_buf) */
     float *dT;             /* [dim][dim] one sequence's gradient */
+    signed char *exited;   /* [cap][N_GAMMA] eval: -1 not yet, else 0/1 = the exit agreed */
 } Distill;
 
 /* scratch for sequences of up to max_len tokens; E^T packed; Adam state zero */
@@ -72,8 +81,8 @@ float distill_lr(float base, long s, long n);
 /* one training step on sequences idx[0..b) of s: the gradient averaged over all their
    positions, then Adam on every T. loss[k] (optional): head k's mean KL before the step */
 int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *loss);
-/* out[k] for every head, over all of s */
-int distill_eval(Distill *d, const Sequences *s, HeadStats *out);
+/* out[k] for every head, over all of s; first (optional): the first-exit rule */
+int distill_eval(Distill *d, const Sequences *s, HeadStats *out, ExitStats *first);
 
 /* --layers auto: every layer 1..L-1 when L ≤ 8, else round(L/4), round(L/2), round(3L/4)
    (the paper's 8, 16, 24 for 32 layers); returns how many (≤ 7) */

@@ -13,6 +13,26 @@ speedup those passes imply (n_layers / passes per token). With --oracle it sweep
 gnuplot is installed). Output is markdown; every row says which model it ran."""
 import argparse, gzip, json, os, subprocess, sys
 
+def dataset_prompts(name, n, data):
+    """chat prompts built from a dataset's records (XSum, HumanEval, GSM8K), or
+    TinyStories openings"""
+    if name == "tinystories":
+        return prompts(n, os.path.join(data, "datasets/tinystories/tinystories_val_sample.txt.gz"))
+    files = {"xsum": "datasets/xsum/test_1000.jsonl.gz", "humaneval": "datasets/humaneval/HumanEval.jsonl.gz",
+             "gsm8k": "datasets/gsm8k/test.jsonl.gz"}
+    out = []
+    for line in gzip.open(os.path.join(data, files[name]), "rt", encoding="utf-8"):
+        r = json.loads(line)
+        if name == "xsum":
+            out.append("Summarize this article in one sentence.\n\n" + r["document"][:1200])
+        elif name == "humaneval":
+            out.append("Complete this Python function.\n\n" + r["prompt"])
+        else:
+            out.append(r["question"])
+        if len(out) == n:
+            break
+    return out
+
 def prompts(n, path):
     text = gzip.open(path, "rt", encoding="utf-8").read()
     out = []
@@ -26,6 +46,8 @@ def prompts(n, path):
 
 def run(args, extra):
     cmd = [args.bin + "/decode", "-m", args.model, "-n", str(args.tokens), "--json", "-t", "1"] + extra
+    if args.chat:
+        cmd.append("--chat")
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         sys.exit("bench: " + " ".join(cmd) + ": " + r.stderr.strip())
@@ -59,10 +81,12 @@ def main():
     ap.add_argument("--layers", type=int, required=True, help="the model's n_layers")
     ap.add_argument("--label", default="")
     ap.add_argument("--png", default="")
+    ap.add_argument("--dataset", default="tinystories", help="tinystories, xsum, humaneval or gsm8k")
+    ap.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat format")
     a = ap.parse_args()
     data = os.environ.get("PARADEC_DATA") or "../shared/data"
-    ps = prompts(a.prompts, os.path.join(data, "datasets/tinystories/tinystories_val_sample.txt.gz"))
-    label = a.label or os.path.basename(a.model)
+    ps = dataset_prompts(a.dataset, a.prompts, data)
+    label = (a.label or os.path.basename(a.model)) + ("" if a.dataset == "tinystories" else ", " + a.dataset)
     print(f"| model | temp | method | tok/s | speedup vs standard (same run) | layer passes/token | ideal speedup | realised ÷ ideal | rejection rate | same text as standard |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for temp in a.temps.split(","):

@@ -206,7 +206,8 @@ static void test_training(void) {
     heads_identity(&eh, &M, layers, 2, 1);
     CHECK(distill_init(&d, &M, &eh, 32, 1e-2f) == 0, "%s", pd_errmsg());
     HeadStats a[2], b[2];
-    CHECK(distill_eval(&d, &tr, a) == 0, "%s", pd_errmsg());
+    ExitStats ea, eb;
+    CHECK(distill_eval(&d, &tr, a, &ea) == 0, "%s", pd_errmsg());
     int idx[64];
     for (int i = 0; i < tr.n; i++) idx[i] = i;
     double loss[2], first = 0;
@@ -214,7 +215,7 @@ static void test_training(void) {
         CHECK(distill_step(&d, &tr, idx, tr.n, loss) == 0, "%s", pd_errmsg());
         if (s == 0) first = loss[0] + loss[1];
     }
-    distill_eval(&d, &tr, b);
+    distill_eval(&d, &tr, b, &eb);
     CHECK(fabs(first - (a[0].kl + a[1].kl)) < 1e-3 * first, "the first step's loss %.5f is not the eval's %.5f", first, a[0].kl + a[1].kl);
     for (int k = 0; k < 2; k++) {
         CHECK(b[k].kl < 0.7 * a[k].kl, "layer %d: KL %.4f -> %.4f after 30 steps on the training text", layers[k], a[k].kl, b[k].kl);
@@ -222,6 +223,16 @@ static void test_training(void) {
               "statistics out of range");
     }
     CHECK(d.t == 30, "adam steps %d", d.t);
+    /* the first-exit rule: no more exits than the most covering head allows and no
+       fewer than the best single head; layers between the first head's and L */
+    for (int g = 0; g < DISTILL_N_GAMMA; g++) {
+        double lo = fmax(b[0].cover[g], b[1].cover[g]), hi = fmin(1, b[0].cover[g] + b[1].cover[g]);
+        CHECK(eb.rate[g] >= lo - 1e-9 && eb.rate[g] <= hi + 1e-9, "γ %.2f: exit rate %.4f outside [%.4f, %.4f]",
+              distill_gamma[g], eb.rate[g], lo, hi);
+        CHECK(eb.layers[g] >= 2 && eb.layers[g] <= M.c.n_layers, "mean layers %.3f", eb.layers[g]);
+        double want = M.c.n_layers - eb.rate[g] * M.c.n_layers + (b[0].cover[g] * 2 + (eb.rate[g] - b[0].cover[g]) * 4);
+        CHECK(fabs(eb.layers[g] - want) < 1e-9, "mean layers %.5f, want %.5f", eb.layers[g], want);
+    }
     int bad = -1;
     CHECK(distill_step(&d, &tr, &bad, 1, NULL) == -1, "sequence -1 accepted");
     distill_free(&d);

@@ -2,11 +2,11 @@
    from identity, by KL distillation from the frozen model's own last layer.
    bin/distill-heads -m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto]
                      [--steps N] [--lr X] [--batch B] [--seq-len S] [--seed S]
-                     [--norm 0|1] [--heldout F] [-t N] -o HEADS
+                     [--norm 0|1] [--init HEADS] [--heldout F] [-t N] -o HEADS
    FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
    --special: control tokens written in the text (chat-formatted data) are tokens.
    stderr: a progress bar on a terminal (one summary line otherwise), then per layer the
-   held-out KL and top-1 agreement before (T = I) and after, and how many positions
+   held-out KL and top-1 agreement before (T = I, or the --init heads) and after, and how many positions
    would exit at γ = 0.5 / 0.75 / 0.9 with what precision. */
 #include <math.h>
 #include <unistd.h>
@@ -14,8 +14,9 @@
 #include "distill.h"
 #include "tool.h"
 
+#define DEFAULT_NORM 1
 #define USAGE "-m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
-              "[--batch B] [--seq-len S] [--seed S] [--norm 0|1] [--heldout F] [-t N] -o HEADS"
+              "[--batch B] [--seq-len S] [--seed S] [--norm 0|1] [--init HEADS] [--heldout F] [-t N] -o HEADS"
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
@@ -48,8 +49,9 @@ static void bar(int step, int steps, double loss, double pos_rate, double eta) {
             pos_rate / 1e3, eta);
 }
 
-static void print_table(const ExitHeads *h, const HeadStats *before, const HeadStats *after, int64_t positions) {
-    fprintf(stderr, "distill-heads: held-out, %lld positions (before = T = I):\n", (long long)positions);
+static void print_table(const ExitHeads *h, const HeadStats *before, const HeadStats *after, const ExitStats *first,
+                        int n_layers, int64_t positions) {
+    fprintf(stderr, "distill-heads: held-out, %lld positions (before: the heads as they started):\n", (long long)positions);
     fprintf(stderr, "  layer   KL before  KL after  top-1 before  top-1 after   cover/prec @0.5    @0.75          @0.9\n");
     for (int k = 0; k < h->n; k++) {
         const HeadStats *a = &after[k];
@@ -57,6 +59,9 @@ static void print_table(const ExitHeads *h, const HeadStats *before, const HeadS
         for (int g = 0; g < DISTILL_N_GAMMA; g++) fprintf(stderr, "  %.3f/%.3f", a->cover[g], a->prec[g]);
         fprintf(stderr, "\n");
     }
+    for (int g = 0; g < DISTILL_N_GAMMA; g++)
+        fprintf(stderr, "  first exit at gamma %.2f: %.3f of positions, precision %.3f, %.3f of %d layers per token\n",
+                distill_gamma[g], first->rate[g], first->prec[g], first->layers[g], n_layers);
 }
 
 /* training facts as key/value pairs for heads_save */
@@ -80,8 +85,8 @@ __attribute__((format(printf, 3, 4))) static void meta_add(Meta *m, const char *
 
 int main(int argc, char **argv) {
     tool_name = "distill-heads";
-    const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = "auto", *fields = NULL;
-    long special = 0, steps = 600, batch = 8, seq_len = 256, seed = 1, norm = 1, threads = 1;
+    const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;
+    long special = 0, steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
     double lr = 3e-3, heldout = 0.1;
     int seq_len_given = 0;
     for (int i = 1; i < argc; i++) {
@@ -97,6 +102,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) batch = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 16);
         else if (!strcmp(a, "--seq-len")) seq_len = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 20), seq_len_given = 1;
         else if (!strcmp(a, "--seed")) seed = arg_int(a, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
+        else if (!strcmp(a, "--init")) init = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--norm")) norm = arg_int(a, arg_next(argc, argv, &i), 0, 1);
         else if (!strcmp(a, "--heldout")) heldout = arg_num(a, arg_next(argc, argv, &i), 1e-6, 0.9);
         else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
@@ -114,8 +120,16 @@ int main(int argc, char **argv) {
     Model m;
     if (model_load(&m, model)) die_lib();
     if (k_init((int)threads)) die("cannot start %ld threads", threads);
-    int layers[MAX_EXIT_HEADS], n_heads = parse_layers(layer_arg, m.c.n_layers, layers);
-    if (n_heads < 1) die("--layers: the model has %d layer(s): no layer for a head", m.c.n_layers);
+    ExitHeads h;
+    if (init) { /* go on from trained heads: their layers and norm */
+        if (layer_arg || norm >= 0) die("--init: the heads file sets the layers and the norm; drop --layers and --norm");
+        if (heads_load(&h, init, &m)) die_lib();
+    } else {
+        int layers[MAX_EXIT_HEADS], n_heads = parse_layers(layer_arg ? layer_arg : "auto", m.c.n_layers, layers);
+        if (n_heads < 1) die("--layers: the model has %d layer(s): no layer for a head", m.c.n_layers);
+        if (heads_identity(&h, &m, layers, n_heads, norm < 0 ? DEFAULT_NORM : (int)norm)) die_lib();
+    }
+    int n_heads = h.n;
     if (!seq_len_given && seq_len > m.c.seq_len) seq_len = m.c.seq_len;
     if (seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", seq_len, m.c.seq_len);
 
@@ -124,15 +138,14 @@ int main(int argc, char **argv) {
     if (dataset_read(&text, data, fields) ||
         dataset_sequences(&text, m.tok, (int)seq_len, heldout, (int)special, &train, &held, data))
         die_lib();
-    ExitHeads h;
     Distill d;
     SeqOrder order;
-    if (heads_identity(&h, &m, layers, n_heads, (int)norm) || distill_init(&d, &m, &h, (int)seq_len, (float)lr) ||
+    if (distill_init(&d, &m, &h, (int)seq_len, (float)lr) ||
         order_init(&order, train.n, (uint64_t)seed))
         die_lib();
 
     HeadStats before[MAX_EXIT_HEADS], after[MAX_EXIT_HEADS];
-    if (distill_eval(&d, &held, before)) die_lib();
+    if (distill_eval(&d, &held, before, NULL)) die_lib();
     int *idx = malloc(sizeof(int) * batch), tty = isatty(2);
     if (!idx) die("out of memory");
     double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
@@ -155,10 +168,14 @@ int main(int argc, char **argv) {
     }
     double dt = pd_now() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "distill-heads: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), loss %.4f -> %.4f\n",
-            steps, batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, n_heads, first, ema);
-    if (distill_eval(&d, &held, after)) die_lib();
-    print_table(&h, before, after, seqs_tokens(&held));
+    if (steps)
+        fprintf(stderr, "distill-heads: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), loss %.4f -> %.4f\n",
+                steps, batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, n_heads, first, ema);
+    else
+        fprintf(stderr, "distill-heads: no training steps: the heads as they start\n");
+    ExitStats exits;
+    if (distill_eval(&d, &held, after, &exits)) die_lib();
+    print_table(&h, before, after, &exits, m.c.n_layers, seqs_tokens(&held));
 
     Meta meta = {0};
     meta_add(&meta, "paradec.exit.steps", "%ld", steps);
@@ -172,7 +189,7 @@ int main(int argc, char **argv) {
     meta_add(&meta, "paradec.exit.heldout_positions", "%lld", (long long)seqs_tokens(&held));
     for (int k = 0; k < n_heads; k++) {
         char key[48];
-        int l = layers[k];
+        int l = h.layer[k];
 #define FACT(what, fmt, v) (snprintf(key, sizeof key, "paradec.exit.%d." what, l), meta_add(&meta, key, fmt, v))
         FACT("kl_before", "%.6f", before[k].kl);
         FACT("top1_before", "%.6f", before[k].top1);
