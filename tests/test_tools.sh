@@ -76,4 +76,22 @@ refuses "decode: -t 0" "" $BIN/decode -m "$MODEL" -p Once -n 5 -t 0
 refuses "decode: unknown flag" "" $BIN/decode -m "$MODEL" -p Once -n 5 --bogus
 refuses "decode: unknown method" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method magic
 refuses "decode: flag without its value" "" $BIN/decode -m "$MODEL" -p Once -n
+# ---- methods with heads ----
+H=$TMP/heads.safetensors.zst
+$BIN/distill-heads -m "$MODEL" --data "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" --layers 2,4 --steps 20 -o "$H" 2>/dev/null
+for method in adadecode self-speculative; do
+    out=$($BIN/decode -m "$MODEL" -p "Once upon a time" -n 60 --temp 0 --method $method --heads "$H" --gamma 0.5 2>/dev/null)
+    case "$out" in "$GOLD"*) ok ;; *) bad "$method greedy text: $out" ;; esac
+done
+j=$($BIN/decode -m "$MODEL" -p "Once upon a time" -n 40 --temp 0 --method adadecode --heads "$H" --json 2>/dev/null)
+for key in layer_passes_per_token token_layers_per_token early_rate_per_head_layer rejection_rate mean_pending; do
+    case "$j" in *"\"$key\":"*) ok ;; *) bad "adadecode --json lacks $key" ;; esac
+done
+$BIN/widen -m "$MODEL" --preset tiny -o "$TMP/wide.safetensors" --heads "$H" --heads-out "$TMP/wide-heads.safetensors.zst" 2>/dev/null
+refuses "decode: heads of another model" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$TMP/wide-heads.safetensors.zst"
+refuses "decode: heads file that is a model" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$MODEL"
+refuses "decode: adadecode without heads" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode
+refuses "decode: --gamma 0" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$H" --gamma 0
+refuses "decode: --gamma 1.5" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$H" --gamma 1.5
+refuses "decode: --exit-layer without a head" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method self-speculative --heads "$H" --exit-layer 3
 finish tools

@@ -26,11 +26,13 @@ typedef struct {
 typedef struct {
     Model *m;
     int json;
+    const char *prompt; /* printed before the first token, so a failing method prints nothing */
 } Out;
 
 static int print_piece(void *ctx, int prev, int token) {
     Out *o = ctx;
     if (o->json) return 0;
+    if (o->prompt) fputs(o->prompt, stdout), o->prompt = NULL;
     size_t len;
     const char *p = tok_piece(o->m->tok, prev, token, &len);
     if (p) fwrite(p, 1, len, stdout);
@@ -177,12 +179,12 @@ int main(int argc, char **argv) {
     if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16)) die_lib();
     int32_t *oracle = a.oracle >= 0 ? standard_continuation(&m, &kv, &a, ids, n_prompt) : NULL;
     a.opt.oracle = oracle;
-    a.opt.oracle_rate = (float)a.oracle;
+    a.opt.oracle_rate = a.oracle >= 0 ? (float)a.oracle : 0;
     if (sampler_init(&s, m.c.vocab_size, (float)a.temp, a.top_k, (float)a.top_p, a.seed) ||
         decode_init(&d, &m, &kv, &s, a.n))
         die_lib();
     d.opt = a.opt;
-    Out o = {&m, a.json};
+    Out o = {&m, a.json, a.json || a.chat ? NULL : a.prompt}; /* a chat prints the answer alone */
     d.emit = print_piece;
     d.emit_ctx = &o;
     if (a.dump) { /* the logits after the prompt, then stop */
@@ -192,13 +194,9 @@ int main(int argc, char **argv) {
         if (atomic_commit(&af)) die_lib();
         return 0;
     }
-    if (!a.json && !a.chat) { /* a chat prints the answer alone */
-        fputs(a.prompt, stdout);
-        fflush(stdout);
-    }
     if (dm->generate(&d, ids, n_prompt)) die_lib();
     if (a.json) print_json(&d, ids, n_prompt);
-    else putchar('\n');
+    else printf("%s\n", o.prompt ? o.prompt : ""); /* the prompt alone when nothing was generated */
     fflush(stdout); /* the text ends before the summary line on a shared terminal */
     fprintf(stderr, "decode: %s, %d prompt + %d generated tokens, prefill %.1f tok/s, decode %.1f tok/s, %lld target passes",
             a.method, n_prompt, d.n_out, n_prompt / (d.t_prefill + 1e-12), d.n_out / (d.t_decode + 1e-12),
