@@ -148,7 +148,7 @@ static void parity_adadecode(const ExitHeads *h, const char *heads_name, int n_s
     for (int g = 0; g < 4; g++) {
         MethodOptions o = {.heads = h, .gamma = gammas[g]};
         snprintf(what, sizeof what, "%s γ=%.2f", heads_name, gammas[g]);
-        parity("adadecode", &o, gammas[g] == 0.75f ? n_prompts : n_small, what);
+        parity("adadecode", &o, n_prompts, what); /* 200 prompts at every γ */
     }
     MethodOptions o = {.heads = h, .gamma = 0.75f, .oracle_rate = 0.8f};
     snprintf(what, sizeof what, "%s oracle 0.8", heads_name);
