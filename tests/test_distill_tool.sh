@@ -16,7 +16,7 @@ check "heads_load accepts the file" loads "$H"
 check "the log has the per-layer table" grep -q "^ *4 .*/" "$TMP/log"
 check "the log has the summary line" grep -q "3 steps of 2 sequences" "$TMP/log"
 zstd -q -d -c "$H" >"$TMP/h.safetensors"
-for key in '"paradec.kind":"exit-heads"' '"paradec.exit.layers":"2,4"' '"paradec.exit.norm":"1"' \
+for key in '"paradec.kind":"exit-heads"' '"paradec.exit.layers":"2,4"' '"paradec.exit.norm":"0"' \
     '"paradec.exit.steps":"3"' '"paradec.exit.data_digest":"' '"paradec.exit.4.kl_before":"' \
     '"paradec.exit.2.top1":"' '"paradec.exit.4.cover@0.75":"' '"paradec.model_digest":"' '"exit.2.T"'; do
     check "metadata $key" grep -aqF "$key" "$TMP/h.safetensors"
@@ -26,14 +26,22 @@ $RUN --data "$TMP/small.txt" --layers 2,4 -o - 2>/dev/null >"$TMP/h2.safetensors
 check "same seed, same heads (stdout)" cmp -s "$H" "$TMP/h2.safetensors.zst"
 $RUN --data "$TMP/small.txt" --layers 2,4 --seed 5 -o "$TMP/h3.safetensors.zst" 2>/dev/null
 check "another seed, other heads" sh -c "! cmp -s '$H' '$TMP/h3.safetensors.zst'"
-# jsonl with named fields from stdin, gzip'd; --layers auto = 1..4 on 5 layers; --norm 0
+# two threads compute the very same heads (the kernels' sums never depend on the split)
+$RUN --data "$TMP/small.txt" --layers 2,4 -t 2 -o "$TMP/h4.safetensors.zst" 2>/dev/null
+check "-t 2, same heads" cmp -s "$H" "$TMP/h4.safetensors.zst"
+# going on from trained heads (--init) keeps their layers and norm
+$RUN --data "$TMP/small.txt" --init "$H" -o "$TMP/h5.safetensors.zst" 2>/dev/null
+check "--init" loads "$TMP/h5.safetensors.zst"
+zstd -q -d -c "$TMP/h5.safetensors.zst" >"$TMP/h5.safetensors"
+check "--init keeps the layers" grep -aqF '"paradec.exit.layers":"2,4"' "$TMP/h5.safetensors"
+# jsonl with named fields from stdin, gzip'd; --layers auto = 1..4 on 5 layers; --norm 1
 head -c 4000 "$TMP/small.txt" | awk 'BEGIN { RS = "" } {
     gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); gsub(/\n/, "\\n")
     print "{\"id\": 1, \"story\": \"" $0 "\"}" }' | gzip >"$TMP/d.jsonl.gz"
-$BIN/distill-heads -m "$MODEL" --steps 2 --batch 2 --seq-len 32 --fields story --norm 0 --data - \
+$BIN/distill-heads -m "$MODEL" --steps 2 --batch 2 --seq-len 32 --fields story --norm 1 --data - \
     -o "$TMP/j.safetensors" <"$TMP/d.jsonl.gz" 2>"$TMP/log"
 check "jsonl on stdin" loads "$TMP/j.safetensors"
-check "auto layers 1..4, norm 0" sh -c "grep -aqF '\"paradec.exit.layers\":\"1,2,3,4\"' '$TMP/j.safetensors' && grep -aqF '\"paradec.exit.norm\":\"0\"' '$TMP/j.safetensors'"
+check "auto layers 1..4, norm 1" sh -c "grep -aqF '\"paradec.exit.layers\":\"1,2,3,4\"' '$TMP/j.safetensors' && grep -aqF '\"paradec.exit.norm\":\"1\"' '$TMP/j.safetensors'"
 
 # ---- bad input ----
 O=$TMP/out.safetensors.zst
@@ -68,6 +76,9 @@ refuses "unknown flag" "$O" $RUN $D --frobnicate -o "$O"
 refuses "flag without its value" "$O" $RUN $D -o
 refuses "missing model" "$O" $BIN/distill-heads -m "$TMP/nope" $D -o "$O"
 refuses "heads file as the model" "$O" $BIN/distill-heads -m "$H" $D -o "$O"
+refuses "--init with --layers" "$O" $RUN $D --init "$H" --layers 2 -o "$O"
+refuses "--init: a model file" "$O" $RUN $D --init "$MODEL" -o "$O"
+refuses "--init: missing" "$O" $RUN $D --init "$TMP/nope" -o "$O"
 refuses "output directory missing" "" $RUN $D -o "$TMP/no/dir/h.safetensors"
 refuses "model and data both stdin" "$O" $BIN/distill-heads -m - --data - -o "$O"
 finish distill_tool

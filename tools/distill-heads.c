@@ -14,7 +14,7 @@
 #include "distill.h"
 #include "tool.h"
 
-#define DEFAULT_NORM 1
+#define DEFAULT_NORM 0 /* measured: docs/distill.md */
 #define USAGE "-m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
               "[--batch B] [--seq-len S] [--seed S] [--norm 0|1] [--init HEADS] [--heldout F] [-t N] -o HEADS"
 
@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     tool_name = "distill-heads";
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;
     long special = 0, steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
-    double lr = 3e-3, heldout = 0.1;
+    double lr = 0, heldout = 0.1; /* lr 0: 2/dim (docs/distill.md) */
     int seq_len_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -131,6 +131,8 @@ int main(int argc, char **argv) {
     }
     int n_heads = h.n;
     if (!seq_len_given && seq_len > m.c.seq_len) seq_len = m.c.seq_len;
+    if (lr == 0) lr = 2.0 / m.c.dim; /* Adam moves every entry of T by about lr at first, all
+                                        in step: z = T x moves by about lr·dim·|x| */
     if (seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", seq_len, m.c.seq_len);
 
     TextSet text;
