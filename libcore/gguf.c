@@ -781,15 +781,6 @@ static const struct {
     {"attn_v.bias", "self_attn.v_proj.bias", 0, 'K'},
 };
 
-static int64_t size_of(const Config *c, char k) {
-    switch (k) {
-    case 'D': return c->dim;
-    case 'H': return c->hidden_dim;
-    case 'Q': return (int64_t)c->n_heads * c->head_dim;
-    case 'K': return (int64_t)c->n_kv_heads * c->head_dim;
-    default: return 0;
-    }
-}
 
 static int read_tensors(Checkpoint *ck, Src *s, int permute) {
     const Config *c = &ck->c;
@@ -799,7 +790,7 @@ static int read_tensors(Checkpoint *ck, Src *s, int permute) {
         for (int k = 0; k < n_map; k++) {
             snprintf(src, sizeof src, "blk.%d.%s", l, LAYER_MAP[k].gguf);
             layer_tensor_name(dst, sizeof dst, l, LAYER_MAP[k].hf);
-            int64_t rows = size_of(c, LAYER_MAP[k].rows), cols = size_of(c, LAYER_MAP[k].cols);
+            int64_t rows = config_size(c, LAYER_MAP[k].rows), cols = config_size(c, LAYER_MAP[k].cols);
             float *d = import(ck, s, src, dst, rows, cols);
             if (!d) return -1;
             /* llama.cpp's convert_hf_to_gguf permutes a llama's q/k rows (and q/k biases

@@ -259,15 +259,6 @@ static const struct {
     {"self_attn.k_proj.bias", 0, 'K'},           {"self_attn.v_proj.bias", 0, 'K'},
 };
 
-static int64_t size_of(const Config *c, char k) {
-    switch (k) {
-    case 'D': return c->dim;
-    case 'H': return c->hidden_dim;
-    case 'Q': return (int64_t)c->n_heads * c->head_dim;
-    case 'K': return (int64_t)c->n_kv_heads * c->head_dim;
-    default: return 0;
-    }
-}
 
 /* tensors the files may hold that paradec does not need */
 static int ignorable(const Checkpoint *ck, const char *name) {
@@ -282,7 +273,7 @@ static int read_weights(Checkpoint *ck, const Hf *h) {
     for (int l = 0; l < c->n_layers; l++)
         for (int k = 0; k < n_layer; k++) {
             layer_tensor_name(name, sizeof name, l, LAYER[k].name);
-            if (!import(ck, h, name, size_of(c, LAYER[k].rows), size_of(c, LAYER[k].cols))) return -1;
+            if (!import(ck, h, name, config_size(c, LAYER[k].rows), config_size(c, LAYER[k].cols))) return -1;
         }
     if (!import(ck, h, NAME_EMBED, c->vocab_size, c->dim) || !import(ck, h, NAME_NORM, 0, c->dim) ||
         (!c->tied && !import(ck, h, NAME_LM_HEAD, c->vocab_size, c->dim)))

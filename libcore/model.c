@@ -108,6 +108,16 @@ int config_from_json(Config *c, const char *json, const char *what) {
     return rc ? rc : config_check(c, what);
 }
 
+int64_t config_size(const Config *c, char k) {
+    switch (k) {
+    case 'D': return c->dim;
+    case 'H': return c->hidden_dim;
+    case 'Q': return (int64_t)c->n_heads * c->head_dim;
+    case 'K': return (int64_t)c->n_kv_heads * c->head_dim;
+    default: return 0;
+    }
+}
+
 int config_check(const Config *c, const char *what) {
     if (c->dim < 1 || c->hidden_dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
         c->head_dim < 2 || c->vocab_size < 1 || c->seq_len < 1)

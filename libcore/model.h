@@ -26,6 +26,9 @@ typedef struct {
 char *config_to_json(const Config *c);                       /* malloc'd */
 int config_from_json(Config *c, const char *json, const char *what);
 int config_check(const Config *c, const char *what);        /* sane sizes */
+/* a dimension by letter, for tables of tensor shapes: 'D' dim, 'H' hidden, 'Q' heads ×
+   head_dim, 'K' kv heads × head_dim; 0 for anything else */
+int64_t config_size(const Config *c, char k);
 struct json_t;
 int rope_scaling_from_json(Config *c, struct json_t *rope_scaling, const char *what);
 
