@@ -284,6 +284,20 @@ int distill_eval(Distill *d, const Sequences *s, HeadStats *out, ExitStats *firs
     return 0;
 }
 
+int distill_choose_norm(Distill *d, const Sequences *s, HeadStats *before, double kl[2]) {
+    HeadStats st[2][MAX_EXIT_HEADS];
+    int H = d->h->n;
+    for (int norm = 0; norm < 2; norm++) {
+        d->h->norm = norm; /* T = I either way: only the input changes */
+        if (distill_eval(d, s, st[norm], NULL)) return -1;
+        kl[norm] = 0;
+        for (int k = 0; k < H; k++) kl[norm] += st[norm][k].kl;
+    }
+    d->h->norm = kl[1] < kl[0];
+    memcpy(before, st[d->h->norm], sizeof(HeadStats) * H);
+    return 0;
+}
+
 /* ---- visiting order ---- */
 
 static uint64_t next_rand(uint64_t *s) { /* xorshift64* */

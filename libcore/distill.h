@@ -88,6 +88,13 @@ int distill_eval(Distill *d, const Sequences *s, HeadStats *out, ExitStats *firs
    (the paper's 8, 16, 24 for 32 layers); returns how many (≤ 7) */
 int distill_auto_layers(int n_layers, int *layers);
 
+/* --norm auto: with the heads still at T = I, evaluate them on s without and with the
+   final RMSNorm and keep the norm whose held-out Σ_l KL (the objective) is lower:
+   the start T has less to undo (measured in docs/distill.md: on stories260K and on
+   SmolLM2 the start's order is the trained heads' order). kl[0], kl[1]: the two sums;
+   before: the chosen heads' statistics */
+int distill_choose_norm(Distill *d, const Sequences *s, HeadStats *before, double kl[2]);
+
 /* the order sequences are visited in: a fresh shuffle every epoch */
 typedef struct {
     int n, at;

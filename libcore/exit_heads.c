@@ -134,14 +134,15 @@ int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n,
     if (k < 0 || k >= h->n) return pd_error("exit heads: no head %d", k);
     if (n < 1) return 0;
     int d = h->dim;
-    float *buf = pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d)); /* x | z, [n][dim] each */
+    /* x | z, [n][dim] each: on the stack for the one-token calls decoding makes */
+    float small[2 * 4096], *buf = 2 * (size_t)n * d <= 2 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d));
     if (!buf) return -1;
     float *x = buf, *z = buf + (size_t)n * d;
     if (h->norm) k_rmsnorm(x, hidden, m->final_norm, n, d, m->c.norm_eps);
     else memcpy(x, hidden, sizeof(float) * n * d);
     k_matmul(z, x, h->Tp[k], WT_F32, n, d, d);
     k_matmul(logits, z, m->lm_head.p, m->lm_head.t, n, d, m->c.vocab_size);
-    free(buf);
+    if (buf != small) free(buf);
     return 0;
 }
 

@@ -207,7 +207,18 @@ static void test_training(void) {
     CHECK(distill_init(&d, &M, &eh, 32, 1e-2f) == 0, "%s", pd_errmsg());
     HeadStats a[2], b[2];
     ExitStats ea, eb;
+    /* norm auto: both starts evaluated, the lower Σ KL kept, its statistics returned */
+    double kl[2];
+    HeadStats chosen[2], plain[2];
+    CHECK(distill_choose_norm(&d, &tr, chosen, kl) == 0, "%s", pd_errmsg());
+    int pick = eh.norm;
+    CHECK(pick == (kl[1] < kl[0]), "norm auto kept %d with sums %.4f / %.4f", pick, kl[0], kl[1]);
+    eh.norm = !pick;
+    distill_eval(&d, &tr, plain, NULL);
+    CHECK(fabs(plain[0].kl + plain[1].kl - kl[!pick]) < 1e-9 * kl[!pick], "the other norm's sum");
+    eh.norm = 1; /* the rest of this test trains with the norm */
     CHECK(distill_eval(&d, &tr, a, &ea) == 0, "%s", pd_errmsg());
+    if (pick == 1) CHECK(!memcmp(chosen, a, sizeof a), "norm auto's statistics are not the chosen heads'");
     int idx[64];
     for (int i = 0; i < tr.n; i++) idx[i] = i;
     double loss[2], first = 0;

@@ -15,9 +15,10 @@ loads() { "$BUILD/tests/test_exit_heads" "$1" >/dev/null; }
 check "heads_load accepts the file" loads "$H"
 check "the log has the per-layer table" grep -q "^ *4 .*/" "$TMP/log"
 check "the log has the summary line" grep -q "3 steps of 2 sequences" "$TMP/log"
+check "the log says what norm auto chose" grep -q "norm auto: .* training without" "$TMP/log"
 zstd -q -d -c "$H" >"$TMP/h.safetensors"
 for key in '"paradec.kind":"exit-heads"' '"paradec.exit.layers":"2,4"' '"paradec.exit.norm":"0"' \
-    '"paradec.exit.steps":"3"' '"paradec.exit.data_digest":"' '"paradec.exit.4.kl_before":"' \
+    '"paradec.exit.steps":"3"' '"paradec.exit.norm_auto_kl":"' '"paradec.exit.data_digest":"' '"paradec.exit.4.kl_before":"' \
     '"paradec.exit.2.top1":"' '"paradec.exit.4.cover@0.75":"' '"paradec.model_digest":"' '"exit.2.T"'; do
     check "metadata $key" grep -aqF "$key" "$TMP/h.safetensors"
 done

@@ -101,6 +101,15 @@ static void test_against_reference(int norm) {
     /* batch invariance: the third row alone is the third row of the batch */
     head_logits(&M, &eh, 0, h + 2 * D, 1, one);
     CHECK(!memcmp(one, got + 2 * V, sizeof(float) * V), "norm=%d: a row depends on the batch", norm);
+    /* a batch too big for head_logits' stack buffer: the same rows */
+    int big = 200;
+    float *hb = malloc(sizeof(float) * big * D), *lb = malloc(sizeof(float) * big * V);
+    for (int t = 0; t < big; t++) memcpy(hb + (size_t)t * D, h + (size_t)(t % n) * D, sizeof(float) * D);
+    CHECK(head_logits(&M, &eh, 0, hb, big, lb) == 0, "%s", pd_errmsg());
+    CHECK(!memcmp(lb + (size_t)(big - 3) * V, got + (size_t)((big - 3) % n) * V, sizeof(float) * V),
+          "norm=%d: a row of a 200-row batch differs", norm);
+    free(hb);
+    free(lb);
     CHECK(head_logits(&M, &eh, 1, h, n, got) == -1, "head 1 of 1 accepted");
     heads_free(&eh);
     free(h); free(got); free(one); free(T); free(x); free(z);

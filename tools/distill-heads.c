@@ -2,21 +2,24 @@
    from identity, by KL distillation from the frozen model's own last layer.
    bin/distill-heads -m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto]
                      [--steps N] [--lr X] [--batch B] [--seq-len S] [--seed S]
-                     [--norm 0|1] [--init HEADS] [--heldout F] [-t N] -o HEADS
+                     [--norm 0|1|auto] [--init HEADS] [--heldout F] [-t N] -o HEADS
    FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
    --special: control tokens written in the text (chat-formatted data) are tokens.
+   Defaults: layers auto, 600 steps of 8 sequences of 256 tokens, lr 2/dim with cosine
+   decay, norm auto (the untrained heads evaluated with and without the final RMSNorm,
+   the lower held-out KL kept), every 10th sequence held out. docs/distill.md says why.
    stderr: a progress bar on a terminal (one summary line otherwise), then per layer the
-   held-out KL and top-1 agreement before (T = I, or the --init heads) and after, and how many positions
-   would exit at γ = 0.5 / 0.75 / 0.9 with what precision. */
+   held-out KL and top-1 agreement before (T = I, or the --init heads) and after, how
+   many positions would exit at γ = 0.5 / 0.75 / 0.9 with what precision, and
+   AdaDecode's first-exit rule over all heads. */
 #include <math.h>
 #include <unistd.h>
 
 #include "distill.h"
 #include "tool.h"
 
-#define DEFAULT_NORM 0 /* measured: docs/distill.md */
 #define USAGE "-m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
-              "[--batch B] [--seq-len S] [--seed S] [--norm 0|1] [--init HEADS] [--heldout F] [-t N] -o HEADS"
+              "[--batch B] [--seq-len S] [--seed S] [--norm 0|1|auto] [--init HEADS] [--heldout F] [-t N] -o HEADS"
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
@@ -88,7 +91,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;
     long special = 0, steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
     double lr = 0, heldout = 0.1; /* lr 0: 2/dim (docs/distill.md) */
-    int seq_len_given = 0;
+    int seq_len_given = 0, norm_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m")) model = arg_next(argc, argv, &i);
@@ -103,7 +106,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seq-len")) seq_len = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 20), seq_len_given = 1;
         else if (!strcmp(a, "--seed")) seed = arg_int(a, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
         else if (!strcmp(a, "--init")) init = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--norm")) norm = arg_int(a, arg_next(argc, argv, &i), 0, 1);
+        else if (!strcmp(a, "--norm")) {
+            const char *v = arg_next(argc, argv, &i);
+            norm = !strcmp(v, "auto") ? -1 : arg_int(a, v, 0, 1);
+            norm_given = 1;
+        }
         else if (!strcmp(a, "--heldout")) heldout = arg_num(a, arg_next(argc, argv, &i), 1e-6, 0.9);
         else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(USAGE);
@@ -122,12 +129,12 @@ int main(int argc, char **argv) {
     if (k_init((int)threads)) die("cannot start %ld threads", threads);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */
-        if (layer_arg || norm >= 0) die("--init: the heads file sets the layers and the norm; drop --layers and --norm");
+        if (layer_arg || norm_given) die("--init: the heads file sets the layers and the norm; drop --layers and --norm");
         if (heads_load(&h, init, &m)) die_lib();
     } else {
         int layers[MAX_EXIT_HEADS], n_heads = parse_layers(layer_arg ? layer_arg : "auto", m.c.n_layers, layers);
         if (n_heads < 1) die("--layers: the model has %d layer(s): no layer for a head", m.c.n_layers);
-        if (heads_identity(&h, &m, layers, n_heads, norm < 0 ? DEFAULT_NORM : (int)norm)) die_lib();
+        if (heads_identity(&h, &m, layers, n_heads, norm < 0 ? 0 : (int)norm)) die_lib();
     }
     int n_heads = h.n;
     if (!seq_len_given && seq_len > m.c.seq_len) seq_len = m.c.seq_len;
@@ -147,7 +154,13 @@ int main(int argc, char **argv) {
         die_lib();
 
     HeadStats before[MAX_EXIT_HEADS], after[MAX_EXIT_HEADS];
-    if (distill_eval(&d, &held, before, NULL)) die_lib();
+    double auto_kl[2] = {0, 0};
+    if (!init && norm < 0) { /* --norm auto */
+        if (distill_choose_norm(&d, &held, before, auto_kl)) die_lib();
+        fprintf(stderr, "distill-heads: norm auto: untrained heads' held-out KL (sum over heads) %.4f without the final norm, %.4f with it: training %s\n",
+                auto_kl[0], auto_kl[1], h.norm ? "with it" : "without");
+    } else if (distill_eval(&d, &held, before, NULL))
+        die_lib();
     int *idx = malloc(sizeof(int) * batch), tty = isatty(2);
     if (!idx) die("out of memory");
     double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
@@ -181,6 +194,7 @@ int main(int argc, char **argv) {
 
     Meta meta = {0};
     meta_add(&meta, "paradec.exit.steps", "%ld", steps);
+    if (auto_kl[0] > 0) meta_add(&meta, "paradec.exit.norm_auto_kl", "%.6f,%.6f", auto_kl[0], auto_kl[1]);
     meta_add(&meta, "paradec.exit.lr", "%g", lr);
     meta_add(&meta, "paradec.exit.batch", "%ld", batch);
     meta_add(&meta, "paradec.exit.seq_len", "%ld", seq_len);
