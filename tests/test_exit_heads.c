@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "exit_heads.h"
 #include "forward.h"
 
@@ -196,7 +197,7 @@ static void test_refusals(void) {
     write_file(p, "exit-heads", "2", "1", NULL, "exit.2.T", D, 0.5f);
     refused("no digest", p, "paradec.model_digest");
     refused("no such file", tmp("nope.safetensors"), "nope.safetensors");
-    refused("a model file", getenv("MODEL") ? getenv("MODEL") : "build/stories260K.safetensors.zst", "not an exit-heads file");
+    refused("a model file", test_model_path(), "not an exit-heads file");
     /* a truncated good file */
     ExitHeads a;
     int layers[1] = {3};
@@ -236,13 +237,7 @@ static int check_files(int n, char **files) {
 }
 
 int main(int argc, char **argv) {
-    const char *path = getenv("MODEL");
-    if (!path) path = "build/stories260K.safetensors.zst";
-    if (model_load(&M, path)) {
-        fprintf(stderr, "%s\n", pd_errmsg());
-        CHECK(0, "model");
-        return check_done("exit_heads");
-    }
+    if (test_model_load(&M)) return check_done("exit_heads");
     k_init(1);
     if (argc > 1) return check_files(argc - 1, argv + 1);
     snprintf(dir, sizeof dir, "/tmp/test_exit_heads.XXXXXX");

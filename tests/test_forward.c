@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "checkpoint.h"
 #include "forward.h"
 
@@ -294,13 +295,7 @@ static void test_bad_batches(void) {
 }
 
 int main(void) {
-    const char *path = getenv("MODEL");
-    if (!path) path = "build/stories260K.safetensors.zst";
-    if (model_load(&M, path)) {
-        fprintf(stderr, "%s\n", pd_errmsg());
-        CHECK(0, "model");
-        return check_done("forward");
-    }
+    if (test_model_load(&M)) return check_done("forward");
     kv_init(&KV, &M.c, 16, 16 * 128, 16);
     k_init(1);
     test_reference();

@@ -21,6 +21,7 @@
 #endif
 
 #include "check.h"
+#include "fixture.h"
 #include "checkpoint.h"
 #include "gguf.h"
 #include "gguf_pyw.h"
@@ -31,36 +32,6 @@ static uint32_t rnd32(void) {
     return (uint32_t)(rng >> 11);
 }
 static float frand(void) { return (float)(rnd32() % 2000001) / 1e6f - 1.0f; }
-
-/* ---------------- half floats, the test's own way ---------------- */
-
-static float half_value(uint16_t h) { /* by the definition, with ldexp */
-    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
-    return (float)(s ? -v : v);
-}
-static uint16_t to_half(float f) { /* nearest of the normal/subnormal halves, by search */
-    uint16_t sign = f < 0 ? 0x8000 : 0, lo = 0, hi = 0x7bff;
-    float a = fabsf(f);
-    while (lo < hi) { /* smallest h with value >= a */
-        uint16_t mid = (uint16_t)((lo + hi) / 2);
-        if (half_value(mid) < a) lo = (uint16_t)(mid + 1);
-        else hi = mid;
-    }
-    if (lo > 0 && a - half_value((uint16_t)(lo - 1)) < half_value(lo) - a) lo--;
-    return (uint16_t)(sign | lo);
-}
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-static float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---------------- quantisers and dequantisers (ggml's reference formulas) ---------------- */
 

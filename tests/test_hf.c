@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "checkpoint.h"
 #include "forward.h"
 
@@ -27,38 +28,6 @@ static float frand(void) {
 }
 
 /* f32 → f16 (round to nearest even, normal range) and back, the test's own */
-static uint16_t to_half(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
-    if (e < 103) return (uint16_t)sign; /* tiny: zero is close enough for these weights */
-    if (e < 113) { /* subnormal half */
-        m |= 0x800000;
-        int shift = 126 - (int)e;
-        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((e - 112) << 10) | (m >> 13), rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-static float half_value(uint16_t h) {
-    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
-    return (float)(s ? -v : v);
-}
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-static float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---------------- writing an HF directory ---------------- */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "decode.h"
 
 #define N_PROMPTS 200
@@ -455,10 +456,8 @@ static void test_bad_options(const ExitHeads *h) {
 
 int main(void) {
     double t0 = pd_now();
-    const char *path = getenv("MODEL");
-    if (!path || !*path) path = "build/stories260K.safetensors.zst";
     k_init(1);
-    if (model_load(&M, path) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) || load_prompts()) {
+    if (model_load(&M, test_model_path()) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) || load_prompts()) {
         fprintf(stderr, "%s\n", pd_errmsg());
         CHECK(0, "setup");
         return check_done("methods");

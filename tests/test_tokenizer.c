@@ -2,6 +2,7 @@
    Llama 2 vocabulary, against a slow reference (an O(n^2) merge loop written here from
    the file itself), round trips on random bytes, and malformed tokenizer.bin files. */
 #include "check.h"
+#include "vocab_vectors.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -48,6 +49,21 @@ static int roundtrips(const Tokenizer *t, const char *s, size_t n) {
 /* ---- llama.cpp's vectors: .inp cases joined by "\n__ggml_vocab_test__\n" (the file
    ends with one, as the generator writes text + separator per case), .out one line of
    " id id ..." per case ---- */
+static void check_case(void *ctx, const VocabCase *c, int i) {
+    const Tokenizer *t = ctx;
+    int32_t *got = NULL;
+    int ng;
+    int ok = tok_encode(t, c->text, c->len, 0, &got, &ng) == 0;
+    ok = ok && ng == c->nw && !memcmp(got, c->want, (size_t)c->nw * sizeof *c->want);
+    CHECK(ok, "case %d (\"%.*s\") differs", i, (int)c->len, c->text);
+    if (!ok) {
+        print_ids("want", c->want, c->nw);
+        if (got) print_ids("got ", got, ng);
+    }
+    free(got);
+    CHECK(roundtrips(t, c->text, c->len), "case %d does not round-trip", i);
+}
+
 static void test_reference_vectors(const Tokenizer *t) {
     char pi[1024], po[1024];
     char *inp, *out;
@@ -63,44 +79,8 @@ static void test_reference_vectors(const Tokenizer *t) {
         free(inp);
         return;
     }
-    const char *sep = "\n__ggml_vocab_test__\n";
-    size_t seplen = strlen(sep);
-    char *ip = inp, *op = out, *iend = inp + ni;
-    int cases = 0;
-    for (;;) {
-        char *hit = memmem(ip, (size_t)(iend - ip), sep, seplen);
-        if (!hit) break;
-        char *nl = strchr(op, '\n');
-        if (!nl) {
-            CHECK(0, "case %d: no line for it in the .out file", cases);
-            break;
-        }
-        *nl = 0;
-        int32_t want[2048];
-        int nw = 0;
-        for (char *s = op, *e; nw < 2048; s = e) {
-            long v = strtol(s, &e, 10);
-            if (e == s) break;
-            want[nw++] = (int32_t)v;
-        }
-        int32_t *got;
-        int ng;
-        size_t len = (size_t)(hit - ip);
-        int ok = tok_encode(t, ip, len, 0, &got, &ng) == 0;
-        ok = ok && ng == nw && !memcmp(got, want, (size_t)nw * sizeof *want);
-        CHECK(ok, "case %d (\"%.*s\") differs", cases, (int)len, ip);
-        if (!ok) {
-            print_ids("want", want, nw);
-            if (got) print_ids("got ", got, ng);
-        }
-        free(got);
-        CHECK(roundtrips(t, ip, len), "case %d does not round-trip", cases);
-        cases++;
-        ip = hit + seplen;
-        op = nl + 1;
-    }
-    CHECK(ip == iend, "the .inp file has text after its last separator");
-    CHECK(*op == 0, "the .out file has more lines than the .inp has cases");
+    int whole, cases = vocab_cases(inp, ni, out, check_case, (void *)t, &whole);
+    CHECK(whole, "the .inp and .out files do not pair up case for case");
     CHECK(cases == 46, "%d cases, expected llama.cpp's 46", cases);
     printf("reference vectors: %d cases\n", cases);
     free(inp);

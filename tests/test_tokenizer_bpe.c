@@ -4,6 +4,7 @@
    their vectors, round trips, special tokens, a hand-made SentencePiece-style
    tokenizer.json whose ids are derived by hand in the comments, and bad inputs. */
 #include "check.h"
+#include "vocab_vectors.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -70,6 +71,28 @@ static char *read_data(const char *rel, size_t *n) {
 
 /* ---- llama.cpp's vectors: .inp cases joined by "\n__ggml_vocab_test__\n", .out one
    line of " id id ..." per case (no BOS) ---- */
+typedef struct {
+    const Tokenizer *t;
+    const char *name;
+    int bad;
+} VectorRun;
+
+static void check_case(void *ctx, const VocabCase *c, int i) {
+    VectorRun *r = ctx;
+    int32_t *got = NULL;
+    int ng;
+    int ok = tok_encode(r->t, c->text, c->len, 0, &got, &ng) == 0;
+    ok = ok && ng == c->nw && !memcmp(got, c->want, (size_t)c->nw * sizeof *c->want);
+    if (!ok) {
+        r->bad++;
+        fprintf(stderr, "%s: case %d (\"%.*s\") differs\n", r->name, i, (int)c->len, c->text);
+        print_ids("want", c->want, c->nw);
+        if (got) print_ids("got ", got, ng);
+    }
+    free(got);
+    CHECK(roundtrips(r->t, c->text, c->len, 0), "%s: case %d does not round-trip", r->name, i);
+}
+
 static void test_vectors(const Tokenizer *t, const char *name, const char *vocab) {
     char rel[256];
     size_t ni, no;
@@ -82,43 +105,10 @@ static void test_vectors(const Tokenizer *t, const char *name, const char *vocab
         free(out);
         return;
     }
-    const char *sep = "\n__ggml_vocab_test__\n";
-    size_t seplen = strlen(sep);
-    char *ip = inp, *op = out, *iend = inp + ni;
-    int cases = 0, bad = 0;
-    for (;;) {
-        char *hit = memmem(ip, (size_t)(iend - ip), sep, seplen);
-        if (!hit) break;
-        char *nl = strchr(op, '\n');
-        if (!nl) {
-            CHECK(0, "%s: case %d has no line in the .out file", name, cases);
-            break;
-        }
-        *nl = 0;
-        int32_t want[2048];
-        int nw = 0;
-        for (char *s = op, *e; nw < 2048; s = e) {
-            long v = strtol(s, &e, 10);
-            if (e == s) break;
-            want[nw++] = (int32_t)v;
-        }
-        int32_t *got;
-        int ng;
-        size_t len = (size_t)(hit - ip);
-        int ok = tok_encode(t, ip, len, 0, &got, &ng) == 0;
-        ok = ok && ng == nw && !memcmp(got, want, (size_t)nw * sizeof *want);
-        if (!ok) {
-            bad++;
-            fprintf(stderr, "%s: case %d (\"%.*s\") differs\n", name, cases, (int)len, ip);
-            print_ids("want", want, nw);
-            if (got) print_ids("got ", got, ng);
-        }
-        free(got);
-        CHECK(roundtrips(t, ip, len, 0), "%s: case %d does not round-trip", name, cases);
-        cases++;
-        ip = hit + seplen;
-        op = nl + 1;
-    }
+    VectorRun r = {t, name, 0};
+    int whole, cases = vocab_cases(inp, ni, out, check_case, &r, &whole);
+    int bad = r.bad;
+    CHECK(whole, "%s: the .inp and .out files do not pair up case for case", name);
     CHECK(bad == 0, "%s: %d of %d llama.cpp vectors differ", name, bad, cases);
     CHECK(cases == 46, "%s: %d cases, expected llama.cpp's 46", name, cases);
     printf("%s: %d of %d llama.cpp vectors (%s) match\n", name, cases - bad, cases, vocab);

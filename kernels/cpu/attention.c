@@ -6,10 +6,10 @@
    time. For each (query head, key) the score is that sequential chain, and for each
    (query head, dimension) the weighted sum keeps four partials by key index mod 4,
    whichever path computes it. */
+#include <immintrin.h>
 #include <math.h>
 
 #include "backend.h"
-#include "dot.h"
 #include "pool.h"
 
 #define MAX_GROUP 8 /* query heads a unit scores together (larger groups go in parts) */

@@ -1,9 +1,9 @@
-/* dot.h — the one reduction order every CPU kernel uses for a dot product.
-   Element i goes to accumulator (i / 16) % 4, lane i % 16; the four accumulators are
-   added as (a0 + a1) + (a2 + a3) and the 16 lanes by hsum's tree (lane i + lane i+8,
-   then +4, +2, +1 apart), which matmul.c reproduces 16 rows at a time. Every path
-   (one token, a tile of tokens, a tail) follows it, which is what makes the forward
-   pass batch-invariant. */
+/* dot.h — a dot product in one fixed order, for the per-row kernels (rmsnorm's sum of
+   squares): element i goes to accumulator (i / 16) % 4, lane i % 16; the four
+   accumulators are added as (a0 + a1) + (a2 + a3) and the 16 lanes by hsum's tree
+   (lane i + lane i+8, then +4, +2, +1 apart). The result depends on the row alone,
+   never on how many rows a call has. (matmul.c and attention.c keep FMA chains of
+   their own, described there.) */
 #ifndef PD_DOT_H
 #define PD_DOT_H
 #include <immintrin.h>
@@ -18,11 +18,6 @@ static inline __m512 load_f32(const float *p, int left) {
 static inline __m512 load_f32_or(const float *p, int left, float fill) {
     if (left >= 16) return _mm512_loadu_ps(p);
     return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), (__mmask16)((1u << left) - 1), p);
-}
-static inline __m512 load_bf16(const uint16_t *p, int left) {
-    __m256i h = left >= 16 ? _mm256_loadu_si256((const __m256i *)p)
-                           : _mm256_maskz_loadu_epi16((__mmask16)((1u << left) - 1), p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 /* the lane tree: ((v_i + v_i+8) + (.. +4)) + (.. +2) + (.. +1) */
 static inline float hsum(__m512 v) {

@@ -8,12 +8,12 @@
    chains, so a token's result never depends on n. Two chains per row keep the FMA
    units busy when a matrix has few rows. bf16 blocks hold a column pair per 32-bit
    lane (even column in the low half), widened by one shift or one mask. */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-#include "dot.h"
 #include "pool.h"
 
 #define PANEL 16 /* rows a vector holds */
