@@ -4,6 +4,7 @@
 #   make test       every test; the last line says "N passed, N failed"
 #   make bench      speed figures for docs/benchmarks.md (never part of the tests)
 #   make models     fetch SmolLM2-135M-Instruct and the reference tools (make test does)
+#   make recipe=NAME  recipes/NAME.yaml's pipeline into out/NAME/: model, heads, bundle, bench tables
 #   make SAN=1 ...  the same with AddressSanitizer + UBSan, in build-san/
 
 BUILD  ?= build
@@ -16,7 +17,7 @@ OPT    := -O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
 CFLAGS += -std=c11 $(OPT) -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
-LDLIBS += -lzstd -ljansson -lxxhash -lpcre2-8 -lz -lpthread -lm
+LDLIBS += -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm
 
 LIB_SRC  := $(wildcard libcore/*.c libcore/decode/*.c kernels/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -63,7 +64,16 @@ run: all $(DEFAULT_MODEL)
 models:
 	@scripts/models.sh
 
-test: all $(TESTS) $(DEFAULT_MODEL) models
+# trained heads for the lossless tests (a short run each: trained heads draft and exit
+# where identity or random ones seldom do)
+TINYSTORIES = $(firstword $(wildcard $(PARADEC_DATA)/datasets/tinystories/*.gz data/datasets/tinystories/*.gz ../shared/data/datasets/tinystories/*.gz))
+TEST_HEADS := $(BUILD)/test-heads.safetensors.zst $(BUILD)/test-medusa.safetensors.zst
+$(BUILD)/test-heads.safetensors.zst: $(BIN)/distill-heads $(DEFAULT_MODEL)
+	$(BIN)/distill-heads -m $(DEFAULT_MODEL) --data $(TINYSTORIES) --layers 1,2,3,4 --steps 300 --seq-len 128 -o $@ 2>/dev/null
+$(BUILD)/test-medusa.safetensors.zst: $(BIN)/train-medusa $(DEFAULT_MODEL)
+	$(BIN)/train-medusa -m $(DEFAULT_MODEL) --data $(TINYSTORIES) --heads 4 --own-lm-head --generate 8 --seq-len 72 --steps 400 -o $@ 2>/dev/null
+
+test: all $(TESTS) $(DEFAULT_MODEL) $(TEST_HEADS) models
 	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) tests/run.sh
 
 bench: all $(DEFAULT_MODEL)
@@ -71,5 +81,28 @@ bench: all $(DEFAULT_MODEL)
 
 clean:
 	rm -rf build build-san bin
+
+# ---- make recipe=NAME (or recipe=path/to/file.yaml): convert → heads → pack → bench into
+# out/NAME/. bin/recipe writes the stage rules (one stamp file per stage's settings, so a
+# second run redoes only what changed); docs/recipes.md says more. ----
+ifdef recipe
+RECIPE_FILE := $(if $(filter %.yaml,$(recipe)),$(recipe),recipes/$(recipe).yaml)
+RECIPE_NAME := $(basename $(notdir $(RECIPE_FILE)))
+ifeq ($(wildcard $(RECIPE_FILE)),)
+$(error recipe=$(recipe): no $(RECIPE_FILE) (recipes: $(basename $(notdir $(wildcard recipes/*.yaml)))))
+endif
+RECIPE_OUT ?= out
+RECIPE_MK := $(BUILD)/recipe/$(RECIPE_NAME).mk
+.DEFAULT_GOAL := recipe
+.PHONY: recipe recipe-rules
+.DELETE_ON_ERROR:
+# always asked, written only when its text changes: the recipe, an environment variable
+# it names or the data may have changed. An empty one first, so that a bad recipe stops
+# make with its own one-line reason rather than "No such file".
+$(shell mkdir -p $(BUILD)/recipe && { test -f $(RECIPE_MK) || : >$(RECIPE_MK); })
+$(RECIPE_MK): $(BIN)/recipe recipe-rules
+	@$(BIN)/recipe rules $(RECIPE_FILE) --out $(RECIPE_OUT)/$(RECIPE_NAME) --stamps $(BUILD)/recipe/$(RECIPE_NAME) -o $@
+include $(RECIPE_MK)
+endif
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

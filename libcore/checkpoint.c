@@ -192,6 +192,7 @@ int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t
              tfw_meta(mw->w, "paradec.config", cfg) || tfw_meta(mw->w, "paradec.digest", digest) ||
              tfw_meta(mw->w, "paradec.tokenizer", tok_kind) ||
              (mw->chat_template && tfw_meta(mw->w, "paradec.chat_template", mw->chat_template));
+    for (int i = 0; i < mw->n_meta && !rc; i++) rc = tfw_meta(mw->w, mw->meta[2 * i], mw->meta[2 * i + 1]);
     free(cfg);
     rc = rc ? (tfw_abort(mw->w), -1) : tfw_commit(mw->w);
     mw_free(mw);

@@ -46,6 +46,9 @@ typedef struct {
     void **owned; /* converted copies */
     int n_owned, cap;
     const char *chat_template; /* set before commit to store it as paradec.chat_template */
+    const char *const *meta;   /* set before commit: n_meta more key/value pairs
+                                  (meta[2i], meta[2i+1]), e.g. paradec.draft_of */
+    int n_meta;
 } ModelWriter;
 int mw_begin(ModelWriter *mw, const char *path, DType dt);
 int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data);

@@ -4,10 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const DecodeMethod method_standard, method_adadecode, method_selfspec;
+extern const DecodeMethod method_standard, method_adadecode, method_selfspec, method_medusa;
+extern const DecodeMethod method_prompt_lookup;
+extern const DecodeMethod method_lookahead;
+extern const DecodeMethod method_speculative;
 
 /* adding a method: one file in libcore/decode/ and one line here */
-static const DecodeMethod *const METHODS[] = {&method_standard, &method_adadecode, &method_selfspec};
+static const DecodeMethod *const METHODS[] = {&method_standard, &method_adadecode, &method_selfspec,
+                                            &method_medusa,
+                                            &method_prompt_lookup,
+                                            &method_lookahead,
+                                            &method_speculative};
 #define N_METHODS (int)(sizeof METHODS / sizeof METHODS[0])
 
 const DecodeMethod *decode_method(const char *name) {
@@ -78,7 +85,9 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
         Batch b = {take, prompt + at, seq, pos, NULL, NULL};
         if (decode_forward(d, &b, 0, d->m->c.n_layers, d->hidden)) return -1;
     }
-    if (final_logits(d->m, d->hidden + (size_t)(take - 1) * d->m->c.dim, 1, d->logits)) return -1;
+    size_t dim = d->m->c.dim;
+    memmove(d->hidden, d->hidden + (take - 1) * dim, sizeof(float) * dim);
+    if (final_logits(d->m, d->hidden, 1, d->logits)) return -1;
     d->prefill_passes = d->target_passes;
     d->prefill_token_layers = d->token_layers;
     d->t_prefill += pd_now() - t0;

@@ -4,6 +4,7 @@
 #ifndef PD_DECODE_H
 #define PD_DECODE_H
 #include "exit_heads.h"
+#include "medusa.h"
 #include "forward.h"
 #include "sampler.h"
 
@@ -13,10 +14,24 @@ typedef struct {
     float gamma;            /* adadecode: exit when the head's max prob ≥ gamma (0.75) */
     int max_pending;        /* adadecode: unverified early tokens at most (5) */
     int exit_layer;         /* self-speculative: draft with layers [0, exit_layer) (a head layer) */
-    int draft_max;          /* self-speculative: drafts per round at most */
+    int draft_max;          /* self-speculative, speculative, prompt-lookup: drafts per round at
+                               most; medusa: tree nodes below the root */
     float oracle_rate;      /* benchmarks: an oracle that knows the standard continuation
                                (oracle[]) exits / drafts correctly with this probability */
     const int32_t *oracle;  /* [max_new] the standard continuation, for the oracle */
+    const MedusaHeads *medusa; /* medusa */
+    const char *tree;       /* medusa: the candidate tree, as paths of ranks (NULL = built
+                               from the heads' measured accuracies) */
+    int fixed_tree;         /* drafters: verify the whole proposal every round (no size
+                               controller; benchmarks and tests) */
+    int ngram_max;          /* prompt-lookup: the longest tail n-gram looked up (3) */
+    int window, ngram, guess; /* lookahead: Jacobi window W (3), n-gram size N (3),
+                               candidate n-grams verified G (W) */
+    int adaptive;           /* lookahead: the window widens and narrows with acceptance */
+    Model *draft;           /* speculative: the draft model (same vocabulary; not const:
+                               its forward pass grows its workspace) */
+    int draft_min;          /* speculative: draft length at least (1); draft_max: at most (8) */
+    int draft_fixed;        /* speculative: always draft_max drafts (no adaptation) */
 } MethodOptions;
 
 typedef struct DecodeCtx {
@@ -32,7 +47,8 @@ typedef struct DecodeCtx {
     int64_t target_passes;  /* forward calls through the full model */
     int64_t layer_passes;   /* sequential layer steps: each forward_layers call adds its range */
     int64_t token_layers;   /* token × layer computations, discarded ones included */
-    int64_t early[MAX_EXIT_HEADS]; /* early exits (or accepted drafts) per head */
+    int64_t early[MAX_EXIT_HEADS]; /* early exits per head, or drafts kept at depth j+1 */
+    int64_t reached[MAX_EXIT_HEADS]; /* drafters: rounds that reached depth j with a draft below */
     int64_t drafted, rejected;     /* early or drafted tokens, and those verification threw out */
     int64_t pending_sum, pending_n; /* for the mean pending depth */
     int64_t prefill_passes, prefill_token_layers; /* what the prompt took, to leave out */
@@ -59,7 +75,8 @@ void decode_free(DecodeCtx *d);
 /* forward_layers with the statistics kept: layer_passes += e - b, token_layers +=
    n (e - b), and a target pass when the call covers the whole model */
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden);
-/* runs the prompt through the model; leaves the last position's logits in d->logits */
+/* runs the prompt through the model; leaves the last position's logits in d->logits
+   and its hidden state after the last layer in d->hidden[0..dim) */
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* does this token end the text? (EOS, and BOS for llama2.c-style models, as run.c) */
 int decode_is_end(const DecodeCtx *d, int token);

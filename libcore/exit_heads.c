@@ -3,6 +3,8 @@
    head_logits is three batch-invariant kernels: rmsnorm, matmul by T, matmul by E. */
 #include "exit_heads.h"
 
+#include "bundle.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,12 +96,21 @@ static int load_T(ExitHeads *h, const Model *m, int k, const char *path) {
 }
 
 int heads_load(ExitHeads *h, const char *path, const Model *m) {
+    TensorFile tf;
     memset(h, 0, sizeof *h);
-    if (tf_open(&h->tf, path)) return -1;
+    if (tf_open(&tf, path)) return -1;
+    int rc = heads_load_tf(h, &tf, m, path);
+    tf_close(&tf);
+    return rc;
+}
+
+int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const char *path) {
+    memset(h, 0, sizeof *h);
+    if (bundle_view(file, "exit-heads", &h->tf, path)) return -1;
     const char *kind = tf_meta(&h->tf, "paradec.kind"), *ls = tf_meta(&h->tf, "paradec.exit.layers");
     const char *norm = tf_meta(&h->tf, "paradec.exit.norm"), *dig = tf_meta(&h->tf, "paradec.model_digest");
     int layers[MAX_EXIT_HEADS], n = 0, rc = 0;
-    if (!kind || (strcmp(kind, "exit-heads") && strcmp(kind, "bundle")))
+    if (!kind || strcmp(kind, "exit-heads"))
         rc = pd_error("%s: not an exit-heads file (paradec.kind is '%s')", path, kind ? kind : "missing");
     else if (!ls)
         rc = pd_error("%s: no exit heads inside (paradec.exit.layers is missing)", path);

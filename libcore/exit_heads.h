@@ -18,13 +18,16 @@ typedef struct {
     int norm;                      /* apply the final RMSNorm (with its gain) before T */
     int dim;
     char model_digest[40];
-    TensorFile tf;
+    TensorFile tf;                 /* the file's metadata (a view: its tensors are gone after load) */
     Arena arena;                   /* packed copies, owned T when built in memory */
 } ExitHeads;
 
 /* load and check against the model: dimension, layer range, the model digest the
    heads were trained for (refused with both digests named) */
 int heads_load(ExitHeads *h, const char *path, const Model *m);
+/* the same from a file already open: an exit-heads file, or a bundle (its first exit
+   head set). h keeps the metadata (h->tf, a view), not the tensors */
+int heads_load_tf(ExitHeads *h, const TensorFile *tf, const Model *m, const char *what);
 /* identity heads (T = I) at the given layers: the "logit lens", and the untrained
    start of distill-heads */
 int heads_identity(ExitHeads *h, const Model *m, const int *layers, int n, int norm);

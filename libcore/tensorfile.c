@@ -437,6 +437,37 @@ int tf_open(TensorFile *tf, const char *path) {
     return 0;
 }
 
+int tf_view(TensorFile *dst, const TensorFile *src, const char *prefix) {
+    memset(dst, 0, sizeof *dst);
+    size_t pl = strlen(prefix);
+    int nt = 0, nm = 0;
+    for (int i = 0; i < src->n; i++) nt += !strncmp(src->t[i].name, prefix, pl);
+    for (int i = 0; i < src->n_meta; i++) nm += !strncmp(src->meta_key[i], prefix, pl);
+    dst->t = pd_alloc(sizeof(Tensor) * (nt + 1));
+    dst->meta_key = pd_alloc(sizeof(char *) * (nm + 1));
+    dst->meta_val = pd_alloc(sizeof(char *) * (nm + 1));
+    dst->path = pd_strdup(src->path ? src->path : "?");
+    if (!dst->t || !dst->meta_key || !dst->meta_val || !dst->path) goto fail;
+    for (int i = 0; i < src->n; i++) {
+        if (strncmp(src->t[i].name, prefix, pl)) continue;
+        dst->t[dst->n] = src->t[i];
+        if (!(dst->t[dst->n].name = pd_strdup(src->t[i].name + pl))) goto fail;
+        dst->n++;
+    }
+    for (int i = 0; i < src->n_meta; i++) {
+        if (strncmp(src->meta_key[i], prefix, pl)) continue;
+        dst->meta_key[dst->n_meta] = pd_strdup(src->meta_key[i] + pl);
+        dst->meta_val[dst->n_meta] = pd_strdup(src->meta_val[i]);
+        if (!dst->meta_key[dst->n_meta] || !dst->meta_val[dst->n_meta]) goto fail;
+        dst->n_meta++;
+    }
+    return 0;
+fail:
+    dst->n_meta += dst->n_meta < nm; /* a half-made pair: tf_close frees what is there */
+    tf_close(dst);
+    return -1;
+}
+
 const Tensor *tf_get(const TensorFile *tf, const char *name) {
     for (int i = 0; i < tf->n; i++)
         if (!strcmp(tf->t[i].name, name)) return &tf->t[i];

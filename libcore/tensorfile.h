@@ -46,6 +46,10 @@ int tf_open(TensorFile *tf, const char *path);
    The tensors point into `bytes`, which must outlive tf. For fuzzing and tests. */
 int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what);
 void tf_close(TensorFile *tf);
+/* the tensors and metadata whose names start with prefix, the prefix cut off: a view
+   that owns its names and metadata but shares src's tensor data (valid while src is
+   open); tf_close frees what the view owns. For the head sets inside a bundle. */
+int tf_view(TensorFile *dst, const TensorFile *src, const char *prefix);
 const Tensor *tf_get(const TensorFile *tf, const char *name);   /* NULL when absent */
 const char *tf_meta(const TensorFile *tf, const char *key);     /* NULL when absent */
 /* the tensor, checked: must exist with this dtype and shape, else -1 + message */

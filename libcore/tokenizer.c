@@ -939,3 +939,30 @@ int tok_decode_flags(const Tokenizer *t, const int32_t *ids, int n, int flags, c
 int tok_decode(const Tokenizer *t, const int32_t *ids, int n, char **text, size_t *len) {
     return tok_decode_flags(t, ids, n, 0, text, len);
 }
+
+/* a piece for a one-line message: printable ASCII as is, anything else \xNN, cut at 24 */
+static void piece_quote(const Tokenizer *t, int id, char *out, size_t n) {
+    const unsigned char *p = (const unsigned char *)t->text + t->off[id];
+    size_t k = 0;
+    uint32_t i = 0;
+    out[0] = 0;
+    for (; i < t->len[id] && k + 8 < n; i++) /* room left for one \xNN and "..." */
+        k += (size_t)snprintf(out + k, n - k, p[i] >= 32 && p[i] < 127 && p[i] != '\'' ? "%c" : "\\x%02x", p[i]);
+    if (i < t->len[id]) snprintf(out + k, n - k, "...");
+}
+
+int tok_same_vocab(const Tokenizer *a, const Tokenizer *b, char *why, size_t n) {
+    if (a->n_vocab != b->n_vocab) {
+        snprintf(why, n, "the vocabularies have %d and %d tokens", a->n_vocab, b->n_vocab);
+        return 0;
+    }
+    for (int id = 0; id < a->n_vocab; id++) {
+        if (a->len[id] == b->len[id] && !memcmp(a->text + a->off[id], b->text + b->off[id], a->len[id])) continue;
+        char x[32], y[32];
+        piece_quote(a, id, x, sizeof x);
+        piece_quote(b, id, y, sizeof y);
+        snprintf(why, n, "the vocabularies differ first at token %d ('%s' vs '%s')", id, x, y);
+        return 0;
+    }
+    return 1;
+}

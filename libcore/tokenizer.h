@@ -58,6 +58,9 @@ int tok_is_eog(const Tokenizer *t, int id);
    "<|eot_id|>", "<|im_start|>" — for chat templates */
 int tok_find(const Tokenizer *t, const char *piece);
 TokKind tok_kind(const Tokenizer *t);
+/* 1 when both have the same pieces (every id's text, byte for byte); else 0 and why[n]
+   says where they first differ (a draft model must share the target's vocabulary) */
+int tok_same_vocab(const Tokenizer *a, const Tokenizer *b, char *why, size_t n);
 
 /* encode len bytes of text; *ids is malloc'd (caller frees), *n its length */
 int tok_encode(const Tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids,

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "medusa.h"
+
 const WidenPreset widen_presets[] = {
     {"110m", 768, 2048, 12, 12, 12, 64, "Llama-2-style 110M shape (llama2.c stories110M)"},
     {"1b", 2048, 5632, 22, 32, 4, 64, "TinyLlama-1.1B shape"},
@@ -457,6 +459,91 @@ int widen_heads(const char *heads_in, const char *small_model, const char *wide_
     free(T);
     if (src.n) heads_free(&src);
     if (dst.n) heads_free(&dst);
+    model_free(&a);
+    model_free(&b);
+    return rc;
+}
+
+/* ---- Medusa heads, widened along with their model ---- */
+
+/* the held-out records and training facts travel along; what medusa_save writes
+   itself (heads, dim, input_scale, rank_acc) does not */
+static int carry_medusa_meta(const char *heads_in, const char *from_digest, const MedusaHeads *dst, const char *out) {
+    TensorFile tf = {0};
+    int n = 0;
+    if (strcmp(heads_in, "-") && tf_open(&tf, heads_in)) return -1; /* stdin was read once: no facts */
+    const char **meta = pd_alloc(sizeof(char *) * 2 * ((size_t)tf.n_meta + 1));
+    if (!meta) {
+        tf_close(&tf);
+        return -1;
+    }
+    static const char *const own[] = {"paradec.medusa.heads", "paradec.medusa.dim", "paradec.medusa.input_scale",
+                                      "paradec.medusa.rank_acc"};
+    meta[2 * n] = "paradec.widened_from", meta[2 * n++ + 1] = from_digest;
+    for (int i = 0; i < tf.n_meta; i++) {
+        const char *key = tf.meta_key[i];
+        int skip = strncmp(key, "paradec.medusa.", 15) != 0;
+        for (int j = 0; j < 4 && !skip; j++) skip = !strcmp(key, own[j]);
+        if (!skip) meta[2 * n] = key, meta[2 * n++ + 1] = tf.meta_val[i];
+    }
+    int rc = medusa_save(dst, out, meta, n);
+    free(meta);
+    tf_close(&tf);
+    return rc;
+}
+
+int widen_medusa(const char *heads_in, const char *small_model, const char *wide_model, const char *heads_out) {
+    Model a, b;
+    MedusaHeads src = {0}, dst = {0};
+    if (model_load(&a, small_model)) return -1;
+    if (model_load(&b, wide_model)) {
+        model_free(&a);
+        return -1;
+    }
+    int rc = medusa_load(&src, heads_in, &a), own = 0;
+    int d = a.c.dim, D = b.c.dim, V = a.c.vocab_size;
+    if (!rc && (b.c.vocab_size != V || D < d))
+        rc = pd_error("%s: dim %d, vocabulary %d: not a widened copy of %s (dim %d, vocabulary %d)", wide_model, D,
+                      b.c.vocab_size, small_model, d, V);
+    for (int k = 0; !rc && k < src.n; k++) own |= src.lm[k] != NULL;
+    rc = rc ? rc : medusa_init(&dst, &b, src.n, own);
+    /* the wide normed state is the real one / s and the wide output embedding the real
+       one × s: with input_scale × s the block sees the real state, and its output / s
+       meets an embedding × s. W into the top-left corner, b into the first d entries,
+       an own lm_head widened as the model's (real rows × s, zeros beyond d) */
+    double s = sqrt((double)D / d);
+    float *W = NULL, *bias = NULL, *lm = NULL;
+    if (!rc) {
+        dst.input_scale = (float)(s * src.input_scale);
+        W = pd_alloc(pd_mul(pd_mul((size_t)D, D), sizeof(float)));
+        bias = pd_alloc(sizeof(float) * D);
+        lm = own ? pd_alloc(pd_mul(pd_mul((size_t)V, D), sizeof(float))) : NULL;
+        if (!W || !bias || (own && !lm)) rc = -1;
+    }
+    for (int k = 0; !rc && k < src.n; k++) {
+        memset(W, 0, sizeof(float) * D * D);
+        memset(bias, 0, sizeof(float) * D);
+        for (int i = 0; i < d; i++) {
+            memcpy(W + (size_t)i * D, src.W[k] + (size_t)i * d, sizeof(float) * d);
+            bias[i] = src.b[k][i];
+        }
+        if (!src.lm[k]) dst.lm[k] = NULL, dst.lmp[k] = NULL; /* this head reads the model's */
+        else {
+            memset(lm, 0, sizeof(float) * V * D);
+            for (int v = 0; v < V; v++) copy_scaled(lm + (size_t)v * D, src.lm[k] + (size_t)v * d, d, s);
+        }
+        rc = medusa_set(&dst, k, W, bias, src.lm[k] ? lm : NULL);
+    }
+    if (!rc) {
+        memcpy(dst.rank_acc, src.rank_acc, sizeof dst.rank_acc);
+        dst.has_acc = src.has_acc;
+        rc = carry_medusa_meta(heads_in, src.model_digest, &dst, heads_out);
+    }
+    free(W);
+    free(bias);
+    free(lm);
+    if (src.n) medusa_free(&src);
+    if (dst.n) medusa_free(&dst);
     model_free(&a);
     model_free(&b);
     return rc;

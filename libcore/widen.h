@@ -49,5 +49,10 @@ int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, c
    from it): each head moves to the wide layer right after the one that runs its real
    layer, T into the top-left corner of a D×D matrix, so its logits are unchanged */
 int widen_heads(const char *heads_in, const char *small_model, const char *wide_model, const char *heads_out);
+/* Medusa heads trained for small_model, carried over to wide_model: W into the
+   top-left corner, b into the first dims, input_scale × s (the wide normed state is
+   the real one / s), an own lm_head widened as the model's (real rows × s); their
+   logits are unchanged, their held-out records travel along */
+int widen_medusa(const char *heads_in, const char *small_model, const char *wide_model, const char *heads_out);
 
 #endif

@@ -122,4 +122,5 @@ def main():
                             f"plot '{dat}' with linespoints title 'measured', 1 title 'standard'"])
             os.remove(dat)
 
-main()
+if __name__ == "__main__":
+    main()

@@ -1,12 +1,17 @@
 /* convert — import a checkpoint into a paradec model file.
    bin/convert SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT
-   SRC: a Hugging Face directory, a llama.cpp GGUF file, or a llama2.c .bin checkpoint. */
+   SRC: a Hugging Face directory, a llama.cpp GGUF file, or a llama2.c .bin checkpoint.
+   bin/convert MODEL --layers L --heads EXIT_HEADS [--dtype f32|bf16] -o DRAFT
+   a draft model for --method speculative: MODEL's first L layers and its exit head at
+   layer L folded into the lm_head (draftmodel.h; docs/speculative.md). */
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "draftmodel.h"
 #include "tool.h"
 
-#define USAGE "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT   ('-o -' writes to stdout)"
+#define USAGE "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT   ('-o -' writes to stdout); " \
+              "a draft: MODEL --layers L --heads EXIT_HEADS [--dtype f32|bf16] -o DRAFT"
 
 static void help(void) {
     printf("usage: convert %s\n\n"
@@ -15,7 +20,10 @@ static void help(void) {
            "     a llama.cpp GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1, dequantised; its tokenizer inside),\n"
            "     or a llama2.c .bin checkpoint (needs --tokenizer).\n"
            "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n"
-           "     it replaces the source's own.\n",
+           "     it replaces the source's own.\n"
+           "--layers L --heads EXIT_HEADS: MODEL (a paradec model file) becomes a draft model for\n"
+           "     --method speculative: its first L layers, and the exit head at layer L (trained with\n"
+           "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n",
            USAGE);
     exit(0);
 }
@@ -51,9 +59,12 @@ static int read_source(Checkpoint *ck, const char *src) {
 
 int main(int argc, char **argv) {
     tool_name = "convert";
-    const char *src = NULL, *tok = NULL, *out = NULL, *dtype = "f32";
+    const char *src = NULL, *tok = NULL, *out = NULL, *dtype = "f32", *heads = NULL;
+    int layers = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) tok = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "--heads")) heads = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "--layers")) layers = (int)arg_int(argv[i], arg_next(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(argv[i], "-o")) out = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "--dtype")) dtype = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) help();
@@ -65,6 +76,14 @@ int main(int argc, char **argv) {
     DType dt = !strcmp(dtype, "f32") ? DT_F32 : !strcmp(dtype, "bf16") ? DT_BF16 : (DType)-1;
     if ((int)dt < 0) die("--dtype: '%s' is not f32 or bf16", dtype);
     double t0 = pd_now();
+    if (heads || layers) { /* a draft model */
+        if (!heads || !layers) die("a draft model needs both --layers L and --heads EXIT_HEADS");
+        if (tok) die("--tokenizer: a draft model keeps its source's tokenizer");
+        if (draft_from_head(src, heads, layers, out, dt)) die_lib();
+        fprintf(stderr, "convert: %s → %s (draft: layers 0..%d and the exit head at layer %d, %s, %.1f s)\n", src, out,
+                layers - 1, layers, dtype, pd_now() - t0);
+        return 0;
+    }
     Checkpoint ck;
     if (read_source(&ck, src)) die_lib();
     if (tok && ck_set_tokenizer(&ck, tok)) die_lib();

@@ -12,8 +12,10 @@
 
 #define USAGE "-m MODEL -p PROMPT -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS] " \
               "[--method NAME] [--json] [--chat [--chat-format llama3|llama2|chatml] [--system TEXT]] " \
-              "[--heads FILE] [--gamma G] [--max-pending K] [--exit-layer L] [--draft-max K] [--oracle-exit RATE] " \
-              "[--dump-logits FILE]"
+              "[--heads FILE] [--gamma G] [--max-pending K] [--exit-layer L] [--draft MODEL] [--draft-min K] " \
+              "[--draft-max K] [--draft-fixed] [--tree PATHS] " \
+              "[--fixed-tree] [--ngram-max N] [--window W] [--ngram N] [--guess G] [--adaptive] " \
+              "[--oracle-exit RATE | --oracle-acceptance A] [--dump-logits FILE]"
 
 typedef struct {
     const char *model, *prompt, *method, *chat_format, *system, *heads, *dump;
@@ -21,6 +23,7 @@ typedef struct {
     double temp, top_p, oracle;
     unsigned long long seed;
     MethodOptions opt;
+    const char *draft; /* speculative: the draft model */
 } Args;
 
 typedef struct {
@@ -57,6 +60,9 @@ static char *generated_text(DecodeCtx *d, int prev, size_t *len) {
     return s;
 }
 
+/* tokens per target pass after the prompt */
+static double tau(const DecodeCtx *d) { return d->n_out / (d->target_passes - d->prefill_passes + 1e-12); }
+
 static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     size_t len;
     char *text = generated_text(d, prompt[n_prompt - 1], &len);
@@ -67,6 +73,14 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
                           d->n_out / (d->t_decode + 1e-12), "prefill_tok_per_s",
                           n_prompt / (d->t_prefill + 1e-12), "target_passes", (json_int_t)d->target_passes,
                           "weight_bytes_per_token", model_weight_bytes(d->m));
+    if (o && !d->opt.heads && d->pending_n) { /* a drafter's: tokens per target pass, acceptance per depth */
+        json_t *acc = json_array();
+        for (int j = 0; j < MAX_EXIT_HEADS && d->reached[j]; j++)
+            json_array_append_new(acc, json_real(d->early[j] / (d->reached[j] + 1e-12)));
+        json_object_set_new(o, "tau", json_real(tau(d)));
+        json_object_set_new(o, "acceptance_per_depth", acc);
+        json_object_set_new(o, "mean_tree", json_real(1 + d->pending_sum / (d->pending_n + 1e-12)));
+    }
     if (o && d->opt.heads) { /* the early-exit statistics of adadecode / self-speculative */
         int L = d->m->c.n_layers;
         json_t *rates = json_object();
@@ -112,14 +126,48 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(f, "--gamma")) a.opt.gamma = (float)arg_num(f, arg_next(argc, argv, &i), 1e-6, 1);
         else if (!strcmp(f, "--max-pending")) a.opt.max_pending = (int)arg_int(f, arg_next(argc, argv, &i), 1, 32);
         else if (!strcmp(f, "--exit-layer")) a.opt.exit_layer = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(f, "--draft-max")) a.opt.draft_max = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(f, "--oracle-exit")) a.oracle = arg_num(f, arg_next(argc, argv, &i), 0, 1);
+        else if (!strcmp(f, "--draft-max")) a.opt.draft_max = (int)arg_int(f, arg_next(argc, argv, &i), 1, 127);
+        else if (!strcmp(f, "--draft")) a.draft = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--draft-min")) a.opt.draft_min = (int)arg_int(f, arg_next(argc, argv, &i), 1, 127);
+        else if (!strcmp(f, "--draft-fixed")) a.opt.draft_fixed = 1;
+        else if (!strcmp(f, "--tree")) a.opt.tree = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--fixed-tree")) a.opt.fixed_tree = 1;
+        else if (!strcmp(f, "--ngram-max")) a.opt.ngram_max = (int)arg_int(f, arg_next(argc, argv, &i), 1, 8);
+        else if (!strcmp(f, "--window")) a.opt.window = (int)arg_int(f, arg_next(argc, argv, &i), 1, 32);
+        else if (!strcmp(f, "--ngram")) a.opt.ngram = (int)arg_int(f, arg_next(argc, argv, &i), 2, 8);
+        else if (!strcmp(f, "--guess")) a.opt.guess = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
+        else if (!strcmp(f, "--adaptive")) a.opt.adaptive = 1;
+        else if (!strcmp(f, "--oracle-exit") || !strcmp(f, "--oracle-acceptance"))
+            a.oracle = arg_num(f, arg_next(argc, argv, &i), 0, 1);
         else if (!strcmp(f, "--dump-logits")) a.dump = arg_next(argc, argv, &i);
         else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
         else die("unknown flag %s (usage: decode %s)", f, USAGE);
     }
     if (!a.model || !a.prompt || a.n < 0) usage(USAGE);
     return a;
+}
+
+/* --heads FILE (exit heads, Medusa heads, or a bundle's set for the method), or the
+   model's own when it is a bundle and the method takes heads; 2 = Medusa, 1 = exit, 0 */
+static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh) {
+    int medusa = !strcmp(a->method, "medusa"), rc;
+    if (a->heads) {
+        TensorFile tf; /* opened once: "-" is read once */
+        if (tf_open(&tf, a->heads)) die_lib();
+        const char *kind = tf_meta(&tf, "paradec.kind");
+        if (kind && strcmp(kind, "bundle")) medusa = !strcmp(kind, "medusa-heads");
+        rc = medusa ? medusa_load_tf(mh, &tf, m, a->heads) : heads_load_tf(eh, &tf, m, a->heads);
+        tf_close(&tf);
+    } else {
+        const char *kind = tf_meta(&m->tf, "paradec.kind");
+        if (!kind || strcmp(kind, "bundle") || (!medusa && strcmp(a->method, "adadecode") && strcmp(a->method, "self-speculative")))
+            return 0;
+        rc = medusa ? medusa_load_tf(mh, &m->tf, m, a->model) : heads_load_tf(eh, &m->tf, m, a->model);
+    }
+    if (rc) die_lib();
+    if (medusa) a->opt.medusa = mh;
+    else a->opt.heads = eh;
+    return medusa ? 2 : 1;
 }
 
 /* the prompt's ids: plain (BOS when the vocabulary wants one) or in a chat format */
@@ -159,13 +207,24 @@ int main(int argc, char **argv) {
     Args a = parse(argc, argv);
     const DecodeMethod *dm = decode_method(a.method);
     if (!dm) die_lib();
-    if (a.oracle >= 0 && a.temp != 0) die("--oracle-exit: the oracle knows the greedy continuation; use --temp 0");
-    if (a.oracle >= 0 && !a.heads) die("--oracle-exit needs --heads (the oracle stands in for them, at their layers)");
+    if (a.oracle >= 0 && a.temp != 0) die("--oracle-*: the oracle knows the greedy continuation; use --temp 0");
+    if (a.oracle >= 0 && !strcmp(a.method, "standard")) die("--oracle-*: standard decoding has nothing for an oracle to stand in for");
 
     Model m;
     ExitHeads heads;
-    if (model_load(&m, a.model) || (a.heads && heads_load(&heads, a.heads, &m))) die_lib();
-    if (a.heads) a.opt.heads = &heads;
+    MedusaHeads medusa;
+    if (model_load(&m, a.model)) die_lib();
+    int loaded = load_heads(&a, &m, &heads, &medusa);
+    Model draft;
+    if (a.draft) { /* speculative: a smaller model with the target's vocabulary */
+        char why[160];
+        if (model_load(&draft, a.draft)) die_lib();
+        if (!tok_same_vocab(m.tok, draft.tok, why, sizeof why)) die("--draft %s: %s", a.draft, why);
+        if (model_weight_bytes(&draft) > model_weight_bytes(&m))
+            fprintf(stderr, "decode: warning: the draft %s is larger than the model (%.0f vs %.0f MB of weights a step)\n",
+                    a.draft, model_weight_bytes(&draft) / 1e6, model_weight_bytes(&m) / 1e6);
+        a.opt.draft = &draft;
+    }
     if (k_init(a.threads)) die("cannot start %d threads", a.threads);
     int n_prompt;
     int32_t *ids = encode_prompt(&a, &m, &n_prompt);
@@ -201,7 +260,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "decode: %s, %d prompt + %d generated tokens, prefill %.1f tok/s, decode %.1f tok/s, %lld target passes",
             a.method, n_prompt, d.n_out, n_prompt / (d.t_prefill + 1e-12), d.n_out / (d.t_decode + 1e-12),
             (long long)d.target_passes);
-    if (a.heads)
+    if (!a.opt.heads && d.pending_n) {
+        fprintf(stderr, ", tau %.2f, mean tree %.1f, acceptance per depth", tau(&d), 1 + d.pending_sum / (d.pending_n + 1e-12));
+        for (int j = 0; j < MAX_EXIT_HEADS && d.reached[j]; j++) fprintf(stderr, " %.2f", d.early[j] / (d.reached[j] + 1e-12));
+    } else if (a.opt.heads)
         fprintf(stderr, ", %.2f layer passes/token, %lld early, %.1f %% rejected",
                 (d.layer_passes - d.prefill_passes * m.c.n_layers) / (d.n_out + 1e-12), (long long)d.drafted,
                 100.0 * d.rejected / (d.drafted + 1e-12));
@@ -211,7 +273,9 @@ int main(int argc, char **argv) {
     kv_free(&kv);
     free(ids);
     free(oracle);
-    if (a.heads) heads_free(&heads);
+    if (loaded == 2) medusa_free(&medusa);
+    else if (loaded == 1) heads_free(&heads);
+    if (a.draft) model_free(&draft);
     model_free(&m);
     return 0;
 }

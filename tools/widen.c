@@ -35,7 +35,8 @@ static void help(void) {
            "Use a plain .safetensors name (not .zst) for big presets so decode can mmap it.\n"
            "--llama2c writes the same model in llama2.c's legacy format (f32) for run.c and\n"
            "llama.cpp; --hf DIR a Hugging Face directory (config.json, model.safetensors F32).\n"
-           "--heads HEADS --heads-out OUT carries exit heads trained for MODEL over to the wide model.\n");
+           "--heads HEADS --heads-out OUT carries exit or Medusa heads trained for MODEL over to the\n"
+           "wide model (the heads file's kind says which).\n");
     exit(0);
 }
 
@@ -99,6 +100,19 @@ static void write_all(const Args *a, const Checkpoint *src, const Config *dst, P
     ck_free(&w);
 }
 
+/* the heads file's kind decides how it widens (stdin, read only once: exit heads) */
+static int widen_any_heads(const Args *a) {
+    if (strcmp(a->heads, "-")) {
+        TensorFile tf;
+        if (tf_open(&tf, a->heads)) return -1;
+        const char *kind = tf_meta(&tf, "paradec.kind");
+        int medusa = kind && !strcmp(kind, "medusa-heads");
+        tf_close(&tf);
+        if (medusa) return widen_medusa(a->heads, a->model, a->out, a->heads_out);
+    }
+    return widen_heads(a->heads, a->model, a->out, a->heads_out);
+}
+
 int main(int argc, char **argv) {
     tool_name = "widen";
     Args a = parse(argc, argv);
@@ -116,7 +130,7 @@ int main(int argc, char **argv) {
     Progress pg;
     if (a.llama2c || a.hf) write_all(&a, &src, &dst, &pg);
     else if (widen_write_model(&src, &dst, a.seed, a.out, a.dt, &pg)) die_lib();
-    if (a.heads && widen_heads(a.heads, a.model, a.out, a.heads_out)) {
+    if (a.heads && widen_any_heads(&a)) {
         take_back(a.out);
         die_lib();
     }

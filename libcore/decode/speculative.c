@@ -1,0 +1,229 @@
+/* speculative.c — draft-model speculative decoding (Leviathan et al. 2023; Chen et al.
+   2023): a smaller model with the same vocabulary drafts a chain of k tokens, one
+   1-token forward call each, and the drafter loop verifies the chain in one forward
+   call of the target. Greedy drafts are the draft's argmax; sampled ones are drawn from
+   the draft's distribution q (the target's temperature, top-k and top-p applied to the
+   draft's logits), which the loop's rejection sampling (accept with min(1, p/q), else
+   resample from norm(max(0, p − q))) needs to stay lossless.
+
+   The draft keeps its own KV cache (one sequence). A round starts with the cache full
+   for the positions before the root x (the last accepted token, at P) except for
+   `pend`, the accepted tokens it has not run yet; drafting runs pend + x in one call,
+   then each draft but the last. After verification the cache is cut to the accepted
+   path, and an accepted last draft (never run) becomes pending.
+
+   Draft length k adapts (unless fixed): start at 3, +1 after 5 rounds in a row with
+   more than 80 % of the drafts accepted, −1 after 3 rounds in a row under 50 %, within
+   [draft_min, draft_max]. The loop's size controller may still verify fewer nodes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../drafter.h"
+
+#define START_K 3
+#define DEFAULT_MAX 8
+#define MAX_K 32        /* --draft-max at most */
+#define UP_ROUNDS 5     /* rounds in a row with acceptance > UP_RATE before k grows */
+#define UP_RATE 0.8
+#define DOWN_ROUNDS 3   /* rounds in a row with acceptance < DOWN_RATE before k shrinks */
+#define DOWN_RATE 0.5
+#define CHUNK 64        /* tokens one draft forward call takes at most */
+
+typedef struct {
+    Model *m;            /* the draft */
+    KVCache kv;
+    int seq, kv_ok;
+    int len;             /* the draft's cache holds positions [0, len) */
+    int32_t pend[CHUNK]; /* accepted tokens at len.. it has not run yet */
+    int n_pend;
+    int off;             /* past the draft's context: no more drafts */
+    int proposed;        /* drafts this round (0: a plain step, or none made) */
+    int k, kmin, kmax, fixed, up, down;
+    float rate;          /* oracle (benchmarks) */
+    const int32_t *oracle;
+    float *hid;          /* [CHUNK][draft dim] */
+    float *lg;           /* [vocab] the draft's logits after the last token run */
+    int32_t pos[CHUNK], seqs[CHUNK];
+} Spec;
+
+/* runs n tokens at positions len.. through the draft; the last one's logits into lg
+   when want_logits */
+static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
+    int dim = s->m->c.dim;
+    for (int at = 0, take; at < n; at += take) {
+        take = n - at < CHUNK ? n - at : CHUNK;
+        for (int i = 0; i < take; i++) s->pos[i] = s->len + i;
+        Batch b = {take, tok + at, s->seqs, s->pos, NULL, NULL};
+        if (forward_layers(s->m, &s->kv, &b, 0, s->m->c.n_layers, s->hid)) return -1;
+        s->len += take;
+        if (want_logits && at + take == n && final_logits(s->m, s->hid + (size_t)(take - 1) * dim, 1, s->lg))
+            return -1;
+    }
+    return 0;
+}
+
+/* an accepted token the draft has not run; runs the backlog when it is full (one
+   slot stays free for the root, which propose runs along) */
+static int push_pending(Spec *s, int32_t tok) {
+    if (s->n_pend == CHUNK - 1) {
+        if (draft_run(s, s->pend, s->n_pend, 0)) return -1;
+        s->n_pend = 0;
+    }
+    s->pend[s->n_pend++] = tok;
+    if (s->len + s->n_pend >= s->m->c.seq_len) s->off = 1; /* the next draft would not fit */
+    return 0;
+}
+
+/* a token from probabilities p[V] summing to 1 (zeros skipped) */
+static int sample_probs(Sampler *sm, const float *p, int V) {
+    float coin = sampler_uniform(sm), cdf = 0;
+    int last = 0;
+    for (int i = 0; i < V; i++) {
+        if (p[i] <= 0) continue;
+        cdf += p[i];
+        last = i;
+        if (coin < cdf) return i;
+    }
+    return last;
+}
+
+/* the draft at depth j+1 from the draft's logits: the oracle's token (a point mass),
+   the argmax, or a sample from q (row node of t->q) */
+static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
+    int V = d->m->c.vocab_size, at = d->n_out + j;
+    t->sampled[node] = 0;
+    if (s->oracle && at < d->max_new && sampler_uniform(d->sampler) < s->rate) {
+        int tok = s->oracle[at];
+        if (tok >= 0 && tok < V) return tok; /* past the standard text's end: the draft's own */
+    }
+    if (d->sampler->temp == 0) return k_argmax(s->lg, V);
+    float *q = t->q + (size_t)node * V;
+    memcpy(q, s->lg, sizeof(float) * V);
+    sampler_probs(d->sampler, q);
+    t->sampled[node] = 1;
+    return sample_probs(d->sampler, q, V);
+}
+
+static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
+    Spec *s = dr->self;
+    int P = s->len + s->n_pend; /* the root's position */
+    int k = s->k < max_nodes - 1 ? s->k : max_nodes - 1;
+    if (k > max_depth) k = max_depth;
+    if (k > s->m->c.seq_len - P) k = s->m->c.seq_len - P; /* the draft runs positions P .. P+k-1 */
+    s->proposed = 0;
+    if (s->off || k < 1) return 0;
+    s->pend[s->n_pend++] = t->token[0]; /* push_pending left room for it */
+    int rc = draft_run(s, s->pend, s->n_pend, 1);
+    s->n_pend = 0;
+    for (int j = 0; !rc && j < k; j++) {
+        int node = j + 1;
+        t->token[node] = pick(s, d, t, node, j);
+        t->parent[node] = j;
+        if (j + 1 < k) rc = draft_run(s, &t->token[node], 1, 1); /* the last draft is not run */
+    }
+    if (rc) return -1;
+    t->n = k + 1;
+    s->proposed = k;
+    return 0;
+}
+
+/* the length rule: k from the share of this round's drafts that were accepted */
+static void adapt(Spec *s, int kept, int drafted) {
+    if (s->fixed || drafted < 1) return;
+    double r = (double)kept / drafted;
+    s->up = r > UP_RATE ? s->up + 1 : 0;
+    s->down = r < DOWN_RATE ? s->down + 1 : 0;
+    if (s->up == UP_ROUNDS) {
+        if (s->k < s->kmax) s->k++;
+        s->up = 0;
+    }
+    if (s->down == DOWN_ROUNDS) {
+        if (s->k > s->kmin) s->k--;
+        s->down = 0;
+    }
+}
+
+static int start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
+    (void)d, (void)hidden;
+    Spec *s = dr->self;
+    if (n_prompt >= s->m->c.seq_len) { /* the target's context may be the longer one */
+        s->off = 1;
+        return 0;
+    }
+    return draft_run(s, prompt, n_prompt, 0);
+}
+
+static int accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
+                    const float *hidden, const float *logits) {
+    (void)d, (void)path, (void)next, (void)hidden, (void)logits;
+    Spec *s = dr->self;
+    if (s->off) return 0;
+    int k = s->proposed, kept = n_path - 1;
+    s->proposed = 0;
+    if (!k) return push_pending(s, t->token[0]); /* a plain step: the root was never run */
+    /* the cache holds x, d1 .. d(k-1) at P .. P+k-1 (P = len - k); x, d1 .. d(kept) stay */
+    int P = s->len - k;
+    if (kept < k) {
+        s->len = P + kept + 1;
+        if (kv_truncate(&s->kv, s->seq, s->len)) return -1;
+    }
+    adapt(s, kept, k);
+    return kept == k ? push_pending(s, t->token[k]) : 0;
+}
+
+static void spec_free(Drafter *dr) {
+    Spec *s = dr->self;
+    if (!s) return;
+    if (s->kv_ok) kv_free(&s->kv);
+    free(s->hid);
+    free(s->lg);
+    free(s);
+}
+
+/* the options, checked; k's range and start */
+static int check_options(Spec *s, const DecodeCtx *d) {
+    const MethodOptions *o = &d->opt;
+    char why[160];
+    if (!o->draft) return pd_error("speculative needs a draft model (--draft MODEL)");
+    if (o->draft->c.vocab_size != d->m->c.vocab_size || !tok_same_vocab(d->m->tok, o->draft->tok, why, sizeof why))
+        return pd_error("speculative: the draft's vocabulary is not the target's: %s",
+                        o->draft->c.vocab_size != d->m->c.vocab_size ? "their sizes differ" : why);
+    if (o->draft_min < 0 || o->draft_min > MAX_K)
+        return pd_error("speculative: --draft-min %d is outside [1, %d]", o->draft_min, MAX_K);
+    if (o->draft_max < 0 || o->draft_max > MAX_K)
+        return pd_error("speculative: --draft-max %d is outside [1, %d]", o->draft_max, MAX_K);
+    s->kmin = o->draft_min ? o->draft_min : 1;
+    s->kmax = o->draft_max ? o->draft_max : s->kmin > DEFAULT_MAX ? s->kmin : DEFAULT_MAX;
+    if (s->kmin > s->kmax) return pd_error("speculative: --draft-min %d is above --draft-max %d", s->kmin, s->kmax);
+    if (o->oracle_rate < 0 || o->oracle_rate > 1 || (o->oracle_rate > 0 && !o->oracle))
+        return pd_error("speculative: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", o->oracle_rate);
+    s->fixed = o->draft_fixed;
+    s->k = s->fixed ? s->kmax : START_K < s->kmin ? s->kmin : START_K > s->kmax ? s->kmax : START_K;
+    s->rate = o->oracle_rate;
+    s->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
+    return 0;
+}
+
+static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    Spec *s = pd_alloc(sizeof *s);
+    if (!s) return -1;
+    Drafter dr = {s, start, propose, accepted, spec_free};
+    if (check_options(s, d)) {
+        spec_free(&dr);
+        return -1;
+    }
+    s->m = d->opt.draft;
+    const Config *c = &s->m->c;
+    s->hid = pd_alloc(pd_mul(pd_mul(sizeof(float), CHUNK), c->dim));
+    s->lg = pd_alloc(sizeof(float) * c->vocab_size);
+    s->kv_ok = s->hid && s->lg && !kv_init(&s->kv, c, 1, c->seq_len, 16);
+    if (!s->kv_ok || (s->seq = kv_seq_new(&s->kv)) < 0) {
+        spec_free(&dr);
+        return -1;
+    }
+    for (int i = 0; i < CHUNK; i++) s->seqs[i] = s->seq;
+    return drafter_generate(d, &dr, prompt, n_prompt);
+}
+
+const DecodeMethod method_speculative = {"speculative", "a smaller model with the same vocabulary drafts, the model verifies",
+                                         generate};

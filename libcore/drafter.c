@@ -1,0 +1,314 @@
+/* drafter.c — the verify loop every drafter runs in (see drafter.h): propose a tree,
+   verify it in one forward call, keep the longest path the model agrees with, and
+   let the round size controller choose how much of the tree is worth verifying. */
+#include "drafter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the round size controller ----
+   Bucket b verifies at most 2^b nodes; bucket 0 is a plain step that asks the drafter
+   for nothing. Two things decide the best bucket, both measured as the text goes:
+   - what a round of each bucket yields: because the drafter orders its nodes so that
+     every prefix is a tree, a round that verified n nodes also tells what any smaller
+     bucket would have kept (the accepted path cut at the first node past the prefix;
+     exact for greedy), so every round updates the averages of all buckets up to its
+     own; a plain round yields exactly one token;
+   - what a round of n nodes costs: a straight line a + b·n fitted to every round's
+     seconds (decaying least squares), far less noisy on a shared machine than
+     per-bucket timings.
+   The loop uses the bucket with the most tokens per second and now and then probes
+   two buckets up to learn about bigger trees; a probe that does not win doubles the
+   wait before the next one (up to PROBE_MAX rounds), so a drafter that never pays
+   costs little more than plain steps. */
+#define N_BUCKETS 8 /* 1 .. 128 nodes */
+#define PROBE 8
+#define PROBE_MAX 256
+#define EMA_TOK 0.1
+#define DECAY 0.97  /* of the cost fit's sums, per round */
+
+typedef struct {
+    double tok[N_BUCKETS]; /* tokens a round of bucket b keeps, on average */
+    double size[N_BUCKETS];/* nodes a round of bucket b runs, on average (drafters often
+                              propose fewer than the bucket allows) */
+    int seen[N_BUCKETS];
+    double sw, sn, snn, st, snt; /* decayed sums for the cost line */
+    int cur, top;   /* the bucket in use, the largest allowed */
+    long round, wait, next; /* rounds so far, between probes, the next probe */
+    int fixed;      /* verify the whole proposal, always (benchmarks, tests) */
+} Sizer;
+
+static void sizer_init(Sizer *z, int fixed) {
+    memset(z, 0, sizeof *z);
+    z->fixed = fixed;
+    z->top = N_BUCKETS - 1;
+    z->tok[0] = z->size[0] = 1;
+    z->seen[0] = 1;
+    z->wait = z->next = PROBE;
+}
+
+/* seconds of an n-node round on the fitted line (a flat guess before two sizes) */
+static double sizer_cost(const Sizer *z, double n) {
+    double det = z->sw * z->snn - z->sn * z->sn;
+    if (z->sw <= 0) return 1;
+    if (det <= 1e-12 * z->sw * z->snn) return z->st / z->sw;
+    double b = (z->sw * z->snt - z->sn * z->st) / det, a = (z->st - b * z->sn) / z->sw;
+    if (b < 0) b = 0;
+    if (a < 1e-9) a = 1e-9;
+    return a + b * n;
+}
+
+static int best_bucket(const Sizer *z) {
+    int best = 0;
+    double br = 0;
+    for (int b = 0; b <= z->top; b++) {
+        if (!z->seen[b]) continue;
+        double r = z->tok[b] / sizer_cost(z, z->size[b]);
+        if (r > br) br = r, best = b;
+    }
+    return best;
+}
+
+static int sizer_pick(Sizer *z) {
+    if (z->fixed) return z->top;
+    if (z->round == 0) return 3 <= z->top ? 3 : z->top; /* 8 nodes: what drafts keep */
+    if (z->round == 1) return 0;                        /* a plain step: the cost line */
+    if (z->round < z->next) return z->cur;
+    return z->cur + 2 <= z->top ? z->cur + 2 : z->top;
+}
+
+/* a round of bucket b ran n nodes (side nodes included), kept the path, took sec
+   seconds; a round whose drafter proposed nothing was a plain step */
+static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, double sec) {
+    if (z->fixed) return;
+    z->sw = z->sw * DECAY + 1;
+    z->sn = z->sn * DECAY + n;
+    z->snn = z->snn * DECAY + (double)n * n;
+    z->st = z->st * DECAY + sec;
+    z->snt = z->snt * DECAY + n * sec;
+    for (int k = 1; k <= b; k++) { /* what a prefix of 2^k nodes would have kept */
+        int kept = 1;
+        while (kept < n_path && path[kept] < (1 << k)) kept++;
+        double w = 1.0 / ++z->seen[k], a = w > EMA_TOK ? w : EMA_TOK; /* the mean at first */
+        z->tok[k] += a * (kept - z->tok[k]);
+        z->size[k] += a * ((n < (1 << k) ? n : (1 << k)) - z->size[k]);
+    }
+    z->round++;
+    int was = z->cur;
+    z->cur = best_bucket(z);
+    if (z->round > 2 && b > was && n > 1) { /* a probe: wait less when it moved us up */
+        z->wait = z->cur > was ? PROBE : (z->wait < PROBE_MAX ? 2 * z->wait : PROBE_MAX);
+        z->next = z->round + z->wait;
+    }
+}
+
+/* ---- one round ---- */
+
+typedef struct {
+    DraftTree t;
+    float *hid;   /* [2*MAX_TREE][dim] tree nodes, then side nodes */
+    float *lg;    /* [2*MAX_TREE][vocab] logits, then probabilities (sampling) */
+    float *res;   /* [vocab] the residual distribution */
+    uint8_t *mask;/* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
+    int32_t tok[2 * MAX_TREE], pos[2 * MAX_TREE], seq[2 * MAX_TREE];
+    int path[MAX_TREE];
+} Round;
+
+static int round_init(Round *r, DecodeCtx *d) {
+    memset(r, 0, sizeof *r);
+    size_t dim = d->m->c.dim, V = d->m->c.vocab_size;
+    r->hid = pd_alloc(sizeof(float) * 2 * MAX_TREE * dim);
+    r->lg = pd_alloc(sizeof(float) * 2 * MAX_TREE * V);
+    r->mask = pd_alloc(4 * MAX_TREE * MAX_TREE);
+    r->res = pd_alloc(sizeof(float) * V);
+    r->t.q = d->sampler->temp > 0 ? pd_alloc(sizeof(float) * MAX_TREE * V) : NULL;
+    for (int i = 0; i < 2 * MAX_TREE; i++) r->seq[i] = d->seq;
+    return r->hid && r->lg && r->res && r->mask && (r->t.q || d->sampler->temp == 0) ? 0 : -1;
+}
+
+static void round_free(Round *r) {
+    free(r->hid);
+    free(r->lg);
+    free(r->res);
+    free(r->mask);
+    free(r->t.q);
+}
+
+/* depths from parents; refuses a malformed tree (a drafter's bug, not the user's) */
+static int tree_check(DraftTree *t, int max_depth, int V) {
+    t->depth[0] = 0;
+    for (int i = 1; i < t->n; i++) {
+        if (t->parent[i] < 0 || t->parent[i] >= i) return pd_error("drafter: node %d's parent %d does not come before it", i, t->parent[i]);
+        if (t->token[i] < 0 || t->token[i] >= V) return pd_error("drafter: node %d's token %d is outside the vocabulary", i, t->token[i]);
+        t->depth[i] = t->depth[t->parent[i]] + 1;
+        if (t->depth[i] > max_depth) return pd_error("drafter: node %d is deeper than the %d allowed", i, max_depth);
+    }
+    return 0;
+}
+
+/* a token from probabilities p[V] summing to total (zeros skipped) */
+static int sample_probs(Sampler *s, const float *p, int V, float total) {
+    float coin = sampler_uniform(s) * total, cdf = 0;
+    int last = 0;
+    for (int i = 0; i < V; i++) {
+        if (p[i] <= 0) continue;
+        cdf += p[i];
+        last = i;
+        if (coin < cdf) return i;
+    }
+    return last;
+}
+
+/* greedy: follow the child that is the argmax; returns the path length */
+static int walk_greedy(Round *r, int V, int *next) {
+    const DraftTree *t = &r->t;
+    int node = 0, n = 1;
+    r->path[0] = 0;
+    for (;;) {
+        int want = k_argmax(r->lg + (size_t)node * V, V), child = -1;
+        for (int c = node + 1; c < t->n && child < 0; c++)
+            if (t->parent[c] == node && t->token[c] == want) child = c;
+        if (child < 0) {
+            *next = want;
+            return n;
+        }
+        r->path[n++] = node = child;
+    }
+}
+
+/* res[V] (summing to *total) becomes norm(max(0, res/total − q)), q a point mass at
+   tok when NULL; rounding that leaves nothing falls back on p itself */
+static void residual(float *res, float *total, const float *q, int tok, const float *p, int V) {
+    float sum = 0, t = *total;
+    for (int i = 0; i < V; i++) {
+        float v = res[i] / t - (q ? q[i] : (float)(i == tok));
+        sum += res[i] = v > 0 ? v : 0;
+    }
+    if (!(sum > 0)) {
+        memcpy(res, p, sizeof(float) * V);
+        sum = 1;
+    }
+    *total = sum;
+}
+
+/* sampling: rejection sampling down the tree (drafter.h); returns the path length */
+static int walk_sample(Round *r, Sampler *s, int V, int *next) {
+    const DraftTree *t = &r->t;
+    int node = 0, n = 1;
+    r->path[0] = 0;
+    for (;;) {
+        float *p = r->lg + (size_t)node * V, total = 1;
+        sampler_probs(s, p);
+        memcpy(r->res, p, sizeof(float) * V);
+        int child = -1;
+        for (int c = node + 1; c < t->n && child < 0; c++) {
+            if (t->parent[c] != node) continue;
+            int tok = t->token[c];
+            const float *q = t->sampled[c] ? t->q + (size_t)c * V : NULL;
+            if (sampler_uniform(s) * (q ? q[tok] : 1) < r->res[tok] / total) child = c; /* u < p/q */
+            else residual(r->res, &total, q, tok, p, V);
+        }
+        if (child < 0) {
+            *next = sample_probs(s, r->res, V, total);
+            return n;
+        }
+        r->path[n++] = node = child;
+    }
+}
+
+/* the mask of a tree with side nodes: tree rows from the parents, side rows as given */
+static void side_mask(Round *r) {
+    const DraftTree *t = &r->t;
+    int N = t->n + t->n_side;
+    memset(r->mask, 0, (size_t)N * N);
+    for (int i = 1; i < t->n; i++)
+        for (int a = t->parent[i]; a >= 0; a = t->parent[a]) r->mask[(size_t)i * N + a] = 1;
+    for (int i = 0; i < t->n_side; i++)
+        for (int j = 0; j < t->n + i; j++) r->mask[(size_t)(t->n + i) * N + j] = t->side_mask[i][j];
+}
+
+/* runs the tree's nodes (and side nodes) through the whole model: logits into r->lg */
+static int verify(DecodeCtx *d, Round *r, int P) {
+    DraftTree *t = &r->t;
+    int N = t->n + t->n_side;
+    for (int i = 0; i < t->n; i++) r->pos[i] = P + t->depth[i], r->tok[i] = t->token[i];
+    for (int i = 0; i < t->n_side; i++) r->pos[t->n + i] = t->side_pos[i], r->tok[t->n + i] = t->token_side[i];
+    if (t->n_side) side_mask(r);
+    Batch b = {N, r->tok, r->seq, r->pos, t->n_side ? NULL : t->parent, t->n_side ? r->mask : NULL};
+    if (decode_forward(d, &b, 0, d->m->c.n_layers, r->hid)) return -1;
+    return final_logits(d->m, r->hid, N, r->lg);
+}
+
+/* per-depth statistics: drafts kept at depth j+1 (early[j]) out of the rounds that
+   reached depth j with a draft below it (reached[j]) */
+static void count(DecodeCtx *d, const DraftTree *t, int n_path) {
+    int deepest = 0;
+    for (int i = 1; i < t->n; i++) deepest = t->depth[i] > deepest ? t->depth[i] : deepest;
+    for (int j = 0; j < deepest && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
+    for (int j = 1; j < n_path && j <= MAX_EXIT_HEADS; j++) d->early[j - 1]++;
+    d->drafted += t->n - 1;
+    d->rejected += t->n - n_path;
+    d->pending_sum += t->n - 1;
+    d->pending_n++;
+}
+
+/* how many nodes this round may propose, and how deep: drafts past the budget or the
+   context would be thrown away, and the tree's slots must fit the sequence */
+static void limits(const DecodeCtx *d, int P, int bucket, int *max_nodes, int *max_depth) {
+    int seq_len = d->m->c.seq_len;
+    int n = 1 << bucket, depth = d->max_new - d->n_out - 1;
+    if (n > MAX_TREE) n = MAX_TREE;
+    if (n > seq_len - P) n = seq_len - P;
+    if (depth > seq_len - 1 - P) depth = seq_len - 1 - P;
+    *max_nodes = n;
+    *max_depth = depth > 0 ? depth : 0;
+}
+
+int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_prompt) {
+    Round r;
+    Sizer z;
+    int rc = -1, V = d->m->c.vocab_size, dim = d->m->c.dim;
+    if (round_init(&r, d) || decode_prefill(d, prompt, n_prompt)) goto done;
+    if (dr->start && dr->start(dr, d, prompt, n_prompt, d->hidden)) goto done;
+    sizer_init(&z, d->opt.fixed_tree);
+    double t_start = pd_now();
+    int x = sampler_sample(d->sampler, d->logits), P = n_prompt;
+    int stop = decode_accept(d, prompt[n_prompt - 1], x);
+    while (!stop && P < d->m->c.seq_len) {
+        double t0 = pd_now();
+        int bucket = sizer_pick(&z), max_nodes, max_depth, next;
+        limits(d, P, bucket, &max_nodes, &max_depth);
+        DraftTree *t = &r.t;
+        t->n = 1;
+        t->n_side = 0;
+        t->token[0] = x;
+        t->parent[0] = -1;
+        if (max_nodes > 1 && max_depth > 0 && dr->propose(dr, d, t, max_nodes, max_depth)) goto done;
+        if (t->n < 1 || t->n > max_nodes || t->n_side < 0 || t->n_side > MAX_TREE ||
+            P + t->n + t->n_side > d->m->c.seq_len) {
+            pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
+            goto done;
+        }
+        if (tree_check(t, max_depth, V) || verify(d, &r, P)) goto done;
+        int n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(&r, d->sampler, V, &next);
+        if (kv_keep_path(d->kv, d->seq, P, r.path, n_path)) goto done;
+        count(d, t, n_path);
+        int prev = x;
+        for (int i = 1; i < n_path && !stop; i++) {
+            stop = decode_accept(d, prev, t->token[r.path[i]]);
+            prev = t->token[r.path[i]];
+        }
+        if (!stop) stop = decode_accept(d, prev, next);
+        const float *h = r.hid + (size_t)r.path[n_path - 1] * dim;
+        if (!stop && dr->accepted && dr->accepted(dr, d, t, r.path, n_path, next, h, r.lg)) goto done;
+        x = next;
+        P += n_path;
+        sizer_update(&z, bucket, r.path, n_path, t->n + t->n_side, pd_now() - t0);
+    }
+    rc = 0;
+    d->t_decode += pd_now() - t_start;
+done:
+    round_free(&r);
+    if (dr->free) dr->free(dr);
+    return rc;
+}

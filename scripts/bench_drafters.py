@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""bench_drafters.py — the drafters' speed (medusa, speculative, prompt lookup, lookahead):
+tokens per target pass (τ), the speedup over standard measured in this same run, what a
+verification of the round's tree costs (bin/verifycost, same run), the ideal speedup
+τ ÷ cost, and how much of it the engine realises.
+
+  python3 scripts/bench_drafters.py --model M [--prompts 100] [--tokens 128] [--temps 0,1]
+      [--dataset tinystories|xsum|humaneval|gsm8k] [--chat] [--label NAME]
+      --config "NAME: decode flags" [--config ...]
+      [--oracle "NAME: decode flags" --rates 0,0.2,... [--png FILE]]
+
+Each configuration runs the same prompts (one process per prompt, 1 thread) as standard
+does; tok/s is summed tokens over summed decode time. The ideal uses the cost of the
+round's mean tree size (interpolated in the verifycost table), so it is exact for fixed
+trees (--fixed-tree) and an estimate for adaptive ones. With --oracle the flags get
+--oracle-acceptance RATE for every rate (greedy) and the speedup-vs-acceptance curve is
+printed (and drawn, when gnuplot is installed)."""
+import argparse, json, os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_adadecode import dataset_prompts  # noqa: E402
+
+
+def run(a, extra):
+    cmd = [a.bin + "/decode", "-m", a.model, "-n", str(a.tokens), "--json", "-t", "1"] + extra
+    if a.chat:
+        cmd.append("--chat")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit("bench: " + " ".join(cmd) + ": " + r.stderr.strip())
+    return json.loads(r.stdout)
+
+
+def total(a, ps, extra):
+    toks = secs = passes = trees = rounds = 0
+    texts = []
+    for i, p in enumerate(ps):
+        j = run(a, ["-p", p, "--seed", str(i + 1)] + extra)
+        toks += j["n_gen"]
+        secs += j["n_gen"] / j["tok_per_s"]
+        if "tau" in j and j["tau"] > 0:
+            n = j["n_gen"] / j["tau"]
+            passes += n
+            trees += j.get("mean_tree", 1) * n
+        else:
+            passes += j["n_gen"]
+            trees += j["n_gen"]
+        texts.append(j["tokens"])
+    return {"tok_s": toks / secs, "tau": toks / passes, "tree": trees / passes, "texts": texts}
+
+
+def cost_table(a):
+    out = subprocess.run([a.bin + "/verifycost", "-m", a.model, "--sizes", "1,2,3,4,6,8,12,16,24,32,48,64",
+                          "--reps", "9"], capture_output=True, text=True, check=True).stdout
+    return [(j["n"], j["ratio"]) for j in map(json.loads, out.split("\n")[:-1])]
+
+
+def cost(table, n):
+    """the cost of an n-node verification, linear between the measured sizes"""
+    for (n0, c0), (n1, c1) in zip(table, table[1:]):
+        if n <= n1:
+            return c0 + (c1 - c0) * (max(n, n0) - n0) / (n1 - n0)
+    return table[-1][1] * n / table[-1][0]
+
+
+def config(s):
+    name, _, flags = s.partition(":")
+    return name.strip(), flags.split()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--bin", default="bin")
+    ap.add_argument("--prompts", type=int, default=100)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--temps", default="0,1")
+    ap.add_argument("--dataset", default="tinystories")
+    ap.add_argument("--chat", action="store_true")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--config", action="append", default=[])
+    ap.add_argument("--oracle", default="")
+    ap.add_argument("--rates", default="0,0.2,0.4,0.6,0.7,0.8,0.9,1")
+    ap.add_argument("--png", default="")
+    a = ap.parse_args()
+    data = os.environ.get("PARADEC_DATA") or "../shared/data"
+    ps = dataset_prompts(a.dataset, a.prompts, data)
+    label = (a.label or os.path.basename(a.model)) + ("" if a.dataset == "tinystories" else ", " + a.dataset)
+    table = cost_table(a)
+    print("verification cost (bin/verifycost, this run): " +
+          ", ".join(f"{n} nodes {c:.2f}×" for n, c in table))
+    print()
+    if a.config:
+        print("| model | temp | method | tok/s | speedup vs standard (same run) | τ (tokens/pass) | mean tree | "
+              "verify cost | ideal speedup τ÷cost | realised ÷ ideal | same text as standard |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for temp in a.temps.split(",") if a.config else []:
+        std = total(a, ps, ["--temp", temp])
+        print(f"| {label} | {temp} | standard | {std['tok_s']:.1f} | 1.00 | 1.00 | 1 | 1.00 | 1.00 | — | — |")
+        for c in a.config:
+            name, flags = config(c)
+            r = total(a, ps, ["--temp", temp] + flags)
+            sp = r["tok_s"] / std["tok_s"]
+            cst = cost(table, r["tree"])
+            ideal = r["tau"] / cst
+            same = "yes" if r["texts"] == std["texts"] else ("n/a (sampling)" if temp != "0" else "NO")
+            print(f"| {label} | {temp} | {name} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
+                  f"{cst:.2f} | {ideal:.2f} | {sp / ideal:.2f} | {same} |")
+            sys.stdout.flush()
+    if a.oracle:
+        name, flags = config(a.oracle)
+        print()
+        print("| model | method | oracle acceptance | tok/s | speedup vs standard | τ | mean tree | ideal | same text |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        std = total(a, ps, ["--temp", "0"])
+        pts = []
+        for rate in a.rates.split(","):
+            r = total(a, ps, ["--temp", "0", "--oracle-acceptance", rate] + flags)
+            sp = r["tok_s"] / std["tok_s"]
+            pts.append((float(rate), sp, r["tau"]))
+            print(f"| {label} | {name} | {rate} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
+                  f"{r['tau'] / cost(table, r['tree']):.2f} | {'yes' if r['texts'] == std['texts'] else 'NO'} |")
+            sys.stdout.flush()
+        if a.png and subprocess.run(["which", "gnuplot"], capture_output=True).returncode == 0:
+            dat = a.png + ".dat"
+            open(dat, "w").write("".join(f"{x} {y} {t}\n" for x, y, t in pts))
+            subprocess.run(["gnuplot", "-e", f"set terminal png size 640,400; set output '{a.png}'; "
+                            f"set xlabel 'oracle acceptance per head'; set ylabel 'speedup over standard'; set grid; "
+                            f"set y2label 'tau'; set y2tics; set title '{name}, {label}'; "
+                            f"plot '{dat}' using 1:2 with linespoints title 'speedup', "
+                            f"'{dat}' using 1:3 axes x1y2 with linespoints title 'tau', 1 title 'standard'"])
+            os.remove(dat)
+
+
+main()

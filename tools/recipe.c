@@ -1,0 +1,345 @@
+/* recipe — what `make recipe=NAME` runs before the stages themselves.
+   bin/recipe check RECIPE                  parse and check it; one line saying what it makes
+   bin/recipe rules RECIPE [--out DIR] [--stamps DIR] -o FILE
+        the make rules of its pipeline (convert or randmodel → answers → distill-heads →
+        draft → train-medusa → pack → bench) into FILE, for the Makefile to include.
+        Each stage's settings go into a stamp file in --stamps (build/recipe/NAME/) that
+        is rewritten only when they change, and the stage depends on it: a second run
+        redoes only what a changed setting or input touches. FILE, too, is rewritten
+        only when its text changes (make restarts after an included file changes).
+   bin/recipe answers RECIPE -m MODEL [-t N] -o FILE
+        the model's own greedy answers to the `answers:` prompts, as jsonl {"text": the
+        formatted prompt + the answer}: self-distillation text for the heads. */
+#include <jansson.h>
+#include <sys/stat.h>
+
+#include "decode.h"
+#include "recipe.h"
+#include "tool.h"
+
+#define USAGE "check RECIPE | rules RECIPE [--out DIR] [--stamps DIR] -o FILE | answers RECIPE -m MODEL [-t N] -o FILE"
+
+/* ---- a string that grows ---- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} Str;
+
+__attribute__((format(printf, 2, 3))) static void put(Str *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) die("cannot format text");
+    while (b->n + k + 1 > b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 4096;
+        if (!(b->s = realloc(b->s, b->cap))) die("out of memory");
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, k + 1, fmt, ap);
+    va_end(ap);
+    b->n += k;
+}
+
+/* writes text to path unless the file already holds exactly that (its time then stays,
+   which is what make's dependency tracking reads) */
+static void write_if_changed(const char *path, const char *text) {
+    char *old;
+    size_t n;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        if (!pd_read_file(path, &old, &n)) {
+            int same = n == strlen(text) && !memcmp(old, text, n);
+            free(old);
+            if (same) return;
+        }
+    }
+    AtomicFile af;
+    if (atomic_open(&af, path)) die_lib();
+    fputs(text, af.f);
+    if (atomic_commit(&af)) die_lib();
+}
+
+static void mkdirs(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || !*s) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0755) && errno != EEXIST) die("%s: cannot create: %s", p, strerror(errno));
+            if (!(*s = c)) break;
+        }
+    }
+}
+
+/* ---- rules ---- */
+
+typedef struct {
+    const Recipe *r;
+    const char *out, *stamps;
+    Str mk;
+} Gen;
+
+/* one stage: target, its prerequisites, the tool (order-only: a rebuilt tool does not
+   redo finished stages; `rm -r out/NAME` does), the command; its stamp holds the
+   command plus any settings the command does not show */
+static void stage(Gen *g, const char *target, const char *deps, const char *tool, const char *cmd, const char *extra) {
+    char stamp[4200];
+    snprintf(stamp, sizeof stamp, "%s/%s.cmd", g->stamps, target);
+    Str s = {0};
+    put(&s, "%s\n%s", cmd, extra ? extra : "");
+    write_if_changed(stamp, s.s);
+    free(s.s);
+    put(&g->mk, "%s/%s: %s %s | $(BIN)/%s\n", g->out, target, stamp, deps, tool);
+    if (strcmp(target, RECIPE_MODEL)) put(&g->mk, "\t%s\n\n", cmd);
+    else /* the first stage makes the folder, and takes it away again when it fails */
+        put(&g->mk, "\t@mkdir -p %s\n\t%s || { rmdir %s 2>/dev/null; exit 1; }\n\n", g->out, cmd, g->out);
+}
+
+/* prerequisites of a source: a directory's files, or the file */
+static void source_deps(Str *d, const char *path) {
+    struct stat st;
+    if (!stat(path, &st) && S_ISDIR(st.st_mode)) put(d, "%s$(wildcard %s/*)", d->n ? " " : "", path);
+    else put(d, "%s%s", d->n ? " " : "", path);
+}
+
+static void dataset_settings(Str *s, const RecipeDataset *ds) {
+    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s\ntemplate %s\n", ds->name, ds->file, ds->samples,
+        ds->max_new, ds->chat, ds->gamma, ds->system ? ds->system : "-", ds->tmpl);
+}
+
+/* distill-heads for a head set (the exit heads, or the draft's own head) */
+static void heads_stage(Gen *g, const RecipeExitHeads *h, const char *target) {
+    const Recipe *r = g->r;
+    Str cmd = {0}, deps = {0};
+    put(&deps, "%s/%s", g->out, RECIPE_MODEL);
+    put(&cmd, "$(BIN)/distill-heads -m %s/%s --data ", g->out, RECIPE_MODEL);
+    if (h->from_answers) put(&cmd, "%s/%s", g->out, RECIPE_ANSWERS), put(&deps, " %s/%s", g->out, RECIPE_ANSWERS);
+    else put(&cmd, "%s", h->data), put(&deps, " %s", h->data);
+    if (h->fields) put(&cmd, " --fields %s", h->fields);
+    if (h->special) put(&cmd, " --special");
+    put(&cmd, " --layers %s", h->layers);
+    if (h->steps) put(&cmd, " --steps %d", h->steps);
+    if (h->lr) put(&cmd, " --lr %g", h->lr);
+    if (h->batch) put(&cmd, " --batch %d", h->batch);
+    if (h->seq_len) put(&cmd, " --seq-len %d", h->seq_len);
+    if (h->seed) put(&cmd, " --seed %d", h->seed);
+    put(&cmd, " --norm %s", h->norm < 0 ? "auto" : h->norm ? "1" : "0");
+    put(&cmd, " -t %d -o $@", r->threads);
+    stage(g, target, deps.s, "distill-heads", cmd.s, NULL);
+    free(cmd.s), free(deps.s);
+}
+
+static void rules(const Recipe *r, const char *out, const char *stamps, const char *path) {
+    Gen g = {r, out, stamps, {0}};
+    mkdirs(stamps);
+    put(&g.mk, "# generated by bin/recipe from %s; make recipe=%s runs it (docs/recipes.md)\n\n", r->file, r->name);
+    /* 1. the model */
+    Str cmd = {0}, deps = {0}, extra = {0};
+    if (r->model.random_config) {
+        char cfg[4200];
+        snprintf(cfg, sizeof cfg, "%s/model-config.json", stamps);
+        write_if_changed(cfg, r->model.random_config);
+        put(&cmd, "$(BIN)/randmodel --config %s --tokenizer %s", cfg, r->model.tokenizer);
+        put(&deps, "%s %s", cfg, r->model.tokenizer);
+        if (r->model.chat_template) put(&cmd, " --chat-template %s", r->model.chat_template), put(&deps, " %s", r->model.chat_template);
+        put(&cmd, " --seed %d --dtype %s -o $@", r->model.random_seed, r->model.dtype);
+        stage(&g, RECIPE_MODEL, deps.s, "randmodel", cmd.s, r->model.random_config);
+    } else {
+        put(&cmd, "$(BIN)/convert %s", r->model.source);
+        source_deps(&deps, r->model.source);
+        if (r->model.tokenizer) put(&cmd, " --tokenizer %s", r->model.tokenizer), put(&deps, " %s", r->model.tokenizer);
+        put(&cmd, " --dtype %s -o $@", r->model.dtype);
+        stage(&g, RECIPE_MODEL, deps.s, "convert", cmd.s, NULL);
+    }
+    cmd.n = deps.n = 0;
+    /* 2. the model's own answers */
+    if (r->answers.on) {
+        put(&cmd, "$(BIN)/recipe answers %s -m %s/%s -t %d -o $@", r->file, out, RECIPE_MODEL, r->threads);
+        put(&deps, "%s/%s", out, RECIPE_MODEL);
+        for (int i = 0; i < r->answers.n; i++) dataset_settings(&extra, &r->answers.ds[i]), put(&deps, " %s", r->answers.ds[i].file);
+        stage(&g, RECIPE_ANSWERS, deps.s, "recipe", cmd.s, extra.s);
+    }
+    cmd.n = deps.n = extra.n = 0;
+    /* 3. exit heads, 4. the draft */
+    if (r->exit.on) heads_stage(&g, &r->exit, RECIPE_EXIT);
+    if (r->draft.on && r->draft.source) {
+        put(&cmd, "$(BIN)/convert %s", r->draft.source);
+        source_deps(&deps, r->draft.source);
+        if (r->draft.tokenizer) put(&cmd, " --tokenizer %s", r->draft.tokenizer), put(&deps, " %s", r->draft.tokenizer);
+        put(&cmd, " --dtype %s -o $@", r->model.dtype);
+        stage(&g, RECIPE_DRAFT, deps.s, "convert", cmd.s, NULL);
+    } else if (r->draft.on) {
+        const char *heads = r->draft.own_heads ? RECIPE_DRAFT_HEADS : RECIPE_EXIT;
+        if (r->draft.own_heads) heads_stage(&g, &r->draft.heads, RECIPE_DRAFT_HEADS);
+        put(&cmd, "$(BIN)/convert %s/%s --layers %d --heads %s/%s --dtype %s -o $@", out, RECIPE_MODEL, r->draft.layer, out, heads,
+            r->model.dtype);
+        put(&deps, "%s/%s %s/%s", out, RECIPE_MODEL, out, heads);
+        stage(&g, RECIPE_DRAFT, deps.s, "convert", cmd.s, NULL);
+    }
+    cmd.n = deps.n = 0;
+    /* 5. Medusa heads */
+    if (r->medusa.on) {
+        const RecipeMedusa *m = &r->medusa;
+        put(&deps, "%s/%s", out, RECIPE_MODEL);
+        put(&cmd, "$(BIN)/train-medusa -m %s/%s --data ", out, RECIPE_MODEL);
+        if (m->from_answers) put(&cmd, "%s/%s", out, RECIPE_ANSWERS), put(&deps, " %s/%s", out, RECIPE_ANSWERS);
+        else put(&cmd, "%s", m->data), put(&deps, " %s", m->data);
+        put(&cmd, " --heads %d", m->heads);
+        if (m->fields) put(&cmd, " --fields %s", m->fields);
+        if (m->special) put(&cmd, " --special");
+        if (m->own_lm_head) put(&cmd, " --own-lm-head");
+        if (m->generate) put(&cmd, " --generate %d", m->generate);
+        if (m->targets) put(&cmd, " --targets %s", m->targets);
+        if (m->loss_weights) put(&cmd, " --loss-weights %s", m->loss_weights);
+        if (m->steps) put(&cmd, " --steps %d", m->steps);
+        if (m->lr) put(&cmd, " --lr %g", m->lr);
+        if (m->lm_lr) put(&cmd, " --lm-lr %g", m->lm_lr);
+        if (m->batch) put(&cmd, " --batch %d", m->batch);
+        if (m->seq_len) put(&cmd, " --seq-len %d", m->seq_len);
+        if (m->seed) put(&cmd, " --seed %d", m->seed);
+        put(&cmd, " -t %d -o $@", r->threads);
+        stage(&g, RECIPE_MEDUSA, deps.s, "train-medusa", cmd.s, NULL);
+    }
+    cmd.n = deps.n = 0;
+    /* the files the bench reads, which the bundle packs */
+    Str files = {0}, heads = {0};
+    put(&files, "%s/%s", out, RECIPE_MODEL);
+    if (r->exit.on) put(&heads, " %s/%s", out, RECIPE_EXIT);
+    if (r->medusa.on) put(&heads, " %s/%s", out, RECIPE_MEDUSA);
+    if (heads.s) put(&files, "%s", heads.s);
+    /* 6. the bundle: only once bin/pack exists (the bench takes the files themselves) */
+    put(&g.mk, "ifneq ($(wildcard tools/pack.c),)\n");
+    put(&cmd, "$(BIN)/pack -m %s/%s%s -o $@", out, RECIPE_MODEL, heads.s ? heads.s : "");
+    stage(&g, RECIPE_BUNDLE, files.s, "pack", cmd.s, NULL);
+    put(&g.mk, "recipe: %s/%s\nendif\n\n", out, RECIPE_BUNDLE);
+    cmd.n = 0;
+    /* 7. the bench */
+    if (r->draft.on) put(&files, " %s/%s", out, RECIPE_DRAFT);
+    put(&cmd, "$(BIN)/bench --recipe %s --out %s", r->file, out);
+    put(&extra, "threads %d methods", r->threads);
+    const RecipeDecoding *d = &r->dec;
+    for (int i = 0; i < d->n_methods; i++) put(&extra, " %s", d->methods[i]);
+    put(&extra, "\ngamma %g confidence %g max_pending %d exit_layer %d draft %d-%d fixed %d tree %s fixed_tree %d\n", d->gamma,
+        d->confidence, d->max_pending, d->exit_layer, d->draft_min, d->draft_max, d->draft_fixed, d->tree ? d->tree : "-",
+        d->fixed_tree);
+    put(&extra, "ngram_max %d window %d ngram %d guess %d adaptive %d repeat %d oracle_samples %d oracle", d->ngram_max, d->window,
+        d->ngram, d->guess, d->adaptive, d->repeat, d->oracle_samples);
+    for (int i = 0; i < d->n_oracle; i++) put(&extra, " %g", d->oracle[i]);
+    put(&extra, "\nabout %s\nmodel %s\n", r->about ? r->about : "-", r->model.about ? r->model.about : "-");
+    for (int i = 0; i < r->n_datasets; i++) dataset_settings(&extra, &r->ds[i]), put(&files, " %s", r->ds[i].file);
+    stage(&g, "table.md", files.s, "bench", cmd.s, extra.s);
+    put(&g.mk, "recipe: %s/table.md\n", out);
+    write_if_changed(path, g.mk.s);
+    free(g.mk.s), free(cmd.s), free(deps.s), free(extra.s), free(files.s), free(heads.s);
+}
+
+/* ---- answers ---- */
+
+/* valid UTF-8 only (a byte-level token can end inside a character): invalid bytes dropped */
+static void utf8_clean(char *s) {
+    unsigned char *r = (unsigned char *)s, *w = r;
+    while (*r) {
+        int n = *r < 0x80 ? 1 : (*r >> 5) == 6 ? 2 : (*r >> 4) == 14 ? 3 : (*r >> 3) == 30 ? 4 : 0, ok = n > 0;
+        for (int i = 1; ok && i < n; i++) ok = (r[i] & 0xC0) == 0x80;
+        if (!ok) { r++; continue; }
+        memmove(w, r, n), w += n, r += n;
+    }
+    *w = 0;
+}
+
+static void answers(const Recipe *r, const char *model, int threads, const char *path) {
+    if (!r->answers.on) die("%s: the recipe has no 'answers' section", r->file);
+    Model m;
+    if (model_load(&m, model)) die_lib();
+    if (k_init(threads)) die("cannot start %d threads", threads);
+    char **prompts[RECIPE_MAX_DATASETS];
+    int n[RECIPE_MAX_DATASETS], total = 0, written = 0;
+    for (int i = 0; i < r->answers.n; i++) {
+        if (recipe_prompts(&r->answers.ds[i], &prompts[i], &n[i])) die_lib();
+        total += n[i];
+    }
+    KVCache kv;
+    Sampler s;
+    AtomicFile af;
+    if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16) || sampler_init(&s, m.c.vocab_size, 0, 0, 1, 1) || atomic_open(&af, path)) die_lib();
+    Progress pg;
+    progress_begin(&pg, "recipe: answers", total);
+    int64_t tokens = 0, done = 0;
+    for (int i = 0; i < r->answers.n; i++)
+        for (int j = 0; j < n[i]; j++, progress_step(&pg, ++done)) {
+            const RecipeDataset *ds = &r->answers.ds[i];
+            int32_t *ids, n_ids, bos;
+            char *text = recipe_prompt_text(&m, ds, prompts[i][j], &bos);
+            if (!text || recipe_encode(&m, ds, prompts[i][j], &ids, &n_ids)) die_lib();
+            int max_new = ds->max_new < m.c.seq_len - n_ids ? ds->max_new : m.c.seq_len - n_ids;
+            if (max_new < 1) { /* too long for the context: left out */
+                free(text), free(ids);
+                continue;
+            }
+            DecodeCtx d;
+            if (decode_init(&d, &m, &kv, &s, max_new) || decode_method("standard")->generate(&d, ids, n_ids)) die_lib();
+            Str t = {0};
+            put(&t, "%s", text);
+            for (int k = 0, prev = ids[n_ids - 1]; k < d.n_out; prev = d.out[k++]) {
+                size_t len;
+                const char *piece = tok_piece(m.tok, prev, d.out[k], &len);
+                if (piece) put(&t, "%.*s", (int)len, piece);
+            }
+            tokens += d.n_out;
+            utf8_clean(t.s);
+            json_t *o = json_pack("{s:s}", "text", t.s);
+            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+            if (line) fprintf(af.f, "%s\n", line), written++; /* else text JSON cannot hold: left out */
+            free(line), json_decref(o), free(t.s), free(text), free(ids);
+            decode_free(&d);
+        }
+    progress_end(&pg);
+    if (!written) {
+        atomic_abort(&af);
+        die("%s: no prompt fits the model's context of %d tokens", r->file, m.c.seq_len);
+    }
+    if (atomic_commit(&af)) die_lib();
+    fprintf(stderr, "recipe: %s: %d answers, %lld tokens generated (greedy)\n", path, written, (long long)tokens);
+    for (int i = 0; i < r->answers.n; i++) recipe_prompts_free(prompts[i], n[i]);
+    sampler_free(&s), kv_free(&kv), model_free(&m);
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv) {
+    tool_name = "recipe";
+    if (argc < 3) usage(USAGE);
+    const char *cmd = argv[1], *file = argv[2], *o = NULL, *out = NULL, *stamps = NULL, *model = NULL;
+    int threads = 0;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "-o")) o = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "--out")) out = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "--stamps")) stamps = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "-t")) threads = (int)arg_int("-t", arg_next(argc, argv, &i), 1, 64);
+        else die("unknown flag %s (usage: recipe %s)", argv[i], USAGE);
+    }
+    Recipe r;
+    if (recipe_load(&r, file)) die_lib();
+    char dflt_out[512], dflt_stamps[512];
+    snprintf(dflt_out, sizeof dflt_out, "out/%s", r.name);
+    snprintf(dflt_stamps, sizeof dflt_stamps, "build/recipe/%s", r.name);
+    if (!strcmp(cmd, "check")) {
+        printf("%s: model %s, %s%s%s%s%d methods on %d datasets\n", file, r.model.source ? r.model.source : "(random weights)",
+               r.answers.on ? "answers, " : "", r.exit.on ? "exit heads, " : "", r.draft.on ? "draft, " : "",
+               r.medusa.on ? "medusa heads, " : "", r.dec.n_methods, r.n_datasets);
+    } else if (!strcmp(cmd, "rules")) {
+        if (!o) usage(USAGE);
+        rules(&r, out ? out : dflt_out, stamps ? stamps : dflt_stamps, o);
+    } else if (!strcmp(cmd, "answers")) {
+        if (!o || !model) usage(USAGE);
+        answers(&r, model, threads ? threads : r.threads, o);
+    } else
+        die("unknown command '%s' (usage: recipe %s)", cmd, USAGE);
+    recipe_free(&r);
+    return 0;
+}

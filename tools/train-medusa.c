@@ -1,0 +1,272 @@
+/* train-medusa — train Medusa heads (Cai et al. 2024) on a frozen model: K ResBlocks
+   on the last hidden state, head k predicting the token k + 2 positions on.
+   bin/train-medusa -m MODEL --data FILE --heads K [--loss-weights W1,W2,...] [--own-lm-head]
+                    [--targets self|data] [--generate N] [--init HEADS] [--steps N] [--lr X] [--lm-lr X]
+                    [--batch B] [--seq-len S] [--seed S] [--heldout F] [--cache-mb M] [-t N]
+                    [--fields F] [--special] -o HEADS
+   FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
+   --special: control tokens written in the text are tokens. --generate N: every
+   sequence is cut to its first N tokens and the model continues it greedily, so the
+   heads learn (and are judged) on the model's own text. docs/medusa.md says why the
+   defaults are what they are.
+   stderr: a progress bar on a terminal (one summary line otherwise), then per head the
+   held-out cross-entropy, top-1 and top-5 accuracy against the model's own greedy
+   token before (W = 0, b = 0: the model's next-token logits) and after training. */
+#include <math.h>
+#include <unistd.h>
+
+#include "distill.h" /* SeqOrder, distill_lr */
+#include "medusa_train.h"
+#include "tool.h"
+
+#define USAGE "-m MODEL --data FILE --heads K [--loss-weights W1,W2,...] [--own-lm-head] [--targets self|data] " \
+              "[--generate N] [--init HEADS] [--steps N] [--lr X] [--lm-lr X] [--batch B] [--seq-len S] [--seed S] [--heldout F] " \
+              "[--cache-mb M] [-t N] [--fields F] [--special] -o HEADS"
+
+/* "1,0.8,0.5": exactly K positive numbers */
+static void parse_weights(const char *s, int K, float *w) {
+    int n = 0;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || (*end && *end != ',') || !(v > 0 && v < 1e6))
+            die("--loss-weights: '%s' is not a list of positive numbers", s);
+        if (n == MAX_MEDUSA) die("--loss-weights: more than %d weights", MAX_MEDUSA);
+        w[n++] = (float)v;
+        if (!*end) break;
+        p = end + 1;
+    }
+    if (n != K) die("--loss-weights: %d weights for %d heads", n, K);
+}
+
+static void bar(long step, long steps, double loss, double pos_rate, double eta) {
+    char b[31];
+    int fill = steps ? (int)(30 * step / steps) : 30;
+    for (int i = 0; i < 30; i++) b[i] = i < fill ? '#' : '.';
+    b[30] = 0;
+    fprintf(stderr, "\rtrain-medusa [%s] step %ld/%ld loss %.4f %.1fk pos/s ETA %.0fs \033[K", b, step, steps, loss,
+            pos_rate / 1e3, eta);
+}
+
+static void print_table(int K, const MedusaStats *before, const MedusaStats *after, int from) {
+    fprintf(stderr, "train-medusa: held-out%s, target = the model's own greedy token (before: the heads as they started; "
+            "untrained, W = 0 and b = 0: the model's next-token logits):\n", from ? ", the generated text" : "");
+    fprintf(stderr, "  head  token  positions  CE before  CE after  top-1 before  top-1 after  top-5 before  top-5 after\n");
+    for (int k = 0; k < K; k++)
+        fprintf(stderr, "  %4d  t+%-3d  %9lld  %9.4f  %8.4f  %12.4f  %11.4f  %12.4f  %11.4f\n", k, k + 2,
+                (long long)after[k].positions, before[k].loss, after[k].loss, before[k].top1, after[k].top1,
+                before[k].top5, after[k].top5);
+}
+
+/* training facts as key/value pairs for medusa_save */
+typedef struct {
+    char key[160][48], val[160][160];
+    const char *kv[320];
+    int n;
+} Meta;
+
+__attribute__((format(printf, 3, 4))) static void meta_add(Meta *m, const char *key, const char *fmt, ...) {
+    if (m->n == 160) return;
+    va_list ap;
+    va_start(ap, fmt);
+    snprintf(m->key[m->n], sizeof m->key[0], "%s", key);
+    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
+    va_end(ap);
+    m->kv[2 * m->n] = m->key[m->n];
+    m->kv[2 * m->n + 1] = m->val[m->n];
+    m->n++;
+}
+
+typedef struct {
+    const char *model, *data, *out, *fields, *weights, *init;
+    long K, special, own_lm, generate, steps, batch, seq_len, seed, threads, cache_mb;
+    double lr, lm_lr, heldout;
+    int seq_len_given;
+    MedusaTargets targets;
+} Args;
+
+static Args parse(int argc, char **argv) {
+    Args a = {.steps = 2000, .batch = 8, .seq_len = 256, .seed = 1, .threads = 1, .cache_mb = 1024, .heldout = 0.1,
+              .targets = MEDUSA_TARGETS_SELF};
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-m")) a.model = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--data")) a.data = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--fields")) a.fields = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--special")) a.special = 1;
+        else if (!strcmp(s, "-o")) a.out = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--heads")) a.K = arg_int(s, arg_next(argc, argv, &i), 1, MAX_MEDUSA);
+        else if (!strcmp(s, "--loss-weights")) a.weights = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--own-lm-head")) a.own_lm = 1;
+        else if (!strcmp(s, "--init")) a.init = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--targets")) {
+            const char *v = arg_next(argc, argv, &i);
+            if (!strcmp(v, "self")) a.targets = MEDUSA_TARGETS_SELF;
+            else if (!strcmp(v, "data")) a.targets = MEDUSA_TARGETS_DATA;
+            else die("--targets: '%s' is not self or data", v);
+        }
+        else if (!strcmp(s, "--generate")) a.generate = arg_int(s, arg_next(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(s, "--steps")) a.steps = arg_int(s, arg_next(argc, argv, &i), 0, 100000000);
+        else if (!strcmp(s, "--lr")) a.lr = arg_num(s, arg_next(argc, argv, &i), 1e-9, 10);
+        else if (!strcmp(s, "--lm-lr")) a.lm_lr = arg_num(s, arg_next(argc, argv, &i), 1e-9, 10);
+        else if (!strcmp(s, "--batch")) a.batch = arg_int(s, arg_next(argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(s, "--seq-len")) a.seq_len = arg_int(s, arg_next(argc, argv, &i), 2, 1 << 20), a.seq_len_given = 1;
+        else if (!strcmp(s, "--seed")) a.seed = arg_int(s, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
+        else if (!strcmp(s, "--heldout")) a.heldout = arg_num(s, arg_next(argc, argv, &i), 1e-6, 0.5);
+        else if (!strcmp(s, "--cache-mb")) a.cache_mb = arg_int(s, arg_next(argc, argv, &i), 0, 1 << 30);
+        else if (!strcmp(s, "-t")) a.threads = arg_int(s, arg_next(argc, argv, &i), 1, 64);
+        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) usage(USAGE);
+        else die("unknown flag %s (usage: train-medusa %s)", s, USAGE);
+    }
+    if (!a.model || !a.data || !a.out) usage(USAGE);
+    if (a.init && (a.K || a.own_lm)) die("--init: the heads file sets the heads and their LM heads; drop --heads and --own-lm-head");
+    if (!a.K && !a.init) die("--heads K is needed (1..%d)", MAX_MEDUSA);
+    if (!strcmp(a.model, "-") && !strcmp(a.data, "-")) die("-m and --data cannot both be stdin");
+    return a;
+}
+
+/* the model's outputs kept for all of s when they fit in the budget */
+static int maybe_cache(MedusaTrain *t, const Sequences *s, long mb, MedusaCache *c) {
+    double bytes = (double)seqs_tokens(s) * (t->h->dim + 1) * 4;
+    memset(c, 0, sizeof *c);
+    if (bytes > (double)mb * (1 << 20)) return 0;
+    Progress pg;
+    return medusa_cache_build(t, s, c, &pg);
+}
+
+static void rank_acc_into(MedusaHeads *h, const MedusaStats *st) {
+    for (int k = 0; k < h->n; k++)
+        for (int r = 0; r < MEDUSA_RANKS; r++) h->rank_acc[k][r] = (float)st[k].rank[r];
+    h->has_acc = 1;
+}
+
+int main(int argc, char **argv) {
+    tool_name = "train-medusa";
+    Args a = parse(argc, argv);
+    if (strcmp(a.out, "-")) { /* a bad output path fails now, not after the training */
+        AtomicFile af;
+        if (atomic_open(&af, a.out)) die_lib();
+        atomic_abort(&af);
+    }
+
+    Model m;
+    if (model_load(&m, a.model)) die_lib();
+    if (k_init((int)a.threads)) die("cannot start %ld threads", a.threads);
+    MedusaHeads h;
+    if (a.init) { /* go on from trained heads (with --steps 0: evaluate them) */
+        if (medusa_load(&h, a.init, &m)) die_lib();
+        a.K = h.n;
+        for (int k = 0; k < h.n; k++) a.own_lm |= h.lm[k] != NULL;
+    }
+    float weights[MAX_MEDUSA];
+    if (a.weights) parse_weights(a.weights, (int)a.K, weights);
+    else medusa_default_weights((int)a.K, weights);
+    if (!a.seq_len_given && a.seq_len > m.c.seq_len) a.seq_len = m.c.seq_len;
+    if (a.seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", a.seq_len, m.c.seq_len);
+    if (a.generate >= a.seq_len) die("--generate: a prefix of %ld tokens leaves nothing to generate in --seq-len %ld", a.generate, a.seq_len);
+    if (a.lr == 0) a.lr = 1.0 / m.c.dim; /* docs/medusa.md */
+    if (a.lm_lr == 0) a.lm_lr = a.lr;
+
+    TextSet text;
+    Sequences train, held;
+    if (dataset_read(&text, a.data, a.fields) ||
+        dataset_sequences(&text, m.tok, (int)a.seq_len, a.heldout, (int)a.special, &train, &held, a.data))
+        die_lib();
+    if (a.generate) { /* the model's own continuations replace the text */
+        Sequences gt, gh;
+        Progress pg;
+        if (medusa_generate(&m, &train, (int)a.generate, (int)a.seq_len, 64, &gt, &pg) ||
+            medusa_generate(&m, &held, (int)a.generate, (int)a.seq_len, 64, &gh, NULL))
+            die_lib();
+        seqs_free(&train);
+        seqs_free(&held);
+        train = gt, held = gh;
+    }
+    MedusaTrain t;
+    SeqOrder order;
+    MedusaCache ctrain, cheld;
+    if ((!a.init && medusa_init(&h, &m, (int)a.K, (int)a.own_lm)) ||
+        medusa_train_init(&t, &m, &h, (int)a.seq_len, (float)a.lr, (float)a.lm_lr, weights, a.targets) ||
+        order_init(&order, train.n, (uint64_t)a.seed) || maybe_cache(&t, &train, a.cache_mb, &ctrain) ||
+        maybe_cache(&t, &held, a.cache_mb, &cheld))
+        die_lib();
+
+    /* generated text: judge the heads where decoding uses them, on the model's own
+       tokens (from the prompt's last one on) */
+    t.eval_from = a.generate ? (int)a.generate - 1 : 0;
+    MedusaStats before[MAX_MEDUSA], after[MAX_MEDUSA];
+    if (medusa_train_eval(&t, &held, &cheld, before)) die_lib();
+    int *idx = malloc(sizeof(int) * a.batch), tty = isatty(2), K = (int)a.K;
+    if (!idx) die("out of memory");
+    double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
+    int64_t positions = 0;
+    for (long s = 0; s < a.steps; s++) {
+        double loss[MAX_MEDUSA], sum = 0;
+        order_next(&order, idx, (int)a.batch);
+        float f = distill_lr(1, s, a.steps); /* cosine decay */
+        t.lr = (float)a.lr * f, t.lr_lm = (float)a.lm_lr * f;
+        if (medusa_train_step(&t, &train, &ctrain, idx, (int)a.batch, loss)) die_lib();
+        for (int b = 0; b < a.batch; b++) positions += seq_len_of(&train, idx[b]);
+        for (int k = 0; k < K; k++) sum += weights[k] * loss[k];
+        if (isnan(first)) first = sum;
+        ema = isnan(ema) ? sum : 0.95 * ema + 0.05 * sum;
+        double now = pd_now();
+        if (tty && (now - last > 0.1 || s + 1 == a.steps)) {
+            last = now;
+            bar(s + 1, a.steps, ema, positions / (now - t0 + 1e-9), (a.steps - s - 1) * (now - t0) / (s + 1));
+        }
+    }
+    double dt = pd_now() - t0;
+    if (tty) fprintf(stderr, "\r\033[K");
+    if (a.steps)
+        fprintf(stderr, "train-medusa: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), weighted loss %.4f -> %.4f\n",
+                a.steps, a.batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, K, first, ema);
+    else
+        fprintf(stderr, "train-medusa: no training steps: the heads as they start\n");
+    if (medusa_train_eval(&t, &held, &cheld, after)) die_lib();
+    print_table(K, before, after, t.eval_from);
+    rank_acc_into(&h, after);
+
+    Meta meta = {0};
+    char w[16 * MAX_MEDUSA] = "";
+    for (int k = 0; k < K; k++) snprintf(w + strlen(w), sizeof w - strlen(w), "%s%g", k ? "," : "", weights[k]);
+    meta_add(&meta, "paradec.medusa.steps", "%ld", a.steps);
+    meta_add(&meta, "paradec.medusa.lr", "%g", a.lr);
+    meta_add(&meta, "paradec.medusa.lm_lr", "%g", a.lm_lr);
+    meta_add(&meta, "paradec.medusa.batch", "%ld", a.batch);
+    meta_add(&meta, "paradec.medusa.seq_len", "%ld", a.seq_len);
+    meta_add(&meta, "paradec.medusa.seed", "%ld", a.seed);
+    meta_add(&meta, "paradec.medusa.loss_weights", "%s", w);
+    meta_add(&meta, "paradec.medusa.own_lm_head", "%ld", a.own_lm);
+    meta_add(&meta, "paradec.medusa.targets", "%s", a.targets == MEDUSA_TARGETS_SELF ? "self" : "data");
+    meta_add(&meta, "paradec.medusa.generate", "%ld", a.generate);
+    meta_add(&meta, "paradec.medusa.positions", "%lld", (long long)positions);
+    meta_add(&meta, "paradec.medusa.data_digest", "%s", text.digest);
+    meta_add(&meta, "paradec.medusa.data_bytes", "%zu", text.bytes);
+    meta_add(&meta, "paradec.medusa.heldout_positions", "%lld", (long long)seqs_tokens(&held));
+    for (int k = 0; k < K; k++) {
+        char key[48];
+#define FACT(what, v) (snprintf(key, sizeof key, "paradec.medusa.%d." what, k), meta_add(&meta, key, "%.6f", v))
+        FACT("loss_before", before[k].loss);
+        FACT("top1_before", before[k].top1);
+        FACT("top5_before", before[k].top5);
+        FACT("loss", after[k].loss);
+        FACT("top1", after[k].top1);
+        FACT("top5", after[k].top5);
+#undef FACT
+    }
+    if (medusa_save(&h, a.out, meta.kv, meta.n)) die_lib();
+
+    free(idx);
+    medusa_cache_free(&ctrain);
+    medusa_cache_free(&cheld);
+    order_free(&order);
+    medusa_train_free(&t);
+    medusa_free(&h);
+    seqs_free(&train);
+    seqs_free(&held);
+    dataset_free(&text);
+    model_free(&m);
+    return 0;
+}

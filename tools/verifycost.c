@@ -1,0 +1,93 @@
+/* verifycost — what one verification of an n-node token tree costs relative to one
+   standard decoding step, on this machine and model (a benchmark, never a test).
+   bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS]
+   After a prompt of P tokens, each size runs R times: the tree's nodes through every
+   layer and the final logits (what drafter_generate's verify does), then the cache is
+   cut back. The tree is binary (node i's parent is (i-1)/2), so attention sees the
+   depths a real tree has. stdout: one JSON object a size: n, median seconds, ratio to
+   n = 1. */
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "forward.h"
+#include "tool.h"
+
+#define MAX_N 256
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* median seconds of reps verifications of an n-node tree after ctx positions */
+static double time_tree(Model *m, KVCache *kv, int n, int ctx, int reps, float *hid, float *lg) {
+    int32_t tok[MAX_N], pos[MAX_N], seq[MAX_N] = {0}, parent[MAX_N];
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)((7 * i + 3) % m->c.vocab_size);
+        parent[i] = i ? (i - 1) / 2 : -1;
+        int depth = 0;
+        for (int j = i; j > 0; j = (j - 1) / 2) depth++;
+        pos[i] = ctx + depth;
+    }
+    double *t = malloc(sizeof(double) * reps);
+    if (!t) die("out of memory");
+    for (int r = 0; r < reps; r++) {
+        Batch b = {n, tok, seq, pos, parent, NULL};
+        double t0 = pd_now();
+        if (forward_layers(m, kv, &b, 0, m->c.n_layers, hid) || final_logits(m, hid, n, lg)) die_lib();
+        t[r] = pd_now() - t0;
+        if (kv_truncate(kv, 0, ctx)) die_lib();
+    }
+    qsort(t, reps, sizeof *t, cmp_double);
+    double med = t[reps / 2];
+    free(t);
+    return med;
+}
+
+int main(int argc, char **argv) {
+    tool_name = "verifycost";
+    const char *model = NULL, *sizes = "1,2,4,8,16,32,64";
+    int ctx = 64, reps = 20, threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--sizes")) sizes = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--ctx")) ctx = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(f, "--reps")) reps = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);
+        else if (!strcmp(f, "-t")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
+        else usage("-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]");
+    }
+    if (!model) usage("-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]");
+    int n[64], k = 0;
+    for (const char *s = sizes; *s && k < 64;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > MAX_N || (*end && *end != ',')) die("--sizes: '%s' is not a list of 1..%d", sizes, MAX_N);
+        n[k++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    Model m;
+    KVCache kv;
+    if (model_load(&m, model) || k_init(threads)) die_lib();
+    int most = 0;
+    for (int i = 0; i < k; i++) most = n[i] > most ? n[i] : most;
+    if (ctx + most > m.c.seq_len) die("--ctx %d and a %d-node tree do not fit the context of %d", ctx, most, m.c.seq_len);
+    if (kv_init(&kv, &m.c, 1, m.c.seq_len, 16) || kv_seq_new(&kv) != 0) die_lib();
+    float *hid = malloc(sizeof(float) * (size_t)(ctx > most ? ctx : most) * m.c.dim);
+    float *lg = malloc(sizeof(float) * (size_t)most * m.c.vocab_size);
+    int32_t *prompt = malloc(sizeof(int32_t) * ctx), *pos = malloc(sizeof(int32_t) * ctx);
+    if (!hid || !lg || !prompt || !pos) die("out of memory");
+    for (int i = 0; i < ctx; i++) prompt[i] = (int32_t)((13 * i + 1) % m.c.vocab_size), pos[i] = i;
+    Batch b = {ctx, prompt, NULL, pos, NULL, NULL};
+    if (forward_layers(&m, &kv, &b, 0, m.c.n_layers, hid)) die_lib();
+    time_tree(&m, &kv, most, ctx, 3, hid, lg); /* warm the caches and the workspace */
+    double base = time_tree(&m, &kv, 1, ctx, reps, hid, lg);
+    for (int i = 0; i < k; i++) {
+        double t = n[i] == 1 ? base : time_tree(&m, &kv, n[i], ctx, reps, hid, lg);
+        printf("{\"n\":%d,\"seconds\":%.9f,\"ratio\":%.4f}\n", n[i], t, t / base);
+    }
+    free(hid), free(lg), free(prompt), free(pos);
+    kv_free(&kv);
+    model_free(&m);
+    return 0;
+}
