@@ -14,17 +14,20 @@
      bucket would have kept (the accepted path cut at the first node past the prefix;
      exact for greedy), so every round updates the averages of all buckets up to its
      own; a plain round yields exactly one token;
-   - what a round of n nodes costs: a straight line a + b·n fitted to every round's
-     seconds (decaying least squares), far less noisy on a shared machine than
-     per-bucket timings.
+   - what a round costs: a plain step's seconds (a moving average), and for drafting
+     rounds a straight line a + b·n in the nodes run, fitted to their seconds
+     (decaying least squares; far less noisy on a shared machine than per-bucket
+     timings). Drafting rounds pay what plain ones do not — heads, a draft model, the
+     walk — which the line's intercept carries.
    The loop uses the bucket with the most tokens per second and now and then probes
-   two buckets up to learn about bigger trees; a probe that does not win doubles the
-   wait before the next one (up to PROBE_MAX rounds), so a drafter that never pays
+   two buckets up to learn about bigger trees; a probe that does not win makes the
+   wait before the next one four times longer (up to PROBE_MAX rounds), so a drafter that never pays
    costs little more than plain steps. */
 #define N_BUCKETS 8 /* 1 .. 128 nodes */
 #define PROBE 8
 #define PROBE_MAX 256
 #define EMA_TOK 0.1
+#define EMA_SEC 0.1
 #define DECAY 0.97  /* of the cost fit's sums, per round */
 
 typedef struct {
@@ -32,7 +35,8 @@ typedef struct {
     double size[N_BUCKETS];/* nodes a round of bucket b runs, on average (drafters often
                               propose fewer than the bucket allows) */
     int seen[N_BUCKETS];
-    double sw, sn, snn, st, snt; /* decayed sums for the cost line */
+    double sw, sn, snn, st, snt; /* decayed sums for the drafting rounds' cost line */
+    double plain;                /* seconds of a plain round, on average */
     int cur, top;   /* the bucket in use, the largest allowed */
     long round, wait, next; /* rounds so far, between probes, the next probe */
     int fixed;      /* verify the whole proposal, always (benchmarks, tests) */
@@ -47,10 +51,11 @@ static void sizer_init(Sizer *z, int fixed) {
     z->wait = z->next = PROBE;
 }
 
-/* seconds of an n-node round on the fitted line (a flat guess before two sizes) */
-static double sizer_cost(const Sizer *z, double n) {
+/* seconds of a round of bucket b running n nodes: a plain step's, or the drafting
+   rounds' line (their mean before two sizes are seen) */
+static double sizer_cost(const Sizer *z, int bucket, double n) {
+    if (bucket == 0 || z->sw <= 0) return z->plain > 0 ? z->plain * n : 1;
     double det = z->sw * z->snn - z->sn * z->sn;
-    if (z->sw <= 0) return 1;
     if (det <= 1e-12 * z->sw * z->snn) return z->st / z->sw;
     double b = (z->sw * z->snt - z->sn * z->st) / det, a = (z->st - b * z->sn) / z->sw;
     if (b < 0) b = 0;
@@ -63,7 +68,7 @@ static int best_bucket(const Sizer *z) {
     double br = 0;
     for (int b = 0; b <= z->top; b++) {
         if (!z->seen[b]) continue;
-        double r = z->tok[b] / sizer_cost(z, z->size[b]);
+        double r = z->tok[b] / sizer_cost(z, b, z->size[b]);
         if (r > br) br = r, best = b;
     }
     return best;
@@ -71,7 +76,7 @@ static int best_bucket(const Sizer *z) {
 
 static int sizer_pick(Sizer *z) {
     if (z->fixed) return z->top;
-    if (z->round == 0) return 3 <= z->top ? 3 : z->top; /* 8 nodes: what drafts keep */
+    if (z->round == 0) return 2 <= z->top ? 2 : z->top; /* 4 nodes: a cheap first look */
     if (z->round == 1) return 0;                        /* a plain step: the cost line */
     if (z->round < z->next) return z->cur;
     return z->cur + 2 <= z->top ? z->cur + 2 : z->top;
@@ -81,11 +86,15 @@ static int sizer_pick(Sizer *z) {
    seconds; a round whose drafter proposed nothing was a plain step */
 static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, double sec) {
     if (z->fixed) return;
-    z->sw = z->sw * DECAY + 1;
-    z->sn = z->sn * DECAY + n;
-    z->snn = z->snn * DECAY + (double)n * n;
-    z->st = z->st * DECAY + sec;
-    z->snt = z->snt * DECAY + n * sec;
+    if (b == 0) {
+        z->plain = z->plain > 0 ? z->plain + EMA_SEC * (sec - z->plain) : sec;
+    } else {
+        z->sw = z->sw * DECAY + 1;
+        z->sn = z->sn * DECAY + n;
+        z->snn = z->snn * DECAY + (double)n * n;
+        z->st = z->st * DECAY + sec;
+        z->snt = z->snt * DECAY + n * sec;
+    }
     for (int k = 1; k <= b; k++) { /* what a prefix of 2^k nodes would have kept */
         int kept = 1;
         while (kept < n_path && path[kept] < (1 << k)) kept++;
@@ -97,7 +106,7 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, do
     int was = z->cur;
     z->cur = best_bucket(z);
     if (z->round > 2 && b > was && n > 1) { /* a probe: wait less when it moved us up */
-        z->wait = z->cur > was ? PROBE : (z->wait < PROBE_MAX ? 2 * z->wait : PROBE_MAX);
+        z->wait = z->cur > was ? PROBE : (z->wait < PROBE_MAX ? 4 * z->wait : PROBE_MAX);
         z->next = z->round + z->wait;
     }
 }
@@ -144,19 +153,6 @@ static int tree_check(DraftTree *t, int max_depth, int V) {
         if (t->depth[i] > max_depth) return pd_error("drafter: node %d is deeper than the %d allowed", i, max_depth);
     }
     return 0;
-}
-
-/* a token from probabilities p[V] summing to total (zeros skipped) */
-static int sample_probs(Sampler *s, const float *p, int V, float total) {
-    float coin = sampler_uniform(s) * total, cdf = 0;
-    int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (p[i] <= 0) continue;
-        cdf += p[i];
-        last = i;
-        if (coin < cdf) return i;
-    }
-    return last;
 }
 
 /* greedy: follow the child that is the argmax; returns the path length */
@@ -209,7 +205,7 @@ static int walk_sample(Round *r, Sampler *s, int V, int *next) {
             else residual(r->res, &total, q, tok, p, V);
         }
         if (child < 0) {
-            *next = sample_probs(s, r->res, V, total);
+            *next = sampler_pick(s, r->res, V, total);
             return n;
         }
         r->path[n++] = node = child;

@@ -72,13 +72,17 @@ void sampler_probs(Sampler *s, float *x) {
 int sampler_sample(Sampler *s, float *x) {
     if (s->temp == 0) return k_argmax(x, s->vocab);
     sampler_probs(s, x);
-    float coin = sampler_uniform(s), cdf = 0;
+    return sampler_pick(s, x, s->vocab, 1);
+}
+
+int sampler_pick(Sampler *s, const float *p, int V, float total) {
+    float coin = sampler_uniform(s) * total, cdf = 0;
     int last = 0;
-    for (int i = 0; i < s->vocab; i++) {
-        if (x[i] <= 0) continue;
-        cdf += x[i];
+    for (int i = 0; i < V; i++) {
+        if (p[i] <= 0) continue;
+        cdf += p[i];
         last = i;
         if (coin < cdf) return i;
     }
-    return last; /* rounding left the cdf a hair below 1 */
+    return last;
 }

@@ -20,5 +20,8 @@ void sampler_probs(Sampler *s, float *logits);
 /* the next token; logits[vocab] are overwritten */
 int sampler_sample(Sampler *s, float *logits);
 float sampler_uniform(Sampler *s); /* [0, 1) */
+/* a token from probabilities p[V] summing to total (zeros skipped; rounding that leaves
+   the cdf a hair below the coin falls back on the last non-zero entry) */
+int sampler_pick(Sampler *s, const float *p, int V, float total);
 
 #endif

@@ -5,7 +5,7 @@ verification of the round's tree costs (bin/verifycost, same run), the ideal spe
 τ ÷ cost, and how much of it the engine realises.
 
   python3 scripts/bench_drafters.py --model M [--prompts 100] [--tokens 128] [--temps 0,1]
-      [--dataset tinystories|xsum|humaneval|gsm8k] [--chat] [--label NAME]
+      [--dataset tinystories|xsum|humaneval|gsm8k] [--chat] [--label NAME] [--max-chars N] [--prefix TEXT]
       --config "NAME: decode flags" [--config ...]
       [--oracle "NAME: decode flags" --rates 0,0.2,... [--png FILE]]
 
@@ -82,9 +82,11 @@ def main():
     ap.add_argument("--oracle", default="")
     ap.add_argument("--rates", default="0,0.2,0.4,0.6,0.7,0.8,0.9,1")
     ap.add_argument("--png", default="")
+    ap.add_argument("--max-chars", type=int, default=0, help="cut prompts to this many characters")
+    ap.add_argument("--prefix", default="", help="put this before every prompt (e.g. 'summarise: ')")
     a = ap.parse_args()
     data = os.environ.get("PARADEC_DATA") or "../shared/data"
-    ps = dataset_prompts(a.dataset, a.prompts, data)
+    ps = [a.prefix + (p[:a.max_chars] if a.max_chars else p) for p in dataset_prompts(a.dataset, a.prompts, data)]
     label = (a.label or os.path.basename(a.model)) + ("" if a.dataset == "tinystories" else ", " + a.dataset)
     table = cost_table(a)
     print("verification cost (bin/verifycost, this run): " +

@@ -171,25 +171,29 @@ static void rounds_replayed(Model *draft, int k, int n) {
     kv_free(&kv);
 }
 
-/* a draft that is the model itself: every draft accepted, greedy or sampled (p = q) */
+/* a draft that is the model itself: every draft accepted, greedy or sampled (p = q),
+   when every round drafts (fixed trees: the draft's cache must stay in step). With the
+   size controller on, plain steps may make the draft forget its backlog (a shorter
+   memory, so some drafts differ): there the output must still be standard's */
 static void self_draft(void) {
     Stats st = {0};
     int32_t out[N_NEW];
     for (int c = 0; c < 3; c++) {
         MethodOptions o = {.draft = &M};
         if (c == 1) o.fixed_tree = 1, o.draft_fixed = 1, o.draft_max = 5;
+        if (c == 2) o.fixed_tree = 1;
         for (int i = 0; i < 20; i++) {
             memset(&st, 0, sizeof st);
             float temp = c == 2 ? 1.0f : 0;
             int got = run("speculative", &o, PROMPT[i], PROMPT_N[i], N_NEW, temp, seed_of(i), out, &st);
-            CHECK(got > 0 && st.rejected == 0 && (c || st.drafted > 0),
+            CHECK(got > 0 && (c == 0 || (st.rejected == 0 && st.drafted > 0)),
                   "self-draft %d, prompt %d: %lld of %lld drafts rejected (%s)", c, i, (long long)st.rejected,
                   (long long)st.drafted, got < 0 ? pd_errmsg() : "ran");
             if (temp == 0)
                 CHECK(got == REF_N[i] && !memcmp(out, REF[i], sizeof(int32_t) * got), "self-draft: prompt %d differs", i);
         }
     }
-    printf("  the model as its own draft: no draft rejected (controller on, fixed 5, sampling)\n");
+    printf("  the model as its own draft: no draft rejected (fixed 5, sampling); standard's output with the controller\n");
 }
 
 /* ---------- greedy parity ---------- */

@@ -84,20 +84,6 @@ static void spec_free(Spec *s) {
     free(s->hl);
 }
 
-/* a token from probabilities p[V] (zeros skipped; rounding that leaves the cdf a hair
-   below the coin falls back on the last non-zero entry, as sampler_sample does) */
-static int sample_probs(Sampler *sm, const float *p, int V, float total) {
-    float coin = sampler_uniform(sm) * total, cdf = 0;
-    int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (p[i] <= 0) continue;
-        cdf += p[i];
-        last = i;
-        if (coin < cdf) return i;
-    }
-    return last;
-}
-
 /* the draft after hidden state h (after layers [0, Le)) for output index `at`; q[V]
    gets the distribution it was drawn from (sampling only). Returns the token, -1 when
    the head is not confident enough to be worth a draft, -2 on error. */
@@ -123,7 +109,7 @@ static int draft_one(DecodeCtx *d, Spec *s, const float *h, int at, float *q) {
     memcpy(q, s->hl, sizeof(float) * V);
     sampler_probs(d->sampler, q);
     float mx = q[k_argmax(q, V)];
-    return mx >= s->conf ? sample_probs(d->sampler, q, V, 1) : -1;
+    return mx >= s->conf ? sampler_pick(d->sampler, q, V, 1) : -1;
 }
 
 /* runs tok[0] = x at P and the drafts after it through [0, Le), keeping their hidden
@@ -156,7 +142,7 @@ static int verify_sample(DecodeCtx *d, Spec *s, int k, int V, int *next) {
         float *p = s->lg + (size_t)a * V;
         sampler_probs(d->sampler, p);
         if (a == k) { /* every draft kept: the bonus token comes from p */
-            *next = sample_probs(d->sampler, p, V, 1);
+            *next = sampler_pick(d->sampler, p, V, 1);
             return a;
         }
         const float *q = s->q + (size_t)a * V;
@@ -165,7 +151,7 @@ static int verify_sample(DecodeCtx *d, Spec *s, int k, int V, int *next) {
         float *r = s->hl, total = 0; /* rejected: resample from norm(max(0, p − q)) */
         for (int i = 0; i < V; i++) total += r[i] = p[i] > q[i] ? p[i] - q[i] : 0;
         /* total ≥ q(t) − p(t) > 0 in exact arithmetic; should rounding leave nothing, p */
-        *next = total > 0 ? sample_probs(d->sampler, r, V, total) : sample_probs(d->sampler, p, V, 1);
+        *next = total > 0 ? sampler_pick(d->sampler, r, V, total) : sampler_pick(d->sampler, p, V, 1);
         return a;
     }
     *next = 0; /* not reached */

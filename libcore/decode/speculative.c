@@ -28,12 +28,15 @@
 #define DOWN_ROUNDS 3   /* rounds in a row with acceptance < DOWN_RATE before k shrinks */
 #define DOWN_RATE 0.5
 #define CHUNK 64        /* tokens one draft forward call takes at most */
+#define KEEP 8          /* tokens the draft keeps when it forgets a backlog */
 
 typedef struct {
     Model *m;            /* the draft */
     KVCache kv;
     int seq, kv_ok;
-    int len;             /* the draft's cache holds positions [0, len) */
+    int len;             /* the draft's cache holds slots [0, len), positions shift.. */
+    int shift;           /* the position of slot 0: after a long run of plain steps the
+                            draft forgets all but the last KEEP tokens (see push_pending) */
     int32_t pend[CHUNK]; /* accepted tokens at len.. it has not run yet */
     int n_pend;
     int off;             /* past the draft's context: no more drafts */
@@ -52,7 +55,7 @@ static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
     int dim = s->m->c.dim;
     for (int at = 0, take; at < n; at += take) {
         take = n - at < CHUNK ? n - at : CHUNK;
-        for (int i = 0; i < take; i++) s->pos[i] = s->len + i;
+        for (int i = 0; i < take; i++) s->pos[i] = s->shift + s->len + i;
         Batch b = {take, tok + at, s->seqs, s->pos, NULL, NULL};
         if (forward_layers(s->m, &s->kv, &b, 0, s->m->c.n_layers, s->hid)) return -1;
         s->len += take;
@@ -62,29 +65,25 @@ static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
     return 0;
 }
 
-/* an accepted token the draft has not run; runs the backlog when it is full (one
-   slot stays free for the root, which propose runs along) */
-static int push_pending(Spec *s, int32_t tok) {
-    if (s->n_pend == CHUNK - 1) {
-        if (draft_run(s, s->pend, s->n_pend, 0)) return -1;
-        s->n_pend = 0;
-    }
-    s->pend[s->n_pend++] = tok;
-    if (s->len + s->n_pend >= s->m->c.seq_len) s->off = 1; /* the next draft would not fit */
-    return 0;
+/* an accepted token the draft has not run (one slot stays free for the root, which
+   propose runs along). A full backlog means the loop has been taking plain steps for a
+   while (drafting does not pay): catching the draft up on all of it would cost what the
+   plain steps save, so the draft forgets its cache and keeps the last KEEP tokens at
+   their positions — a draft with a shorter memory, never a wrong output. A probe
+   after plain steps (propose with a backlog over KEEP) forgets the same way */
+static int forget(Spec *s) {
+    s->shift += s->len + s->n_pend - KEEP;
+    s->len = 0;
+    memmove(s->pend, s->pend + s->n_pend - KEEP, sizeof(int32_t) * KEEP);
+    s->n_pend = KEEP;
+    return kv_truncate(&s->kv, s->seq, 0);
 }
 
-/* a token from probabilities p[V] summing to 1 (zeros skipped) */
-static int sample_probs(Sampler *sm, const float *p, int V) {
-    float coin = sampler_uniform(sm), cdf = 0;
-    int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (p[i] <= 0) continue;
-        cdf += p[i];
-        last = i;
-        if (coin < cdf) return i;
-    }
-    return last;
+static int push_pending(Spec *s, int32_t tok) {
+    if (s->n_pend == CHUNK - 1 && forget(s)) return -1;
+    s->pend[s->n_pend++] = tok;
+    if (s->shift + s->len + s->n_pend >= s->m->c.seq_len) s->off = 1; /* the next draft would not fit */
+    return 0;
 }
 
 /* the draft at depth j+1 from the draft's logits: the oracle's token (a point mass),
@@ -101,17 +100,18 @@ static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
     memcpy(q, s->lg, sizeof(float) * V);
     sampler_probs(d->sampler, q);
     t->sampled[node] = 1;
-    return sample_probs(d->sampler, q, V);
+    return sampler_pick(d->sampler, q, V, 1);
 }
 
 static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
     Spec *s = dr->self;
-    int P = s->len + s->n_pend; /* the root's position */
+    int P = s->shift + s->len + s->n_pend; /* the root's position */
     int k = s->k < max_nodes - 1 ? s->k : max_nodes - 1;
     if (k > max_depth) k = max_depth;
     if (k > s->m->c.seq_len - P) k = s->m->c.seq_len - P; /* the draft runs positions P .. P+k-1 */
     s->proposed = 0;
     if (s->off || k < 1) return 0;
+    if (s->n_pend > KEEP && forget(s)) return -1; /* a probe after plain steps: catch up cheaply */
     s->pend[s->n_pend++] = t->token[0]; /* push_pending left room for it */
     int rc = draft_run(s, s->pend, s->n_pend, 1);
     s->n_pend = 0;
