@@ -20,7 +20,7 @@
      timings). Drafting rounds pay what plain ones do not — heads, a draft model, the
      walk — which the line's intercept carries.
    The loop uses the bucket with the most tokens per second and now and then probes
-   two buckets up to learn about bigger trees; a probe that does not win makes the
+   two buckets up to learn about bigger trees (one, from plain steps: a cheap look); a probe that does not win makes the
    wait before the next one four times longer (up to PROBE_MAX rounds), so a drafter that never pays
    costs little more than plain steps. */
 #define N_BUCKETS 8 /* 1 .. 128 nodes */
@@ -76,10 +76,11 @@ static int best_bucket(const Sizer *z) {
 
 static int sizer_pick(Sizer *z) {
     if (z->fixed) return z->top;
-    if (z->round == 0) return 2 <= z->top ? 2 : z->top; /* 4 nodes: a cheap first look */
+    if (z->round == 0) return 1; /* 2 nodes: a cheap first look */
     if (z->round == 1) return 0;                        /* a plain step: the cost line */
     if (z->round < z->next) return z->cur;
-    return z->cur + 2 <= z->top ? z->cur + 2 : z->top;
+    int up = z->cur ? z->cur + 2 : 1; /* from plain steps, the cheapest drafting round */
+    return up <= z->top ? up : z->top;
 }
 
 /* a round of bucket b ran n nodes (side nodes included), kept the path, took sec
