@@ -24,28 +24,32 @@ static float dot(const float *a, const float *b, int n) {
 }
 
 /* E^T [dim][vocab] in lm_head's own weight type, packed for k_matmul */
+void pack_transposed(void *dst, const void *W, WType wt, int rows, int cols, void *tmp) {
+    size_t es = wt == WT_F32 ? 4 : 2;
+    char *tr = tmp;
+    const char *w = W;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) memcpy(tr + ((size_t)c * rows + r) * es, w + ((size_t)r * cols + c) * es, es);
+    const void *src[1] = {tr};
+    int n[1] = {cols};
+    k_pack(dst, wt, rows, 1, src, n);
+}
+
 static int pack_Et(Distill *d) {
     const Model *m = d->m;
     int D = m->c.dim, V = m->c.vocab_size;
     WType wt = m->lm_head.t;
-    size_t es = wt == WT_F32 ? 4 : 2;
     if (!m->lm_head.w) return pd_error("distill: the model's output embedding is not readable");
-    char *tr = pd_alloc(pd_mul(pd_mul((size_t)D, V), es));
+    char *tr = pd_alloc(pd_mul(pd_mul((size_t)D, V), wt == WT_F32 ? 4 : 2));
     d->Et = pd_alloc(k_packed_bytes(wt, D, V) + 64);
     if (!tr || !d->Et) {
         free(tr);
         return -1;
     }
-    const char *E = m->lm_head.w; /* [V][D] */
-    for (int v = 0; v < V; v++)
-        for (int i = 0; i < D; i++) memcpy(tr + ((size_t)i * V + v) * es, E + ((size_t)v * D + i) * es, es);
-    const void *src[1] = {tr};
-    int rows[1] = {D};
     /* k_pack wants 64-byte alignment: place it inside the over-allocation */
-    void *dst = (void *)(((uintptr_t)d->Et + 63) & ~(uintptr_t)63);
-    k_pack(dst, wt, V, 1, src, rows);
+    d->Et_packed = (void *)(((uintptr_t)d->Et + 63) & ~(uintptr_t)63);
+    pack_transposed(d->Et_packed, m->lm_head.w, wt, V, D, tr);
     free(tr);
-    d->Et_packed = dst;
     return 0;
 }
 

@@ -70,6 +70,11 @@ void distill_free(Distill *d);
    grad[dim][dim] += Σ_t dKL_t/dT (the tests' entry point) */
 int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n, double *loss, float *grad);
 
+/* W^T packed for k_matmul: W is [rows][cols] of type wt; dst (k_packed_bytes(wt, cols,
+   rows), 64-aligned) gets [cols][rows]; tmp: rows × cols elements of scratch. The
+   trainers' backward passes multiply by E^T */
+void pack_transposed(void *dst, const void *W, WType wt, int rows, int cols, void *tmp);
+
 /* one Adam step (bias-corrected) on n parameters; t counts from 1 */
 void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, float lr, float beta1,
                  float beta2, float eps);

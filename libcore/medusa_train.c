@@ -15,19 +15,6 @@
 
 static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-/* Eᵀ [dim][vocab] of E [vocab][dim] in weight type wt, packed for k_matmul into dst;
-   tmp holds vocab × dim × 4 bytes */
-static void pack_transposed(void *dst, const void *E, WType wt, int V, int D, void *tmp) {
-    size_t es = wt == WT_F32 ? 4 : 2;
-    char *tr = tmp;
-    const char *e = E;
-    for (int v = 0; v < V; v++)
-        for (int i = 0; i < D; i++) memcpy(tr + ((size_t)i * V + v) * es, e + ((size_t)v * D + i) * es, es);
-    const void *src[1] = {tr};
-    int rows[1] = {D};
-    k_pack(dst, wt, V, 1, src, rows);
-}
-
 /* [rows][cols] → [cols][rows] */
 static void transpose(float *dst, const float *src, int rows, int cols) {
     for (int i = 0; i < rows; i++)

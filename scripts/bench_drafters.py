@@ -18,17 +18,7 @@ printed (and drawn, when gnuplot is installed)."""
 import argparse, json, os, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_adadecode import dataset_prompts  # noqa: E402
-
-
-def run(a, extra):
-    cmd = [a.bin + "/decode", "-m", a.model, "-n", str(a.tokens), "--json", "-t", "1"] + extra
-    if a.chat:
-        cmd.append("--chat")
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit("bench: " + " ".join(cmd) + ": " + r.stderr.strip())
-    return json.loads(r.stdout)
+from bench_adadecode import dataset_prompts, run  # noqa: E402  (one decode process a prompt)
 
 
 def total(a, ps, extra):

@@ -17,6 +17,27 @@ static double kept(const char *method, const MethodOptions *o, int n, Stats *st)
     return st->drafted ? (double)(st->drafted - st->rejected) / st->drafted : 0;
 }
 
+/* oracle 0.8 and 1.0, with the size controller and with fixed trees */
+static void oracles(const char *method, int n) {
+    char what[128];
+    for (int f = 0; f < 2; f++)
+        for (int r = 0; r < 2; r++) {
+            MethodOptions o = {.fixed_tree = f, .oracle_rate = r ? 1.0f : 0.8f};
+            snprintf(what, sizeof what, "oracle %.1f%s", o.oracle_rate, f ? ", fixed" : ", size controller");
+            parity(method, &o, n, what);
+        }
+}
+
+/* the method drafts, and keeps more than 0.1 drafts a token: parity is no accident of
+   a drafter that never guesses */
+static void drafts_kept(const char *method, const MethodOptions *o, int n) {
+    Stats st = {0};
+    double k = kept(method, o, n, &st);
+    printf("  %s drafts %.2f a token, keeps %.1f%% of them\n", method, (double)st.drafted / (st.tokens + 1e-9), 100 * k);
+    CHECK(k * st.drafted > 0.1 * st.tokens, "%s keeps few drafts (%lld for %lld tokens, %.1f%% kept)", method,
+          (long long)st.drafted, (long long)st.tokens, 100 * k);
+}
+
 static void parity_lookup(int n_small) {
     char what[128];
     MethodOptions ctl = {0}, fixed = {.fixed_tree = 1};
@@ -30,21 +51,11 @@ static void parity_lookup(int n_small) {
         }
     MethodOptions big = {.ngram_max = 8, .draft_max = 64};
     parity("prompt-lookup", &big, n_small, "ngram-max 8, draft-max 64, size controller");
-    for (int f = 0; f < 2; f++)
-        for (int r = 0; r < 2; r++) {
-            MethodOptions o = {.fixed_tree = f, .oracle_rate = r ? 1.0f : 0.8f};
-            snprintf(what, sizeof what, "oracle %.1f%s", o.oracle_rate, f ? ", fixed" : ", size controller");
-            parity("prompt-lookup", &o, n_small, what);
-        }
+    oracles("prompt-lookup", n_small);
     parity_edges("prompt-lookup", &fixed);
     MethodOptions one = {.draft_max = 1, .ngram_max = 1, .fixed_tree = 1};
     parity_edges("prompt-lookup", &one);
-    Stats st = {0};
-    double k = kept("prompt-lookup", &fixed, n_small, &st);
-    printf("  prompt-lookup drafts %.2f a token, keeps %.1f%% of them\n", (double)st.drafted / (st.tokens + 1e-9),
-           100 * k);
-    CHECK(k * st.drafted > 0.1 * st.tokens, "prompt-lookup keeps few drafts (%lld for %lld tokens, %.1f%% kept)",
-          (long long)st.drafted, (long long)st.tokens, 100 * k);
+    drafts_kept("prompt-lookup", &fixed, n_small);
 }
 
 static void parity_lookahead(int n_small) {
@@ -65,20 +76,11 @@ static void parity_lookahead(int n_small) {
         }
     MethodOptions ad = {.adaptive = 1};
     parity("lookahead", &ad, n_small, "adaptive, size controller");
-    for (int f = 0; f < 2; f++)
-        for (int r = 0; r < 2; r++) {
-            MethodOptions o = {.fixed_tree = f, .oracle_rate = r ? 1.0f : 0.8f};
-            snprintf(what, sizeof what, "oracle %.1f%s", o.oracle_rate, f ? ", fixed" : ", size controller");
-            parity("lookahead", &o, n_small, what);
-        }
+    oracles("lookahead", n_small);
     parity_edges("lookahead", &fixed);
     MethodOptions wide = {.window = 16, .ngram = 8, .adaptive = 1, .fixed_tree = 1};
     parity_edges("lookahead", &wide);
-    Stats st = {0};
-    double k = kept("lookahead", &fixed, n_small, &st);
-    printf("  lookahead drafts %.2f a token, keeps %.1f%% of them\n", (double)st.drafted / (st.tokens + 1e-9), 100 * k);
-    CHECK(k * st.drafted > 0.1 * st.tokens, "lookahead keeps few drafts (%lld for %lld tokens, %.1f%% kept)",
-          (long long)st.drafted, (long long)st.tokens, 100 * k);
+    drafts_kept("lookahead", &fixed, n_small);
 }
 
 static void sampling(void) {

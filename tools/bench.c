@@ -233,24 +233,6 @@ static void fmt_effort(char *buf, size_t n, const char *method, const Stats *s) 
     else snprintf(buf, n, "τ %.2f", tau(s));
 }
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} Str;
-
-__attribute__((format(printf, 2, 3))) static void put(Str *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    while (b->n + k + 1 > b->cap)
-        if (!(b->s = realloc(b->s, b->cap = b->cap ? 2 * b->cap : 8192))) die("out of memory");
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, k + 1, fmt, ap);
-    va_end(ap);
-    b->n += k;
-}
-
 /* what the figures are: real, or from random weights (and, per row, an oracle) */
 static const char *figures_kind(const Recipe *r) { return r->model.random_config ? "random-weights" : "real"; }
 
@@ -268,6 +250,14 @@ typedef struct {
     int threads, repeat;
     char command[2048]; /* how this table was made */
 } Results;
+
+/* a table's column heads (one per dataset) and its rule */
+static void columns(Str *md, const Results *R) {
+    for (int i = 0; i < R->n_ds; i++) put(md, " %s |", pretty(R->ds[i]->name));
+    put(md, "\n|---|");
+    for (int i = 0; i < R->n_ds; i++) put(md, "---|");
+    put(md, "\n");
+}
 
 static void table_md(const Results *R, const char *model_path, Str *md) {
     const Bench *b = R->b;
@@ -295,10 +285,7 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
     put(md, "Command: `%s`.\n\n", R->command);
     /* speed */
     put(md, "## Speed: tok/s (speedup over standard, same run)\n\n| method |");
-    for (int i = 0; i < R->n_ds; i++) put(md, " %s |", pretty(R->ds[i]->name));
-    put(md, "\n|---|");
-    for (int i = 0; i < R->n_ds; i++) put(md, "---|");
-    put(md, "\n");
+    columns(md, R);
     for (int k = 0; k < b->n_methods; k++) {
         put(md, "| %s |", b->methods[k]);
         for (int i = 0; i < R->n_ds; i++) {
@@ -317,10 +304,7 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
     }
     /* effort */
     put(md, "\n## Tokens per target pass (τ) or sequential layer passes per token (of %d)\n\n| method |", L);
-    for (int i = 0; i < R->n_ds; i++) put(md, " %s |", pretty(R->ds[i]->name));
-    put(md, "\n|---|");
-    for (int i = 0; i < R->n_ds; i++) put(md, "---|");
-    put(md, "\n");
+    columns(md, R);
     for (int k = 0; k < b->n_methods; k++) {
         put(md, "| %s |", b->methods[k]);
         for (int i = 0; i < R->n_ds; i++) {
@@ -334,10 +318,7 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
     }
     /* parity */
     put(md, "\n## Greedy parity with standard (the same tokens; must be 100 %%)\n\n| method |");
-    for (int i = 0; i < R->n_ds; i++) put(md, " %s |", pretty(R->ds[i]->name));
-    put(md, "\n|---|");
-    for (int i = 0; i < R->n_ds; i++) put(md, "---|");
-    put(md, "\n");
+    columns(md, R);
     for (int k = 1; k < b->n_methods; k++) {
         put(md, "| %s |", b->methods[k]);
         for (int i = 0; i < R->n_ds; i++) {

@@ -67,25 +67,6 @@ static void print_table(const ExitHeads *h, const HeadStats *before, const HeadS
                 distill_gamma[g], first->rate[g], first->prec[g], first->layers[g], n_layers);
 }
 
-/* training facts as key/value pairs for heads_save */
-typedef struct {
-    char key[256][48], val[256][96];
-    const char *kv[512];
-    int n;
-} Meta;
-
-__attribute__((format(printf, 3, 4))) static void meta_add(Meta *m, const char *key, const char *fmt, ...) {
-    if (m->n == 256) return;
-    va_list ap;
-    va_start(ap, fmt);
-    snprintf(m->key[m->n], sizeof m->key[0], "%s", key);
-    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
-    va_end(ap);
-    m->kv[2 * m->n] = m->key[m->n];
-    m->kv[2 * m->n + 1] = m->val[m->n];
-    m->n++;
-}
-
 int main(int argc, char **argv) {
     tool_name = "distill-heads";
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;

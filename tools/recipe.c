@@ -19,29 +19,6 @@
 
 #define USAGE "check RECIPE | rules RECIPE [--out DIR] [--stamps DIR] -o FILE | answers RECIPE -m MODEL [-t N] -o FILE"
 
-/* ---- a string that grows ---- */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-} Str;
-
-__attribute__((format(printf, 2, 3))) static void put(Str *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) die("cannot format text");
-    while (b->n + k + 1 > b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 4096;
-        if (!(b->s = realloc(b->s, b->cap))) die("out of memory");
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, k + 1, fmt, ap);
-    va_end(ap);
-    b->n += k;
-}
-
 /* writes text to path unless the file already holds exactly that (its time then stays,
    which is what make's dependency tracking reads) */
 static void write_if_changed(const char *path, const char *text) {

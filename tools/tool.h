@@ -48,6 +48,45 @@ static inline double arg_num(const char *flag, const char *s, double lo, double 
     return v;
 }
 
+/* training facts as key/value pairs for the head writers (heads_save, medusa_save) */
+typedef struct {
+    char key[256][48], val[256][160];
+    const char *kv[512];
+    int n;
+} Meta;
+
+__attribute__((format(printf, 3, 4))) static inline void meta_add(Meta *m, const char *key, const char *fmt, ...) {
+    if (m->n == 256) return;
+    va_list ap;
+    va_start(ap, fmt);
+    snprintf(m->key[m->n], sizeof m->key[0], "%s", key);
+    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
+    va_end(ap);
+    m->kv[2 * m->n] = m->key[m->n];
+    m->kv[2 * m->n + 1] = m->val[m->n];
+    m->n++;
+}
+
+/* a string that grows (tables, make rules) */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} Str;
+
+__attribute__((format(printf, 2, 3))) static inline void put(Str *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) die("cannot format text");
+    while (b->n + k + 1 > b->cap)
+        if (!(b->s = realloc(b->s, b->cap = b->cap ? 2 * b->cap : 8192))) die("out of memory");
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, k + 1, fmt, ap);
+    va_end(ap);
+    b->n += k;
+}
+
 /* the value after a flag, or a usage error */
 static inline const char *arg_next(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) die("%s needs a value", argv[*i]);

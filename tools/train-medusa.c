@@ -59,25 +59,6 @@ static void print_table(int K, const MedusaStats *before, const MedusaStats *aft
                 before[k].top5, after[k].top5);
 }
 
-/* training facts as key/value pairs for medusa_save */
-typedef struct {
-    char key[160][48], val[160][160];
-    const char *kv[320];
-    int n;
-} Meta;
-
-__attribute__((format(printf, 3, 4))) static void meta_add(Meta *m, const char *key, const char *fmt, ...) {
-    if (m->n == 160) return;
-    va_list ap;
-    va_start(ap, fmt);
-    snprintf(m->key[m->n], sizeof m->key[0], "%s", key);
-    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
-    va_end(ap);
-    m->kv[2 * m->n] = m->key[m->n];
-    m->kv[2 * m->n + 1] = m->val[m->n];
-    m->n++;
-}
-
 typedef struct {
     const char *model, *data, *out, *fields, *weights, *init;
     long K, special, own_lm, generate, steps, batch, seq_len, seed, threads, cache_mb;

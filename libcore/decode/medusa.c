@@ -24,7 +24,6 @@ typedef struct {
     const MedusaHeads *h;
     int n;                                 /* nodes, root included */
     int parent[MAX_TREE], rank[MAX_TREE], depth[MAX_TREE];
-    int need[MAX_MEDUSA];                  /* ranks each head must offer */
     int32_t cand[MAX_MEDUSA][MAX_RANK + 1];/* this round's candidates, best first */
     float *hl;                             /* [vocab] head logits */
     float *hidden;                         /* [dim] the last kept node's state */
@@ -39,7 +38,6 @@ static int add_node(Medusa *md, int parent, int rank) {
     md->parent[i] = parent;
     md->rank[i] = rank;
     md->depth[i] = md->depth[parent] + 1;
-    if (rank + 1 > md->need[md->depth[i] - 1]) md->need[md->depth[i] - 1] = rank + 1;
     return i;
 }
 
