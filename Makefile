@@ -44,6 +44,8 @@ $(BIN)/%: tools/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/obj/tool-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
 
+$(BIN)/serve: LDLIBS += -lmicrohttpd
+
 $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)

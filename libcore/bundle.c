@@ -34,6 +34,16 @@ static json_t *bundle_sets(const TensorFile *tf, const char *what) {
     return a;
 }
 
+int bundle_has(const TensorFile *tf, const char *kind) {
+    const char *k = tf_meta(tf, "paradec.kind");
+    json_t *a = k && !strcmp(k, "bundle") ? bundle_sets(tf, "bundle") : NULL, *e;
+    size_t i;
+    int has = 0;
+    json_array_foreach(a, i, e) has |= !strcmp(json_string_value(json_object_get(e, "kind")), kind);
+    json_decref(a);
+    return has;
+}
+
 int bundle_view(const TensorFile *tf, const char *kind, TensorFile *view, const char *what) {
     const char *k = tf_meta(tf, "paradec.kind");
     if (!k || strcmp(k, "bundle")) return tf_view(view, tf, "");

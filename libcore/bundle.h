@@ -14,6 +14,8 @@
    head set of the kind inside (refused, naming what is there, when there is none).
    *view is always to be tf_close'd; it shares tf's tensor data */
 int bundle_view(const TensorFile *tf, const char *kind, TensorFile *view, const char *what);
+/* does tf, a bundle, hold a head set of this kind? (0 for any other file) */
+int bundle_has(const TensorFile *tf, const char *kind);
 /* writes a bundle of the model and the head files; every set must have been trained
    for this model (refused naming both digests); atomic */
 int bundle_write(const char *out, const char *model, const char *const *heads, int n_heads);

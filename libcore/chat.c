@@ -2,6 +2,7 @@
    [system?, user] with add_generation_prompt. */
 #include "chat.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +44,6 @@ static char *default_system(const char *tmpl) {
     return strndup(a, b - a);
 }
 
-static char *join(const char *fmt, const char *system, const char *user) {
-    size_t n = strlen(fmt) + (system ? strlen(system) : 0) + strlen(user) + 1;
-    char *s = pd_alloc(n);
-    if (s) snprintf(s, n, fmt, system ? system : "", user);
-    return s;
-}
-
 /* Jinja's trim: leading and trailing whitespace off (Llama 3's template trims content) */
 static char *trimmed(const char *s) {
     if (!s) return NULL;
@@ -59,34 +53,72 @@ static char *trimmed(const char *s) {
     return strndup(s, n);
 }
 
-char *chat_apply(ChatFormat f, const char *tmpl, const char *system, const char *user, int *add_bos) {
+/* appends printf-style text to a malloc'd string; on failure frees it and returns NULL */
+__attribute__((format(printf, 2, 3))) static char *add(char *s, const char *fmt, ...) {
+    if (!s) return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(s);
+    char *t = pd_realloc(s, n + k + 1);
+    if (!t) return free(s), NULL;
+    va_start(ap, fmt);
+    vsnprintf(t + n, k + 1, fmt, ap);
+    va_end(ap);
+    return t;
+}
+
+static int is_role(const ChatTurn *t, const char *role) { return !strcmp(t->role, role); }
+
+/* Meta's Llama 2 format: the system prompt inside the first [INST], each answer closed
+   by EOS and the next turn opened by BOS (both written as text) */
+static char *llama2(const ChatTurn *t, int n) {
+    char *out = pd_strdup("");
+    const char *system = n && is_role(&t[0], "system") ? t[0].content : NULL;
+    for (int i = system ? 1 : 0; out && i < n; i++) {
+        if (is_role(&t[i], "assistant")) out = add(out, " %s </s><s>", t[i].content);
+        else if (system) out = add(out, "[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", system, t[i].content), system = NULL;
+        else out = add(out, "[INST] %s [/INST]", t[i].content);
+    }
+    return out;
+}
+
+char *chat_apply_turns(ChatFormat f, const char *tmpl, const ChatTurn *t, int n, int *add_bos) {
     *add_bos = 0;
-    char *dflt = NULL, *out = NULL, *tu = NULL, *ts = NULL;
+    for (int i = 0; i < n; i++)
+        if (!is_role(&t[i], "system") && !is_role(&t[i], "user") && !is_role(&t[i], "assistant"))
+            return pd_error("chat: role '%s' is not system, user or assistant", t[i].role), NULL;
+    char *out = NULL, *dflt = NULL;
     switch (f) {
-    case CHAT_LLAMA3: /* BOS written as text, recognised as the special token */
-        user = tu = trimmed(user);
-        system = ts = trimmed(system);
-        out = system ? join("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n%s<|eot_id|>"
-                            "<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|>"
-                            "<|start_header_id|>assistant<|end_header_id|>\n\n", system, user)
-                     : join("<|begin_of_text|>%s<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|>"
-                            "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL, user);
+    case CHAT_LLAMA3: /* BOS written as text, recognised as the special token; contents trimmed */
+        out = pd_strdup("<|begin_of_text|>");
+        for (int i = 0; out && i < n; i++) {
+            char *c = trimmed(t[i].content);
+            out = c ? add(out, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", t[i].role, c) : (free(out), NULL);
+            free(c);
+        }
+        out = add(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
-    case CHAT_LLAMA2: /* Meta's format: BOS as a token, the system prompt inside the first [INST] */
+    case CHAT_LLAMA2:
         *add_bos = 1;
-        out = system ? join("[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", system, user)
-                     : join("[INST] %s%s [/INST]", NULL, user);
+        out = llama2(t, n);
         break;
     case CHAT_CHATML:
-        if (!system) system = dflt = default_system(tmpl);
-        out = system ? join("<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", system, user)
-                     : join("%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", NULL, user);
+        out = pd_strdup("");
+        if (!(n && is_role(&t[0], "system")) && (dflt = default_system(tmpl)))
+            out = add(out, "<|im_start|>system\n%s<|im_end|>\n", dflt);
+        for (int i = 0; out && i < n; i++) out = add(out, "<|im_start|>%s\n%s<|im_end|>\n", t[i].role, t[i].content);
+        out = add(out, "<|im_start|>assistant\n");
         break;
     default:
         pd_error("chat format %d is unknown", (int)f);
     }
     free(dflt);
-    free(tu);
-    free(ts);
-    return out;
+    return out; /* NULL: the allocation's message */
+}
+
+char *chat_apply(ChatFormat f, const char *tmpl, const char *system, const char *user, int *add_bos) {
+    ChatTurn t[2] = {{"system", system}, {"user", user}};
+    return system ? chat_apply_turns(f, tmpl, t, 2, add_bos) : chat_apply_turns(f, tmpl, t + 1, 1, add_bos);
 }

@@ -16,5 +16,11 @@ int chat_format_detect(const char *tmpl);
    prompt, if it has one, is used. *add_bos says whether BOS must be added in front
    (the text does not carry it). malloc'd; NULL + message on failure. */
 char *chat_apply(ChatFormat f, const char *tmpl, const char *system, const char *user, int *add_bos);
+/* the same for a whole conversation: turns with role "system" (first only), "user" or
+   "assistant", ready for the assistant's next answer */
+typedef struct {
+    const char *role, *content;
+} ChatTurn;
+char *chat_apply_turns(ChatFormat f, const char *tmpl, const ChatTurn *t, int n, int *add_bos);
 
 #endif

@@ -94,8 +94,10 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     return 0;
 }
 
-int decode_is_end(const DecodeCtx *d, int token) {
-    const Tokenizer *t = d->m->tok;
+int decode_is_end(const DecodeCtx *d, int token) { return token_ends_text(d->m, token); }
+
+int token_ends_text(const Model *m, int token) {
+    const Tokenizer *t = m->tok;
     /* llama2.c-style models end a story with BOS, as run.c stops there */
     return tok_is_eog(t, token) || (tok_kind(t) == TOK_SPM && token == tok_bos(t));
 }

@@ -79,6 +79,7 @@ int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden);
    and its hidden state after the last layer in d->hidden[0..dim) */
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* does this token end the text? (EOS, and BOS for llama2.c-style models, as run.c) */
+int token_ends_text(const Model *m, int token);
 int decode_is_end(const DecodeCtx *d, int token);
 /* records an accepted token; returns 1 when generation must stop (end token, budget,
    emit asked to stop) */

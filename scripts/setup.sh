@@ -2,7 +2,7 @@
 # setup.sh — installs the Debian -dev packages paradec builds against. Idempotent:
 # when everything is present it only checks (a fraction of a second).
 set -u
-need="libzstd-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev zstd libpcre2-dev gnuplot-nox"
+need="libzstd-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev zstd libpcre2-dev gnuplot-nox libmicrohttpd-dev curl jq clang"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

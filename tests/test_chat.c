@@ -44,6 +44,32 @@ static void test_detect(void) {
     free(l3);
 }
 
+/* conversations, as the formats' owners document them: Meta's Llama 2 prompt
+   ("<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user_1} [/INST] {answer_1} </s><s>[INST]
+   {user_2} [/INST]"), Llama 3's header/eot turns, and ChatML's im_start/im_end turns */
+static void test_turns(void) {
+    ChatTurn t[4] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+    int bos;
+    char *s = chat_apply_turns(CHAT_LLAMA2, NULL, t, 4, &bos);
+    CHECK(s && bos && !strcmp(s, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"),
+          "Llama 2 conversation: %s", s);
+    free(s);
+    s = chat_apply_turns(CHAT_LLAMA3, NULL, t + 1, 3, &bos);
+    CHECK(s && !bos && !strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                                  "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                                  "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+                                  "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+          "Llama 3 conversation: %s", s);
+    free(s);
+    s = chat_apply_turns(CHAT_CHATML, NULL, t, 4, &bos);
+    CHECK(s && !strcmp(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                          "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"),
+          "ChatML conversation: %s", s);
+    free(s);
+    ChatTurn bad = {"tool", "x"};
+    CHECK(!chat_apply_turns(CHAT_CHATML, NULL, &bad, 1, &bos) && strstr(pd_errmsg(), "role 'tool'"), "unknown role refused");
+}
+
 /* Meta's model card: <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n...
    = 128000 128006 882 128007 271 ... 128009 128006 78191 128007 271 */
 static void test_llama3_ids(void) {
@@ -68,6 +94,7 @@ static void test_llama3_ids(void) {
 
 int main(void) {
     test_detect();
+    test_turns();
     test_llama3_ids();
     return check_done("chat");
 }

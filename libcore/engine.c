@@ -1,0 +1,381 @@
+/* engine.c — see engine.h. One mutex guards the queue, the running set and what
+   readers see of a job (its tokens, its end); the step thread alone touches the KV
+   cache and a job's sequence, so forward calls run without the lock. */
+#include "engine.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "drafter.h"
+
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+struct Job {
+    int32_t *ctx;        /* [n_prompt + max_new] the prompt, then the generated tokens */
+    int n_prompt, n_ctx, max_new;
+    Sampler sampler;
+    const DecodeMethod *method; /* NULL: standard steps only */
+    int seq, n_kv;       /* its KV sequence (-1: none yet) and the positions it holds */
+    int blocks;          /* pool blocks held back for it from admission to its end */
+    int state, cancelled, refs, waited;
+    const char *finish;
+    Job *next;           /* the queue's order */
+};
+
+#define MAX_PARALLEL 256
+#define RATE_SECS 10
+
+struct Engine {
+    Model *m;
+    KVCache kv;
+    EngineOptions o;
+    pthread_mutex_t mu;
+    pthread_cond_t work, out; /* the step thread waits on work, readers on out */
+    pthread_t thread;
+    int quit;
+    Job *head, *tail;         /* the queue */
+    Job *run[MAX_PARALLEL];   /* the running batch */
+    int n_run, committed;     /* blocks held back for the running jobs */
+    EngineStats st;
+    int64_t rate[RATE_SECS], rate_sec[RATE_SECS]; /* generated tokens per second, a ring */
+    /* step buffers: up to parallel + prefill_chunk tokens */
+    int cap;
+    int32_t *tok, *pos, *seq; /* [cap] */
+    float *hidden;            /* [cap][dim] */
+    float *rows, *logits;     /* [parallel][dim], [parallel][vocab] */
+    Job *row_job[MAX_PARALLEL];
+};
+
+/* ---- bookkeeping (under the lock) ---- */
+
+static int blocks_for(const Engine *e, const Job *j) {
+    int slots = j->n_prompt + j->max_new;
+    if (j->method) slots += 2 * MAX_TREE; /* a drafter's tree and side nodes sit past the context */
+    int b = (slots + e->o.block_size - 1) / e->o.block_size;
+    return b < e->kv.max_blocks ? b : e->kv.max_blocks;
+}
+
+static int can_admit(const Engine *e) {
+    const Job *j = e->head;
+    if (!j || e->n_run >= e->o.parallel || e->committed + j->blocks > e->kv.n_blocks) return 0;
+    return e->o.continuous || e->n_run == 0;
+}
+
+static void admit(Engine *e) {
+    int batch_start = e->n_run == 0; /* static batching fills a new batch at once */
+    while (e->head && e->n_run < e->o.parallel && e->committed + e->head->blocks <= e->kv.n_blocks &&
+           (e->o.continuous || batch_start)) {
+        Job *j = e->head;
+        e->head = j->next;
+        if (!e->head) e->tail = NULL;
+        j->state = JOB_RUNNING;
+        e->committed += j->blocks;
+        e->run[e->n_run++] = j;
+        e->st.queued--;
+    }
+    if (e->head && !e->head->waited) e->head->waited = 1, e->st.waited++; /* it did not fit */
+}
+
+static void job_unref(Job *j) {
+    if (--j->refs) return;
+    sampler_free(&j->sampler);
+    free(j->ctx);
+    free(j);
+}
+
+/* ends a job: its blocks go back; readers are told */
+static void retire(Engine *e, int i, const char *finish) {
+    Job *j = e->run[i];
+    if (j->seq >= 0) kv_seq_free(&e->kv, j->seq);
+    j->seq = -1;
+    e->committed -= j->blocks;
+    j->finish = j->finish ? j->finish : finish;
+    j->state = JOB_DONE;
+    e->run[i] = e->run[--e->n_run];
+    e->st.kv_free = e->kv.n_free;
+    job_unref(j);
+    pthread_cond_broadcast(&e->out);
+}
+
+static void reap(Engine *e) {
+    for (int i = e->n_run - 1; i >= 0; i--) {
+        Job *j = e->run[i];
+        if (j->cancelled) retire(e, i, "cancelled");
+        else if (j->finish) retire(e, i, j->finish);
+        else if (j->n_ctx - j->n_prompt >= j->max_new) retire(e, i, "length");
+    }
+}
+
+static void count_tokens(Engine *e, int n) {
+    int64_t sec = (int64_t)pd_now();
+    int b = (int)(sec % RATE_SECS);
+    if (e->rate_sec[b] != sec) e->rate_sec[b] = sec, e->rate[b] = 0;
+    e->rate[b] += n;
+    e->st.gen_tokens += n;
+}
+
+/* a new token for j; ends it on an end token */
+static void append(Engine *e, Job *j, int token) {
+    if (token_ends_text(e->m, token)) j->finish = "stop";
+    else j->ctx[j->n_ctx++] = token, count_tokens(e, 1);
+    pthread_cond_broadcast(&e->out);
+}
+
+/* ---- a step of standard decoding for the whole batch ---- */
+
+/* which tokens each running job feeds this step: its unprocessed context, the prompt
+   in chunks from a shared budget; returns the batch size */
+static int gather(Engine *e, int *take, int *n_rows) {
+    int n = 0, budget = e->o.prefill_chunk;
+    *n_rows = 0;
+    for (int i = 0; i < e->n_run; i++) {
+        Job *j = e->run[i];
+        int left = j->n_ctx - j->n_kv;
+        take[i] = left <= 1 ? left : left < budget ? left : budget;
+        if (left > 1) budget -= take[i];
+        for (int k = 0; k < take[i]; k++, n++)
+            e->tok[n] = j->ctx[j->n_kv + k], e->pos[n] = j->n_kv + k, e->seq[n] = j->seq;
+        if (take[i] && j->n_kv + take[i] == j->n_ctx) e->row_job[(*n_rows)++] = j; /* its next token is due */
+    }
+    return n;
+}
+
+static int step(Engine *e) {
+    int take[MAX_PARALLEL], n_rows, dim = e->m->c.dim;
+    for (int i = 0; i < e->n_run; i++)
+        if (e->run[i]->seq < 0 && (e->run[i]->seq = kv_seq_new(&e->kv)) < 0) return pd_error("serve: no free KV sequence");
+    int n = gather(e, take, &n_rows);
+    Batch b = {n, e->tok, e->seq, e->pos, NULL, NULL};
+    if (n && forward_layers(e->m, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
+    /* the rows whose next token is due: each job's last fed token */
+    for (int i = 0, at = 0, r = 0; i < e->n_run; at += take[i++])
+        if (take[i] && e->run[i]->n_kv + take[i] == e->run[i]->n_ctx)
+            memcpy(e->rows + (size_t)r++ * dim, e->hidden + (size_t)(at + take[i] - 1) * dim, sizeof(float) * dim);
+    if (n_rows && final_logits(e->m, e->rows, n_rows, e->logits)) return -1;
+    for (int i = 0; i < e->n_run; i++) e->run[i]->n_kv += take[i];
+    int next[MAX_PARALLEL];
+    for (int r = 0; r < n_rows; r++) next[r] = sampler_sample(&e->row_job[r]->sampler, e->logits + (size_t)r * e->m->c.vocab_size);
+    pthread_mutex_lock(&e->mu);
+    for (int r = 0; r < n_rows; r++) append(e, e->row_job[r], next[r]);
+    e->st.steps++;
+    e->st.kv_free = e->kv.n_free;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+/* ---- a method, while its job runs alone ---- */
+
+typedef struct {
+    Engine *e;
+    Job *j;
+    int handed_back; /* method_emit stopped it: standard steps go on */
+} MethodRun;
+
+/* each accepted token: to the job's readers; stop when the job was cancelled or
+   another request can join (standard steps take over) */
+static int method_emit(void *ctx, int prev, int token) {
+    (void)prev;
+    MethodRun *r = ctx;
+    pthread_mutex_lock(&r->e->mu);
+    append(r->e, r->j, token);
+    r->e->st.method_tokens++;
+    r->e->st.kv_free = r->e->kv.n_free;
+    int stop = r->j->cancelled || r->e->quit || can_admit(r->e);
+    r->handed_back = stop;
+    pthread_mutex_unlock(&r->e->mu);
+    return stop;
+}
+
+static int run_method(Engine *e, Job *j) {
+    if (j->seq >= 0) kv_seq_free(&e->kv, j->seq); /* the method builds its own from the context */
+    j->seq = -1, j->n_kv = 0;
+    DecodeCtx d;
+    MethodRun r = {e, j, 0};
+    if (decode_init(&d, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt))) return -1;
+    d.opt = e->o.opt;
+    d.emit = method_emit;
+    d.emit_ctx = &r;
+    int rc = j->method->generate(&d, j->ctx, j->n_ctx);
+    decode_free(&d);
+    /* a method that stopped by itself met an end token (the end token is not emitted),
+       its budget (reap sees it) or the model's context */
+    pthread_mutex_lock(&e->mu);
+    if (!rc && !r.handed_back && j->n_ctx - j->n_prompt < j->max_new)
+        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* ---- the step thread ---- */
+
+static void *loop(void *arg) {
+    Engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->quit) {
+        reap(e);
+        admit(e);
+        if (!e->n_run) {
+            pthread_cond_wait(&e->work, &e->mu);
+            continue;
+        }
+        Job *solo = e->n_run == 1 && e->run[0]->method && e->o.speculate && !can_admit(e) ? e->run[0] : NULL;
+        pthread_mutex_unlock(&e->mu);
+        int rc = solo ? run_method(e, solo) : step(e);
+        pthread_mutex_lock(&e->mu);
+        if (rc) { /* a failed step fails the batch it ran, never the server */
+            fprintf(stderr, "serve: %s\n", pd_errmsg());
+            for (int i = 0; i < e->n_run; i++)
+                if (!solo || e->run[i] == solo) e->run[i]->finish = "error";
+        }
+    }
+    while (e->n_run) retire(e, 0, "cancelled");
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- the interface ---- */
+
+Engine *engine_new(Model *m, const EngineOptions *o) {
+    if (o->parallel < 1 || o->parallel > MAX_PARALLEL) return pd_error("--parallel must be in [1, %d]", MAX_PARALLEL), NULL;
+    Engine *e = pd_alloc(sizeof *e);
+    if (!e) return NULL;
+    e->m = m;
+    e->o = *o;
+    if (e->o.ctx < 2 || e->o.ctx > m->c.seq_len) e->o.ctx = m->c.seq_len;
+    if (e->o.prefill_chunk < 1) e->o.prefill_chunk = 64;
+    e->cap = o->parallel + e->o.prefill_chunk;
+    size_t dim = m->c.dim, vocab = m->c.vocab_size;
+    /* a sequence per request, and one more for a method's run */
+    if (kv_init(&e->kv, &m->c, o->parallel + 1, o->kv_blocks * o->block_size, o->block_size)) return free(e), NULL;
+    e->st.kv_free = e->kv.n_free;
+    e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);
+    e->seq = pd_alloc(sizeof(int32_t) * e->cap);
+    e->hidden = pd_alloc(pd_mul(sizeof(float) * dim, e->cap));
+    e->rows = pd_alloc(pd_mul(sizeof(float) * dim, o->parallel));
+    e->logits = pd_alloc(pd_mul(sizeof(float) * vocab, o->parallel));
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->out, NULL);
+    if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || pthread_create(&e->thread, NULL, loop, e)) {
+        pd_error("serve: cannot start the engine");
+        kv_free(&e->kv);
+        free(e->tok), free(e->pos), free(e->seq), free(e->hidden), free(e->rows), free(e->logits), free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void engine_free(Engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->quit = 1;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    while (e->head) {
+        Job *j = e->head;
+        e->head = j->next;
+        j->finish = "cancelled", j->state = JOB_DONE;
+        job_unref(j);
+    }
+    kv_free(&e->kv);
+    free(e->tok), free(e->pos), free(e->seq), free(e->hidden), free(e->rows), free(e->logits);
+    free(e);
+}
+
+int engine_method_ok(const Engine *e, const char *name) {
+    const DecodeMethod *dm = decode_method(name);
+    if (!dm) return -1;
+    const MethodOptions *o = &e->o.opt;
+    if ((!strcmp(name, "adadecode") || !strcmp(name, "self-speculative")) && !o->heads)
+        return pd_error("method '%s' needs exit heads, and the loaded model has none (serve a bundle with them)", name);
+    if (!strcmp(name, "medusa") && !o->medusa)
+        return pd_error("method 'medusa' needs Medusa heads, and the loaded model has none (serve a bundle with them)");
+    if (!strcmp(name, "speculative") && !o->draft) return pd_error("method 'speculative' needs a draft model (serve --draft MODEL)");
+    return 0;
+}
+
+Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, float temp, int top_k, float top_p,
+                   uint64_t seed, const char *method) {
+    if (n_prompt < 1) return pd_error("the prompt is empty"), NULL;
+    if (n_prompt >= e->o.ctx)
+        return pd_error("the prompt is %d tokens; the context holds %d (prompt and answer together)", n_prompt, e->o.ctx), NULL;
+    if (engine_method_ok(e, method)) return NULL;
+    if (max_new < 0 || max_new > e->o.ctx - n_prompt) max_new = e->o.ctx - n_prompt;
+    Job *j = pd_alloc(sizeof *j);
+    if (!j) return NULL;
+    j->ctx = pd_alloc(sizeof(int32_t) * (n_prompt + max_new));
+    if (!j->ctx || sampler_init(&j->sampler, e->m->c.vocab_size, temp, top_k, top_p, seed)) return free(j->ctx), free(j), NULL;
+    memcpy(j->ctx, prompt, sizeof(int32_t) * n_prompt);
+    j->n_prompt = j->n_ctx = n_prompt, j->max_new = max_new;
+    j->method = strcmp(method, "standard") ? decode_method(method) : NULL;
+    j->seq = -1;
+    j->blocks = blocks_for(e, j);
+    j->refs = 2; /* the engine's and the caller's */
+    if (j->blocks > e->kv.n_blocks) {
+        int b = j->blocks;
+        job_unref(j), job_unref(j);
+        return pd_error("the request needs %d KV blocks; the pool has %d (start serve with more --kv-blocks)", b, e->kv.n_blocks), NULL;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->tail) e->tail->next = j;
+    else e->head = j;
+    e->tail = j;
+    e->st.queued++, e->st.requests++, e->st.prompt_tokens += n_prompt;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    return j;
+}
+
+int job_wait(Engine *e, Job *j, int have, double timeout_s, const char **finish) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = until.tv_nsec + (long)((timeout_s - (long)timeout_s) * 1e9);
+    until.tv_sec += (long)timeout_s + ns / 1000000000L, until.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(&e->mu);
+    while (j->state != JOB_DONE && j->n_ctx - j->n_prompt <= have)
+        if (pthread_cond_timedwait(&e->out, &e->mu, &until)) break;
+    int n = j->n_ctx - j->n_prompt;
+    *finish = j->state == JOB_DONE ? j->finish : NULL;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+const int32_t *job_tokens(const Job *j) { return j->ctx; }
+int job_prompt_len(const Job *j) { return j->n_prompt; }
+
+void job_cancel(Engine *e, Job *j) {
+    pthread_mutex_lock(&e->mu);
+    if (j->state == JOB_QUEUED) { /* never ran: out of the queue at once */
+        Job **p = &e->head, *prev = NULL;
+        while (*p != j) prev = *p, p = &(*p)->next;
+        *p = j->next;
+        if (e->tail == j) e->tail = prev;
+        j->state = JOB_DONE, j->finish = "cancelled";
+        e->st.queued--;
+        job_unref(j);
+    } else
+        j->cancelled = 1;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void job_release(Engine *e, Job *j) {
+    pthread_mutex_lock(&e->mu);
+    job_unref(j);
+    pthread_mutex_unlock(&e->mu);
+}
+
+EngineStats engine_stats(Engine *e) {
+    pthread_mutex_lock(&e->mu);
+    EngineStats s = e->st; /* kv_free as the step thread last left it: the pool is its own */
+    s.running = e->n_run;
+    s.kv_used = e->kv.n_blocks - s.kv_free;
+    int64_t now = (int64_t)pd_now(), sum = 0;
+    for (int b = 0; b < RATE_SECS; b++)
+        if (e->rate_sec[b] > now - RATE_SECS && e->rate_sec[b] < now) sum += e->rate[b];
+    s.tok_per_s = (double)sum / (RATE_SECS - 1);
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}

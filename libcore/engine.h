@@ -1,0 +1,59 @@
+/* engine.h — continuous batching: many requests share one model, one paged KV cache
+   and one forward call per step. Requests join and leave the running batch between
+   steps; KV blocks are taken as positions fill and returned when a request ends or is
+   cancelled. A request is admitted only when the blocks it may need are free, so a
+   running request never runs out; the others wait in a queue, in order.
+   A request may name a decoding method. Speculation pays only while the batch is
+   small (docs/benchmarks.md, "serve"), so a method runs only while its request is the
+   only one in the batch and no other can be admitted; then standard steps take over
+   from the same context, and the method resumes when the request is alone again.
+   Every method is lossless and the forward pass batch-invariant, so a greedy request
+   says the same whatever runs beside it. One thread runs the steps; the calls below
+   are safe from any thread. */
+#ifndef PD_ENGINE_H
+#define PD_ENGINE_H
+#include "decode.h"
+
+typedef struct {
+    int parallel;        /* requests in the running batch at most */
+    int ctx;             /* positions per request (prompt + answer) at most */
+    int kv_blocks;       /* KV pool, in blocks of block_size positions */
+    int block_size;
+    int prefill_chunk;   /* prompt tokens a step takes at most, all requests together */
+    int continuous;      /* 0: a batch is formed when none runs and runs to its end
+                            (static batching, the load benchmark's baseline) */
+    int speculate;       /* 0: methods are never run, every request takes standard steps */
+    MethodOptions opt;   /* what the methods take (heads, a draft model) */
+} EngineOptions;
+
+typedef struct Engine Engine;
+typedef struct Job Job;
+
+typedef struct {
+    int running, queued;
+    int kv_used, kv_free;         /* blocks */
+    int64_t requests, prompt_tokens, gen_tokens, method_tokens, steps;
+    int64_t waited;               /* requests that found no room and waited in the queue */
+    double tok_per_s;             /* generated tokens a second over the last ten seconds */
+} EngineStats;
+
+Engine *engine_new(Model *m, const EngineOptions *o); /* NULL + message */
+void engine_free(Engine *e);                         /* cancels what still runs */
+/* can this engine run the method? (its heads or draft model are loaded); -1 + message */
+int engine_method_ok(const Engine *e, const char *method);
+/* queues a request: the prompt's tokens, up to max_new generated (clamped to the
+   context), sampled as given (temp 0 = greedy). NULL + message when the prompt does
+   not fit the context or can never fit the pool */
+Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, float temp, int top_k,
+                   float top_p, uint64_t seed, const char *method);
+/* waits until the job has more than `have` generated tokens or has ended, or the
+   timeout passes; returns how many it has. *finish: NULL while it runs, then "stop"
+   (an end token), "length" (max_new or the context) or "error" */
+int job_wait(Engine *e, Job *j, int have, double timeout_s, const char **finish);
+const int32_t *job_tokens(const Job *j); /* [n_prompt + generated]: stable once reported */
+int job_prompt_len(const Job *j);
+void job_cancel(Engine *e, Job *j);      /* the client is gone: stop, free its blocks */
+void job_release(Engine *e, Job *j);     /* the caller is done with j (after the end or a cancel) */
+EngineStats engine_stats(Engine *e);
+
+#endif
