@@ -19,6 +19,9 @@ struct Job {
     int seq, n_kv;       /* its KV sequence (-1: none yet) and the positions it holds */
     int blocks;          /* pool blocks held back for it from admission to its end */
     int state, cancelled, refs, waited;
+    Engine *engine;
+    pthread_t worker;    /* method mode: the thread running its method */
+    int worker_on, worker_done, hand_back;
     const char *finish;
     Job *next;           /* the queue's order */
 };
@@ -32,6 +35,8 @@ struct Engine {
     EngineOptions o;
     pthread_mutex_t mu;
     pthread_cond_t work, out; /* the step thread waits on work, readers on out */
+    pthread_cond_t turn;      /* the baton between the step thread and method workers */
+    Job *baton;
     pthread_t thread;
     int quit;
     Job *head, *tail;         /* the queue */
@@ -97,6 +102,8 @@ static void retire(Engine *e, int i, const char *finish) {
     job_unref(j);
     pthread_cond_broadcast(&e->out);
 }
+
+static int job_over(const Job *j) { return j->cancelled || j->finish || j->n_ctx - j->n_prompt >= j->max_new; }
 
 static void reap(Engine *e) {
     for (int i = e->n_run - 1; i >= 0; i--) {
@@ -164,71 +171,132 @@ static int step(Engine *e) {
     return 0;
 }
 
-/* ---- a method, while its job runs alone ---- */
+/* ---- methods, while the batch is small ----
+   A job in method mode has a worker thread running its method's generate(). Workers
+   and the step thread pass a baton (e->baton: whose turn it is, NULL = the step
+   thread's): a worker runs until its method accepts a token, then hands the baton
+   back, so the methods of a small batch take turns a round at a time and only one
+   thread ever touches the KV cache and the model's workspace. */
 
-typedef struct {
-    Engine *e;
-    Job *j;
-    int handed_back; /* method_emit stopped it: standard steps go on */
-} MethodRun;
+static int method_batch(const Engine *e) {
+    if (!e->o.spec_max_batch || e->n_run > e->o.spec_max_batch || can_admit(e)) return 0;
+    for (int i = 0; i < e->n_run; i++)
+        if (!e->run[i]->method) return 0; /* a standard request: everyone takes standard steps */
+    return 1;
+}
 
-/* each accepted token: to the job's readers; stop when the job was cancelled or
-   another request can join (standard steps take over) */
+static void wait_turn(Engine *e, Job *j) {
+    while (e->baton != j) pthread_cond_wait(&e->turn, &e->mu);
+}
+
+/* each accepted token: to the job's readers, then the baton goes back; returns 1 (the
+   method stops) when the job is cancelled or standard steps take over */
 static int method_emit(void *ctx, int prev, int token) {
     (void)prev;
-    MethodRun *r = ctx;
-    pthread_mutex_lock(&r->e->mu);
-    append(r->e, r->j, token);
-    r->e->st.method_tokens++;
-    r->e->st.kv_free = r->e->kv.n_free;
-    int stop = r->j->cancelled || r->e->quit || can_admit(r->e);
-    r->handed_back = stop;
-    pthread_mutex_unlock(&r->e->mu);
+    Job *j = ctx;
+    Engine *e = j->engine;
+    pthread_mutex_lock(&e->mu);
+    append(e, j, token);
+    e->st.method_tokens++;
+    e->st.kv_free = e->kv.n_free;
+    e->baton = NULL;
+    pthread_cond_broadcast(&e->turn);
+    wait_turn(e, j);
+    int stop = j->cancelled || j->hand_back;
+    pthread_mutex_unlock(&e->mu);
     return stop;
 }
 
-static int run_method(Engine *e, Job *j) {
-    if (j->seq >= 0) kv_seq_free(&e->kv, j->seq); /* the method builds its own from the context */
-    j->seq = -1, j->n_kv = 0;
+static void *worker(void *arg) {
+    Job *j = arg;
+    Engine *e = j->engine;
     DecodeCtx d;
-    MethodRun r = {e, j, 0};
-    if (decode_init(&d, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt))) return -1;
-    d.opt = e->o.opt;
-    d.emit = method_emit;
-    d.emit_ctx = &r;
-    int rc = j->method->generate(&d, j->ctx, j->n_ctx);
-    decode_free(&d);
-    /* a method that stopped by itself met an end token (the end token is not emitted),
-       its budget (reap sees it) or the model's context */
     pthread_mutex_lock(&e->mu);
-    if (!rc && !r.handed_back && j->n_ctx - j->n_prompt < j->max_new)
-        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
+    wait_turn(e, j);
     pthread_mutex_unlock(&e->mu);
-    return rc;
+    int rc = decode_init(&d, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt));
+    if (!rc) {
+        d.opt = e->o.opt;
+        d.emit = method_emit;
+        d.emit_ctx = j;
+        rc = j->method->generate(&d, j->ctx, j->n_ctx);
+        decode_free(&d);
+    }
+    pthread_mutex_lock(&e->mu);
+    if (rc) fprintf(stderr, "serve: %s\n", pd_errmsg()), j->finish = "error";
+    /* a method that stopped by itself met an end token (which it does not emit), its
+       budget (reap sees it) or the model's context */
+    else if (!j->hand_back && !j->cancelled && j->n_ctx - j->n_prompt < j->max_new)
+        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
+    j->worker_done = 1;
+    e->baton = NULL;
+    pthread_cond_broadcast(&e->turn);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* gives j the baton until it hands it back; a worker that ended is joined */
+static void give_turn(Engine *e, Job *j) {
+    if (!j->worker_on) { /* the method builds its own sequence from the context */
+        if (j->seq >= 0) kv_seq_free(&e->kv, j->seq);
+        j->seq = -1, j->n_kv = 0, j->worker_done = 0, j->hand_back = 0;
+        if (pthread_create(&j->worker, NULL, worker, j)) {
+            j->finish = "error";
+            return;
+        }
+        j->worker_on = 1;
+    }
+    e->baton = j;
+    pthread_cond_broadcast(&e->turn);
+    while (e->baton == j) pthread_cond_wait(&e->turn, &e->mu);
+    if (j->worker_done) {
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(j->worker, NULL);
+        pthread_mutex_lock(&e->mu);
+        j->worker_on = 0;
+    }
+}
+
+/* j's method stops at its next token; the job goes on from its context */
+static void stop_worker(Engine *e, Job *j) {
+    j->hand_back = 1;
+    while (j->worker_on) give_turn(e, j);
+}
+
+static void hand_back_all(Engine *e) {
+    for (int i = 0; i < e->n_run; i++)
+        if (e->run[i]->worker_on) stop_worker(e, e->run[i]);
 }
 
 /* ---- the step thread ---- */
 
 static void *loop(void *arg) {
     Engine *e = arg;
+    int turn = 0;
     pthread_mutex_lock(&e->mu);
     while (!e->quit) {
+        for (int i = 0; i < e->n_run; i++) /* a job that is over: its worker stops first */
+            if (e->run[i]->worker_on && job_over(e->run[i])) stop_worker(e, e->run[i]);
         reap(e);
         admit(e);
         if (!e->n_run) {
             pthread_cond_wait(&e->work, &e->mu);
             continue;
         }
-        Job *solo = e->n_run == 1 && e->run[0]->method && e->o.speculate && !can_admit(e) ? e->run[0] : NULL;
+        if (method_batch(e)) { /* a round of one method, in turn */
+            give_turn(e, e->run[turn++ % e->n_run]);
+            continue;
+        }
+        hand_back_all(e);
         pthread_mutex_unlock(&e->mu);
-        int rc = solo ? run_method(e, solo) : step(e);
+        int rc = step(e);
         pthread_mutex_lock(&e->mu);
         if (rc) { /* a failed step fails the batch it ran, never the server */
             fprintf(stderr, "serve: %s\n", pd_errmsg());
-            for (int i = 0; i < e->n_run; i++)
-                if (!solo || e->run[i] == solo) e->run[i]->finish = "error";
+            for (int i = 0; i < e->n_run; i++) e->run[i]->finish = "error";
         }
     }
+    hand_back_all(e);
     while (e->n_run) retire(e, 0, "cancelled");
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -246,8 +314,7 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     if (e->o.prefill_chunk < 1) e->o.prefill_chunk = 64;
     e->cap = o->parallel + e->o.prefill_chunk;
     size_t dim = m->c.dim, vocab = m->c.vocab_size;
-    /* a sequence per request, and one more for a method's run */
-    if (kv_init(&e->kv, &m->c, o->parallel + 1, o->kv_blocks * o->block_size, o->block_size)) return free(e), NULL;
+    if (kv_init(&e->kv, &m->c, o->parallel, o->kv_blocks * o->block_size, o->block_size)) return free(e), NULL;
     e->st.kv_free = e->kv.n_free;
     e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);
     e->seq = pd_alloc(sizeof(int32_t) * e->cap);
@@ -257,6 +324,7 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->out, NULL);
+    pthread_cond_init(&e->turn, NULL);
     if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
         kv_free(&e->kv);
@@ -311,6 +379,7 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, 
     j->n_prompt = j->n_ctx = n_prompt, j->max_new = max_new;
     j->method = strcmp(method, "standard") ? decode_method(method) : NULL;
     j->seq = -1;
+    j->engine = e;
     j->blocks = blocks_for(e, j);
     j->refs = 2; /* the engine's and the caller's */
     if (j->blocks > e->kv.n_blocks) {

@@ -4,9 +4,10 @@
    cancelled. A request is admitted only when the blocks it may need are free, so a
    running request never runs out; the others wait in a queue, in order.
    A request may name a decoding method. Speculation pays only while the batch is
-   small (docs/benchmarks.md, "serve"), so a method runs only while its request is the
-   only one in the batch and no other can be admitted; then standard steps take over
-   from the same context, and the method resumes when the request is alone again.
+   small (docs/benchmarks.md, "serve"): methods run, taking turns a round at a time,
+   while the batch holds at most spec_max_batch requests, each with a method, and no
+   other can be admitted; otherwise standard steps take over from the same contexts,
+   and the methods resume when the batch is small again.
    Every method is lossless and the forward pass batch-invariant, so a greedy request
    says the same whatever runs beside it. One thread runs the steps; the calls below
    are safe from any thread. */
@@ -22,7 +23,8 @@ typedef struct {
     int prefill_chunk;   /* prompt tokens a step takes at most, all requests together */
     int continuous;      /* 0: a batch is formed when none runs and runs to its end
                             (static batching, the load benchmark's baseline) */
-    int speculate;       /* 0: methods are never run, every request takes standard steps */
+    int spec_max_batch;  /* methods run while the batch holds at most this many requests,
+                            all with a method (0: never) */
     MethodOptions opt;   /* what the methods take (heads, a draft model) */
 } EngineOptions;
 

@@ -103,6 +103,14 @@ for m in $METHODS; do
     fails=0
     for i in 2 3 4 5; do jq -r '.choices[0].text' "$TMP/conc.$i" | cmp -s - "$TMP/want.$i" || fails=$((fails + 1)); done
     check "method $m, four at once = standard ($fails differ)" [ $fails = 0 ]
+    for i in 6 7; do
+        jq ".method = \"$m\"" "$TMP/req.$i" >"$TMP/mreq.$i"
+        bg sh -c "curl -s -m 120 http://127.0.0.1:$PORT/v1/completions -d @$TMP/mreq.$i >$TMP/conc.$i"
+    done
+    together
+    fails=0
+    for i in 6 7; do jq -r '.choices[0].text' "$TMP/conc.$i" | cmp -s - "$TMP/want.$i" || fails=$((fails + 1)); done
+    check "method $m, two at once (the methods take turns) = standard ($fails differ)" [ $fails = 0 ]
 done
 
 # sampling: a seeded request says the same alone and in company

@@ -21,7 +21,7 @@
 
 #define USAGE "-m MODEL [--host ADDR] [--port P] [--parallel N] [--ctx-size C] [--kv-blocks B] " \
               "[--draft MODEL] [--chat-format llama3|llama2|chatml] [--max-body BYTES] [-t THREADS] " \
-              "[--no-continuous] [--no-speculation]\n" \
+              "[--no-continuous] [--spec-max-batch N | --no-speculation]\n" \
               "  memory: the model's weights + the KV pool (B × 16 positions × layers × kv_dim × 8 bytes)\n" \
               "          + per step (N + 64) × (dim + vocab) × 4 bytes + a thread per open connection"
 
@@ -324,7 +324,7 @@ int main(int argc, char **argv) {
     tool_name = "serve";
     const char *model = NULL, *host = "127.0.0.1", *draft = NULL, *format = NULL;
     int port = 8080, threads = 0, kv_blocks = 0;
-    EngineOptions o = {.parallel = 16, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .speculate = 1};
+    EngineOptions o = {.parallel = 16, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
     S.max_body = 1 << 20;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -339,7 +339,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--max-body")) S.max_body = (size_t)arg_int(f, arg_next(argc, argv, &i), 1, 1L << 30);
         else if (!strcmp(f, "-t")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1024);
         else if (!strcmp(f, "--no-continuous")) o.continuous = 0;
-        else if (!strcmp(f, "--no-speculation")) o.speculate = 0;
+        else if (!strcmp(f, "--no-speculation")) o.spec_max_batch = 0;
+        else if (!strcmp(f, "--spec-max-batch")) o.spec_max_batch = (int)arg_int(f, arg_next(argc, argv, &i), 0, 256);
         else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
         else die("unknown flag %s (usage: serve %s)", f, USAGE);
     }
