@@ -1,6 +1,7 @@
 /* engine.c — see engine.h. One mutex guards the queue, the running set and what
-   readers see of a job (its tokens, its end); the step thread alone touches the KV
-   cache and a job's sequence, so forward calls run without the lock. */
+   readers see of a job (its tokens, its end). The KV cache, the model's workspace and
+   a job's sequence belong to whoever holds the baton (the step thread, or one method
+   worker), so forward calls run without the lock. */
 #include "engine.h"
 
 #include <pthread.h>
@@ -61,16 +62,18 @@ static int blocks_for(const Engine *e, const Job *j) {
     return b < e->kv.max_blocks ? b : e->kv.max_blocks;
 }
 
-static int can_admit(const Engine *e) {
+/* the queue's first request has a place and the blocks it may need */
+static int head_fits(const Engine *e) {
     const Job *j = e->head;
-    if (!j || e->n_run >= e->o.parallel || e->committed + j->blocks > e->kv.n_blocks) return 0;
-    return e->o.continuous || e->n_run == 0;
+    return j && e->n_run < e->o.parallel && e->committed + j->blocks <= e->kv.n_blocks;
 }
 
+/* static batching opens the batch only when it is empty, and then fills it at once */
+static int can_admit(const Engine *e) { return head_fits(e) && (e->o.continuous || e->n_run == 0); }
+
 static void admit(Engine *e) {
-    int batch_start = e->n_run == 0; /* static batching fills a new batch at once */
-    while (e->head && e->n_run < e->o.parallel && e->committed + e->head->blocks <= e->kv.n_blocks &&
-           (e->o.continuous || batch_start)) {
+    int open = e->o.continuous || e->n_run == 0;
+    while (open && head_fits(e)) {
         Job *j = e->head;
         e->head = j->next;
         if (!e->head) e->tail = NULL;
