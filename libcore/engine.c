@@ -50,7 +50,8 @@ struct Engine {
     int32_t *tok, *pos, *seq; /* [cap] */
     float *hidden;            /* [cap][dim] */
     float *rows, *logits;     /* [parallel][dim], [parallel][vocab] */
-    Job *row_job[MAX_PARALLEL];
+    Job *row_job[MAX_PARALLEL]; /* the jobs whose next token a step samples */
+    int row_at[MAX_PARALLEL];   /* and the batch row it comes from */
 };
 
 /* ---- bookkeeping (under the lock) ---- */
@@ -146,7 +147,8 @@ static int gather(Engine *e, int *take, int *n_rows) {
         if (left > 1) budget -= take[i];
         for (int k = 0; k < take[i]; k++, n++)
             e->tok[n] = j->ctx[j->n_kv + k], e->pos[n] = j->n_kv + k, e->seq[n] = j->seq;
-        if (take[i] && j->n_kv + take[i] == j->n_ctx) e->row_job[(*n_rows)++] = j; /* its next token is due */
+        if (take[i] && j->n_kv + take[i] == j->n_ctx) /* its next token is due: its last row's logits */
+            e->row_job[*n_rows] = j, e->row_at[(*n_rows)++] = n - 1;
     }
     return n;
 }
@@ -158,10 +160,8 @@ static int step(Engine *e) {
     int n = gather(e, take, &n_rows);
     Batch b = {n, e->tok, e->seq, e->pos, NULL, NULL};
     if (n && forward_layers(e->m, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
-    /* the rows whose next token is due: each job's last fed token */
-    for (int i = 0, at = 0, r = 0; i < e->n_run; at += take[i++])
-        if (take[i] && e->run[i]->n_kv + take[i] == e->run[i]->n_ctx)
-            memcpy(e->rows + (size_t)r++ * dim, e->hidden + (size_t)(at + take[i] - 1) * dim, sizeof(float) * dim);
+    for (int r = 0; r < n_rows; r++)
+        memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
     if (n_rows && final_logits(e->m, e->rows, n_rows, e->logits)) return -1;
     for (int i = 0; i < e->n_run; i++) e->run[i]->n_kv += take[i];
     int next[MAX_PARALLEL];
