@@ -138,6 +138,10 @@ check "chat stream: the first delta carries the role, the rest the same text" sh
 post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stop": [" named"]}' >"$TMP/stop"
 check "a stop string ends the answer before it" sh -c "[ \"\$(jq -r '.choices[0].text' $TMP/stop)\" = \"\$(sed 's/ named.*//' $TMP/want.1 | head -n 1)\" ] && jq -e '.choices[0].finish_reason == \"stop\"' $TMP/stop >/dev/null"
 
+curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stop": [" named"], "stream": true}' |
+    sed -n 's/^data: {/{/p' | jq -j '.choices[0].text' >"$TMP/sstop"
+check "a stop string ends a stream there too (the text that might start it is held back)" sh -c "[ \"\$(cat $TMP/sstop)\" = \"\$(jq -r '.choices[0].text' $TMP/stop)\" ]"
+
 # a client that leaves mid-stream: its request stops and its blocks come back
 gen0=$(metric generated_tokens_total)
 curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 100000, "temperature": 0.8, "seed": 3, "stream": true}' | head -c 400 >/dev/null

@@ -122,14 +122,15 @@ static int client_gone(int fd) {
 }
 
 /* where the first stop string starts in the text, or text_n; *hold = bytes at the end
-   that may begin one and wait for the next token */
-static size_t find_stop(const Conn *k, size_t *hold) {
+   that may begin one and wait for the next token. Only text after from (less a stop
+   string's length) is new to the search. */
+static size_t find_stop(const Conn *k, size_t from, size_t *hold) {
     size_t best = k->text_n;
     *hold = 0;
     for (int i = 0; i < k->req.n_stop; i++) {
         const char *s = k->req.stop[i];
-        size_t sl = strlen(s);
-        const char *at = memmem(k->text, k->text_n, s, sl);
+        size_t sl = strlen(s), a = from >= sl ? from - sl + 1 : 0;
+        const char *at = memmem(k->text + a, k->text_n - a, s, sl);
         if (at && (size_t)(at - k->text) < best) best = at - k->text;
         for (size_t h = sl - 1; h > *hold; h--)
             if (h <= k->text_n && !memcmp(k->text + k->text_n - h, s, h)) *hold = h;
@@ -144,21 +145,25 @@ static size_t advance(Conn *k) {
     int n = job_wait(S.e, k->job, k->n_tok, 1.0, &finish);
     const int32_t *t = job_tokens(k->job);
     int np = job_prompt_len(k->job);
+    size_t from = k->text_n;
     for (; k->n_tok < n; k->n_tok++) {
         size_t len;
         const char *p = tok_piece(S.m.tok, t[np + k->n_tok - 1], t[np + k->n_tok], &len);
         if (!p) continue;
         if (k->text_n + len + 1 > k->text_cap) {
-            k->text_cap = 2 * (k->text_n + len + 1);
-            char *x = realloc(k->text, k->text_cap);
-            if (!x) die("out of memory");
-            k->text = x;
+            char *x = realloc(k->text, 2 * (k->text_n + len + 1));
+            if (!x) { /* this request ends; the server goes on */
+                job_cancel(S.e, k->job);
+                k->finish = "error";
+                return k->sent;
+            }
+            k->text = x, k->text_cap = 2 * (k->text_n + len + 1);
         }
         memcpy(k->text + k->text_n, p, len);
         k->text_n += len;
     }
     k->info.n_gen = n;
-    size_t hold, stop = find_stop(k, &hold);
+    size_t hold, stop = find_stop(k, from, &hold);
     if (stop < k->text_n) { /* a stop string: the text ends before it */
         k->text_n = stop, k->finish = "stop", hold = 0;
         job_cancel(S.e, k->job);
