@@ -141,6 +141,7 @@ static size_t find_stop(const Conn *k, size_t from, size_t *hold) {
 /* waits for new tokens (a second at most), turns them into text, ends on a stop
    string; returns how many bytes of text can be sent */
 static size_t advance(Conn *k) {
+    if (k->finish) return k->text_n; /* ended: tokens made after a stop string stay out */
     const char *finish;
     int n = job_wait(S.e, k->job, k->n_tok, 1.0, &finish);
     const int32_t *t = job_tokens(k->job);
