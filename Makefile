@@ -75,14 +75,63 @@ $(BUILD)/test-heads.safetensors.zst: $(BIN)/distill-heads $(DEFAULT_MODEL)
 $(BUILD)/test-medusa.safetensors.zst: $(BIN)/train-medusa $(DEFAULT_MODEL)
 	$(BIN)/train-medusa -m $(DEFAULT_MODEL) --data $(TINYSTORIES) --heads 4 --own-lm-head --generate 8 --seq-len 72 --steps 400 -o $@ 2>/dev/null
 
-test: all $(TESTS) $(DEFAULT_MODEL) $(TEST_HEADS) models
-	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) tests/run.sh
+# ---- make test runs the suite twice: on the normal build, then on build-san/ (SAN=1:
+# AddressSanitizer + UBSan), with the normal build's model and test heads and
+# PARADEC_SAN=1, which makes the heaviest tests do less; its lines start "san: ", and
+# the last line sums both runs. make SAN=1 test runs the sanitizer build alone. ----
+ifeq ($(SAN),1)
+SAN_ENV  := PARADEC_SAN=1
+else
+SAN_BINS := san-bins
+SAN_RUN   = cp -p $(TEST_HEADS) build-san/ && BUILD=build-san BIN=build-san/bin MODEL=$(DEFAULT_MODEL) PARADEC_SAN=1 \
+            tests/run.sh | sed -u '/^[0-9]* passed, [0-9]* failed$$/!s/^/san: /';
+endif
+.PHONY: san-bins test-bins
+san-bins:
+	@$(MAKE) --no-print-directory SAN=1 test-bins
+test-bins: all $(TESTS)
+
+test: all $(TESTS) $(DEFAULT_MODEL) $(TEST_HEADS) models $(SAN_BINS)
+	@{ BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) $(SAN_ENV) tests/run.sh; $(SAN_RUN) } | tests/totals.sh $(if $(SAN_BINS),2,1)
 
 bench: all $(DEFAULT_MODEL)
 	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) scripts/bench.sh
 
 clean:
 	rm -rf build build-san bin
+
+# ---- make fuzz: one libFuzzer binary per parser of outside input (tests/fuzz/targets.h),
+# built with clang into build-fuzz/. make fuzz-run SECONDS=N (or RUNS=N) runs them one at
+# a time from their seeds, tests/fuzz/corpus/NAME/ (tests/fuzz/seeds.py makes those). ----
+FUZZ_DIR     := build-fuzz
+FUZZ_TARGETS := safetensors safetensors_zst llama2c tokenizer_bin tokenizer_json hf_config gguf dataset \
+                recipe medusa_tree serve_request
+FUZZ_CFLAGS  := -std=c11 -O1 -march=native -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+                -fno-sanitize-recover=all -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
+FUZZ_LIB     := $(FUZZ_DIR)/libcore.a
+SECONDS      ?= 60
+RUNS         ?= 0
+.PHONY: fuzz fuzz-run fuzz-clean
+fuzz: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+clean: fuzz-clean
+fuzz-clean:
+	rm -rf $(FUZZ_DIR)
+
+$(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+	$(AR) rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/main.c tests/fuzz/targets.c tests/fuzz/targets.h $(FUZZ_LIB)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_TARGET=fuzz_$* tests/fuzz/main.c tests/fuzz/targets.c \
+	    $(FUZZ_LIB) -o $@ $(LDLIBS)
+
+fuzz-run: fuzz
+	@FUZZ_DIR=$(FUZZ_DIR) tests/fuzz/run.sh $(SECONDS) $(RUNS) $(FUZZ_TARGETS)
+
+-include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
 
 # ---- make recipe=NAME (or recipe=path/to/file.yaml): convert → heads → pack → bench into
 # out/NAME/. bin/recipe writes the stage rules (one stamp file per stage's settings, so a

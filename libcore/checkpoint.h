@@ -76,6 +76,8 @@ int hf_write_dir(const Checkpoint *ck, const char *dir);
    "hf-json") or tokenizer.bin (llama2c), tokenizer_config.json's chat_template.
    Unsupported architectures and features are refused by name. */
 int hf_read_dir(Checkpoint *ck, const char *dir);
+/* the config.json part of it, from the JSON text in memory (`what` names it in errors) */
+int hf_config_parse(Config *c, const void *json, size_t n, const char *what);
 
 /* a llama.cpp GGUF model (architecture llama or qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1
    dequantised to f32; q/k rows un-permuted from llama.cpp's Meta order); its tokenizer

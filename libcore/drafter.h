@@ -60,4 +60,14 @@ typedef struct Drafter {
 /* the verify loop every drafter runs in; frees the drafter */
 int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_prompt);
 
+/* Medusa's --tree (decode/medusa.c): a JSON list of rank paths, as Medusa's mc_sim
+   choices ("[[0], [1], [0, 0]]"), for n_heads heads, as nodes: node 0 is the root,
+   node i (parent[i] < i) head depth[i]-1's rank-rank[i] candidate. Every path's
+   parent path must be listed too. */
+typedef struct {
+    int n;
+    int parent[MAX_TREE], rank[MAX_TREE], depth[MAX_TREE];
+} MedusaTree;
+int medusa_tree_parse(MedusaTree *tr, const char *spec, int n_heads);
+
 #endif

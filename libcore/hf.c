@@ -328,20 +328,38 @@ static int read_tokenizer(Checkpoint *ck, const Hf *h) {
     return 0;
 }
 
+/* config.json's text into c; h->cfg_path names it in errors */
+static int parse_config(Hf *h, Config *c, const void *json, size_t n) {
+    json_error_t err;
+    int rc = 0;
+    if (!(h->cfg = json_loadb(json, n, 0, &err))) /* (json_is_* evaluate their argument twice) */
+        rc = pd_error("%s: %s (line %d)", h->cfg_path, err.text, err.line);
+    else if (!json_is_object(h->cfg))
+        rc = pd_error("%s: not a JSON object", h->cfg_path);
+    return rc ? rc : read_config(h, c);
+}
+
+int hf_config_parse(Config *c, const void *json, size_t n, const char *what) {
+    Hf h = {.dir = what};
+    snprintf(h.cfg_path, sizeof h.cfg_path, "%s", what);
+    int rc = parse_config(&h, c, json, n);
+    json_decref(h.cfg);
+    return rc;
+}
+
 int hf_read_dir(Checkpoint *ck, const char *dir) {
     memset(ck, 0, sizeof *ck);
     Hf h = {.dir = dir};
     struct stat st;
     if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return pd_error("%s: not a directory", dir);
     snprintf(h.cfg_path, sizeof h.cfg_path, "%s/config.json", dir);
-    json_error_t err;
+    char *json = NULL;
+    size_t n = 0;
     int rc = 0;
     if (!file_exists(h.cfg_path)) rc = pd_error("%s: no config.json: not a Hugging Face checkpoint directory", dir);
-    else if (!(h.cfg = json_load_file(h.cfg_path, 0, &err))) /* (json_is_* evaluate their argument twice) */
-        rc = pd_error("%s: %s (line %d)", h.cfg_path, err.text, err.line);
-    else if (!json_is_object(h.cfg))
-        rc = pd_error("%s: not a JSON object", h.cfg_path);
-    rc = rc ? rc : read_config(&h, &ck->c);
+    else rc = pd_read_file(h.cfg_path, &json, &n);
+    rc = rc ? rc : parse_config(&h, &ck->c, json, n);
+    free(json);
     rc = rc ? rc : open_weights(&h);
     rc = rc ? rc : read_weights(ck, &h);
     rc = rc ? rc : read_tokenizer(ck, &h);

@@ -128,6 +128,13 @@ int config_check(const Config *c, const char *what) {
     if (!(c->norm_eps >= 0) || !(c->rope_theta > 0)) return pd_error("%s: config: bad rms_norm_eps or rope_theta", what);
     if (c->seq_len > (1 << 22) || c->n_layers > 4096 || c->dim > (1 << 20) || c->n_heads > 4096 || c->vocab_size > (1 << 24) || (int64_t)c->dim * c->hidden_dim > ((int64_t)1 << 34))
         return pd_error("%s: config: sizes beyond what paradec handles", what);
+    if (c->head_dim > 4096 || (int64_t)c->n_heads * c->head_dim > (1 << 20))
+        return pd_error("%s: config: %d heads of %d: sizes beyond what paradec handles", what, c->n_heads, c->head_dim);
+    /* the RoPE tables (seq_len × head_dim floats) are built at load, before any weight
+       is read: no file may make them huge */
+    if ((int64_t)c->seq_len * c->head_dim > ((int64_t)1 << 28))
+        return pd_error("%s: config: a context of %d × head_dim %d would need %lld MiB of RoPE tables: beyond what paradec handles",
+                        what, c->seq_len, c->head_dim, (long long)c->seq_len * c->head_dim * 4 >> 20);
     return 0;
 }
 

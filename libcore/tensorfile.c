@@ -389,6 +389,17 @@ static int open_stream(TensorFile *tf, FILE *f, const char *path) {
     return parse_grown(tf, &g, path);
 }
 
+int tf_load(TensorFile *tf, const void *bytes, size_t n, const char *what) {
+    memset(tf, 0, sizeof *tf);
+    if (!what) what = "<memory>";
+    if (n == 0) return tf_parse(tf, "", 0, what); /* fmemopen refuses an empty buffer */
+    FILE *f = fmemopen((void *)bytes, n, "rb");
+    if (!f) return pd_error("%s: %s", what, strerror(errno));
+    int rc = open_stream(tf, f, what);
+    fclose(f);
+    return rc;
+}
+
 int tf_open(TensorFile *tf, const char *path) {
     memset(tf, 0, sizeof *tf);
     if (!strcmp(path, "-")) return open_stream(tf, stdin, "-");

@@ -45,6 +45,9 @@ int tf_open(TensorFile *tf, const char *path);
 /* the same from bytes already in memory (takes nothing; `what` names it in errors).
    The tensors point into `bytes`, which must outlive tf. For fuzzing and tests. */
 int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what);
+/* what tf_open does with a file's bytes, from memory: plain or zstd (by the magic),
+   loaded into memory tf owns (nothing of `bytes` is kept). For fuzzing and tests. */
+int tf_load(TensorFile *tf, const void *bytes, size_t n, const char *what);
 void tf_close(TensorFile *tf);
 /* the tensors and metadata whose names start with prefix, the prefix cut off: a view
    that owns its names and metadata but shares src's tensor data (valid while src is

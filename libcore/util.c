@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +14,23 @@
 
 static _Thread_local char errbuf[1024];
 
+/* control bytes as escapes: a message is one line even when it quotes a file's bytes */
+static void one_line(char *dst, size_t cap, const char *src) {
+    size_t k = 0;
+    for (const unsigned char *s = (const unsigned char *)src; *s && k + 5 < cap; s++) {
+        if (*s >= 0x20 && *s != 0x7f) dst[k++] = (char)*s;
+        else k += (size_t)snprintf(dst + k, cap - k, *s == '\n' ? "\\n" : *s == '\t' ? "\\t" : "\\x%02x", *s);
+    }
+    dst[k] = 0;
+}
+
 int pd_error(const char *fmt, ...) {
+    char raw[sizeof errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    one_line(errbuf, sizeof errbuf, raw);
     return -1;
 }
 
@@ -167,6 +180,45 @@ int pd_read_file_gz(const char *path, char **data, size_t *n) {
     return 0;
 }
 
+/* the directory a path is in ("." for a bare name) */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return pd_strdup(".");
+    char *d = pd_strdup(path);
+    if (d) d[slash == path ? 1 : slash - path] = 0;
+    return d;
+}
+
+/* an unnamed file in path's directory (O_TMPFILE): a writer killed before commit leaves
+   nothing behind. NULL where the filesystem (or a missing /proc, through which commit
+   names it) cannot. */
+static FILE *open_unnamed(const char *path) {
+    char *dir = dir_of(path);
+    int fd = dir && access("/proc/self/fd", X_OK) == 0 ? open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666) : -1;
+    free(dir);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f && fd >= 0) close(fd);
+    return f;
+}
+
+static int name_unnamed(FILE *f, const char *name) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fileno(f));
+    unlink(name); /* a stale one, left by a killed writer that had our pid */
+    return linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW);
+}
+
+/* the rename itself made durable (a crash right after commit keeps the new file) */
+static void sync_dir(const char *path) {
+    char *dir = dir_of(path);
+    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    free(dir);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
 int atomic_open(AtomicFile *af, const char *path) {
     memset(af, 0, sizeof *af);
     if (!strcmp(path, "-")) {
@@ -175,18 +227,19 @@ int atomic_open(AtomicFile *af, const char *path) {
     }
     af->path = pd_strdup(path);
     af->tmp = pd_alloc(strlen(path) + 32);
-    if (!af->path || !af->tmp) return -1;
-    /* same directory, so rename() is atomic */
-    sprintf(af->tmp, "%s.tmp%ld", path, (long)getpid());
-    af->f = fopen(af->tmp, "wb");
-    if (!af->f) {
-        int e = errno;
-        free(af->path);
-        free(af->tmp);
-        af->path = af->tmp = NULL;
-        return pd_error("%s: cannot write: %s", path, strerror(e));
+    if (af->path && af->tmp) {
+        /* same directory, so rename() is atomic */
+        sprintf(af->tmp, "%s.tmp%ld", path, (long)getpid());
+        af->f = open_unnamed(path);
+        af->unnamed = af->f != NULL;
+        if (!af->f) af->f = fopen(af->tmp, "wb");
+        if (af->f) return 0;
+        pd_error("%s: cannot write: %s", path, strerror(errno));
     }
-    return 0;
+    free(af->path);
+    free(af->tmp);
+    memset(af, 0, sizeof *af);
+    return -1;
 }
 
 int atomic_commit(AtomicFile *af) {
@@ -196,13 +249,15 @@ int atomic_commit(AtomicFile *af) {
     }
     int bad = fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0;
     int e = errno;
+    if (!bad && af->unnamed && name_unnamed(af->f, af->tmp)) bad = 1, e = errno;
     bad |= fclose(af->f) != 0;
     af->f = NULL;
-    if (!bad && rename(af->tmp, af->path)) { bad = 1; e = errno; }
+    if (!bad && rename(af->tmp, af->path)) bad = 1, e = errno;
     if (bad) {
         remove(af->tmp);
         pd_error("%s: write failed: %s", af->path, strerror(e));
-    }
+    } else
+        sync_dir(af->path);
     free(af->path);
     free(af->tmp);
     af->path = af->tmp = NULL;
@@ -212,7 +267,7 @@ int atomic_commit(AtomicFile *af) {
 void atomic_abort(AtomicFile *af) {
     if (af->path) {
         if (af->f) fclose(af->f);
-        remove(af->tmp);
+        if (!af->unnamed) remove(af->tmp);
         free(af->path);
         free(af->tmp);
     }

@@ -37,14 +37,16 @@ int pd_read_file(const char *path, char **data, size_t *n);
 /* gzip-aware: reads path, inflating it when it ends in .gz */
 int pd_read_file_gz(const char *path, char **data, size_t *n);
 
-/* an output written atomically: data goes to a temp file beside `path`, which is
-   renamed over `path` only on commit; "-" streams to stdout instead. */
+/* an output written atomically: data goes to a temp file beside `path` — unnamed
+   (O_TMPFILE) where the filesystem allows, so a killed writer leaves nothing, else
+   `path`.tmpPID — which becomes `path` only on commit; "-" streams to stdout instead. */
 typedef struct {
     FILE *f;
     char *path, *tmp;
+    int unnamed; /* f has no name yet: commit links it as tmp, then renames */
 } AtomicFile;
 int atomic_open(AtomicFile *af, const char *path);
-int atomic_commit(AtomicFile *af); /* fflush+fsync+rename; closes */
+int atomic_commit(AtomicFile *af); /* fflush+fsync+rename (+fsync of the directory); closes */
 void atomic_abort(AtomicFile *af); /* removes the temp file; closes */
 
 /* ---- paths to data: $PARADEC_DATA, else ./data, else the cache `make models` fills

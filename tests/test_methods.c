@@ -113,7 +113,7 @@ static void chi2_power(const ExitHeads *h) {
     for (int mode = 0; mode < 3; mode++) {
         memset(hist, 0, sizeof(int) * (V + 1));
         int errors = 0;
-        for (int s = 0; s < N_SEEDS; s++) {
+        for (int s = 0; s < n_seeds; s++) {
             int t = biased_token(h, h->n - 1, mode, seed_of(2000003 + s));
             if (t < 0) errors++;
             else hist[t]++;

@@ -94,4 +94,8 @@ refuses "decode: adadecode without heads" "" $BIN/decode -m "$MODEL" -p Once -n 
 refuses "decode: --gamma 0" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$H" --gamma 0
 refuses "decode: --gamma 1.5" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$H" --gamma 1.5
 refuses "decode: --exit-layer without a head" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method self-speculative --heads "$H" --exit-layer 3
+# every tool states its memory footprint in --help
+for t in bench convert decode distill-heads membw pack randmodel recipe tokenize train-medusa verifycost widen; do
+    check "$t --help states its memory" sh -c "$BIN/$t --help | grep -q '^memory: about\\|^memory: check'"
+done
 finish tools

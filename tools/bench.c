@@ -12,6 +12,7 @@
    stdout: table.md's text. In DIR (default out/NAME): table.md, table.csv, speed.png
    and oracle.png (gnuplot; left out with a note when it is missing) — written only
    when parity holds; a mismatch is reported loudly and nothing is written. */
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,10 @@
 
 #define USAGE "--recipe FILE [--methods a,b] [--samples N] [--out DIR] [-t N] [--model M] [--exit-heads H] " \
               "[--medusa H] [--draft D] [--no-oracle]"
+
+#define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
+               "        + the exit heads', Medusa heads' and draft model's weights twice each, when the methods need them\n" \
+               "        (the draft also its KV cache, 1 × its ctx × layers × kv_dim × 8 bytes) + the datasets' prompts.\n"
 
 typedef struct {
     const char *recipe, *methods, *out, *model, *exit, *medusa, *draft;
@@ -68,7 +73,7 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(f, "--medusa")) a.medusa = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--draft")) a.draft = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--no-oracle")) a.no_oracle = 1;
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
+        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: bench %s)", f, USAGE);
     }
     if (!a.recipe) usage(USAGE);
@@ -399,20 +404,27 @@ static void write_file(const char *dir, const char *name, const char *text) {
     if (atomic_commit(&af)) die_lib();
 }
 
-/* a gnuplot script drawn into DIR/name through a temporary file renamed at the end */
+/* a gnuplot script drawn into DIR/name: gnuplot writes the PNG to its stdout, which is
+   our atomic temp file, so a killed bench (or gnuplot) never leaves half a picture */
 static int plot(const char *dir, const char *name, const char *script) {
-    char path[4096], tmp[4200];
+    char path[4096], cmd[64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    FILE *g = popen("gnuplot 2>/dev/null", "w");
-    if (!g) return -1;
-    fprintf(g, "set terminal pngcairo size 900,500 noenhanced\nset output '%s'\n%s", tmp, script);
-    int rc = pclose(g);
-    if (rc || access(tmp, R_OK) || rename(tmp, path)) {
-        unlink(tmp);
+    AtomicFile af;
+    if (atomic_open(&af, path)) return -1;
+    int fd = fileno(af.f);
+    snprintf(cmd, sizeof cmd, "gnuplot 2>/dev/null >&%d", fd);
+    FILE *g = fcntl(fd, F_SETFD, 0) ? NULL : popen(cmd, "w"); /* (the child inherits it) */
+    int rc = -1;
+    if (g) {
+        fprintf(g, "set terminal pngcairo size 900,500 noenhanced\n%s", script);
+        rc = pclose(g);
+    }
+    struct stat st;
+    if (rc || fstat(fd, &st) || st.st_size == 0) {
+        atomic_abort(&af);
         return -1;
     }
-    return 0;
+    return atomic_commit(&af);
 }
 
 /* gnuplot strings go in single quotes: those inside are doubled */

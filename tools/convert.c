@@ -23,7 +23,11 @@ static void help(void) {
            "     it replaces the source's own.\n"
            "--layers L --heads EXIT_HEADS: MODEL (a paradec model file) becomes a draft model for\n"
            "     --method speculative: its first L layers, and the exit head at layer L (trained with\n"
-           "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n",
+           "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n"
+           "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n"
+           "        GGUF) + the model as f32 (4 bytes a parameter, whatever the source's type); with --dtype\n"
+           "        bf16, at least 6 bytes a parameter (the f32 model and its bf16 copy). A draft holds MODEL\n"
+           "        as f32 and the exit heads.\n",
            USAGE);
     exit(0);
 }

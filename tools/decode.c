@@ -17,6 +17,10 @@
               "[--fixed-tree] [--ngram-max N] [--window W] [--ngram N] [--guess G] [--adaptive] " \
               "[--oracle-exit RATE | --oracle-acceptance A] [--dump-logits FILE]"
 
+#define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
+               "        + vocabulary-sized buffers per drafted token; --heads adds the heads' weights twice, --draft the\n" \
+               "        draft model's weights twice and its own KV cache (1 × its ctx × layers × kv_dim × 8 bytes).\n"
+
 typedef struct {
     const char *model, *prompt, *method, *chat_format, *system, *heads, *dump;
     int chat, json, n, top_k, threads;
@@ -140,7 +144,7 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(f, "--oracle-exit") || !strcmp(f, "--oracle-acceptance"))
             a.oracle = arg_num(f, arg_next(argc, argv, &i), 0, 1);
         else if (!strcmp(f, "--dump-logits")) a.dump = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
+        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: decode %s)", f, USAGE);
     }
     if (!a.model || !a.prompt || a.n < 0) usage(USAGE);

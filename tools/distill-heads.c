@@ -21,6 +21,12 @@
 #define USAGE "-m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
               "[--batch B] [--seq-len S] [--seed S] [--norm 0|1|auto] [--init HEADS] [--heldout F] [-t N] -o HEADS"
 
+#define MEMORY "memory: about " MEMORY_MODEL "\n" \
+               "        + the lm_head once more (transposed, for the gradient) + 20 × dim² bytes a head (the head, its\n" \
+               "        packed copy, Adam's two moments, the gradient) + seq-len × (2 × vocab + (7 + heads) × dim) × 4\n" \
+               "        bytes of activations + a KV cache of seq-len × layers × kv_dim × 8 bytes + the data: its text\n" \
+               "        twice (read, then split into records) and 4 bytes a token.\n"
+
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
 static int parse_layers(const char *s, int L, int *layers) {
@@ -94,7 +100,7 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(a, "--heldout")) heldout = arg_num(a, arg_next(argc, argv, &i), 1e-6, 0.9);
         else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(USAGE);
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: distill-heads %s)", a, USAGE);
     }
     if (!model || !data || !out) usage(USAGE);

@@ -10,6 +10,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t")) threads = arg_int("-t", arg_next(argc, argv, &i), 1, 64);
         else if (!strcmp(argv[i], "--mib")) mib = arg_int("--mib", arg_next(argc, argv, &i), 64, 1 << 16);
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            help_exit("[-t THREADS] [--mib SIZE]", "prints the read bandwidth in GB/s.\nmemory: about --mib MiB (default 1024), the array it streams.\n");
         else usage("[-t THREADS] [--mib SIZE]   (prints read GB/s)");
     }
     size_t n = (size_t)mib << 18; /* floats */

@@ -7,6 +7,8 @@
 #include "tool.h"
 
 #define USAGE "-m MODEL HEADS... -o BUNDLE | --list FILE"
+#define MEMORY "memory: about the model file and every heads file, held whole (a .zst one decompressed; a plain one\n" \
+               "        mapped); the bundle is written from them as it is compressed.\n"
 
 int main(int argc, char **argv) {
     tool_name = "pack";
@@ -17,7 +19,7 @@ int main(int argc, char **argv) {
         if (!strcmp(f, "-m")) model = arg_next(argc, argv, &i);
         else if (!strcmp(f, "-o")) out = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--list")) list = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
+        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
         else if (f[0] == '-' && f[1]) die("unknown flag %s (usage: pack %s)", f, USAGE);
         else if (n == 256) die("more than 256 head sets");
         else heads[n++] = f;

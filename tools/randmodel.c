@@ -16,6 +16,8 @@
 #include "checkpoint.h"
 #include "tool.h"
 
+#define MEMORY "memory: about the model as f32 (4 bytes a parameter of the config's shape) + 2 bytes a parameter more\n" \
+               "        with --dtype bf16 + the tokenizer file.\n"
 #define USAGE "--config CONFIG.json --tokenizer TOK [--chat-template TOKENIZER_CONFIG.json] [--seed S] [--dtype f32|bf16] -o OUT"
 #define INIT_STD 0.02f
 
@@ -75,7 +77,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seed")) seed = arg_int("--seed", arg_next(argc, argv, &i), 0, 0x7fffffffL);
         else if (!strcmp(argv[i], "--dtype")) dtype = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "-o")) out = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) usage(USAGE);
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: randmodel %s)", argv[i], USAGE);
     }
     if (!cfg_path || !tok || !out) usage(USAGE);

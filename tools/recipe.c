@@ -17,6 +17,8 @@
 #include "recipe.h"
 #include "tool.h"
 
+#define MEMORY "memory: check and rules, a few MiB (the recipe); answers, about\n        " MEMORY_MODEL "\n" \
+               "        + " MEMORY_KV("2") " + the datasets' prompts.\n"
 #define USAGE "check RECIPE | rules RECIPE [--out DIR] [--stamps DIR] -o FILE | answers RECIPE -m MODEL [-t N] -o FILE"
 
 /* writes text to path unless the file already holds exactly that (its time then stays,
@@ -289,6 +291,7 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
 
 int main(int argc, char **argv) {
     tool_name = "recipe";
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) help_exit(USAGE, MEMORY);
     if (argc < 3) usage(USAGE);
     const char *cmd = argv[1], *file = argv[2], *o = NULL, *out = NULL, *stamps = NULL, *model = NULL;
     int threads = 0;

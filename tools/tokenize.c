@@ -86,6 +86,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) dec = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(usage, stdout);
+            fputs("\nmemory: about the tokenizer (a few times its file's size: pieces, their map, the merges; a GGUF\n"
+                  "        file is mapped) + the input twice and 4 bytes a token.\n", stdout);
             return 0;
         } else {
             fprintf(stderr, "tokenize: unknown argument '%s'\n%s", argv[i], usage);

@@ -23,6 +23,13 @@
               "[--generate N] [--init HEADS] [--steps N] [--lr X] [--lm-lr X] [--batch B] [--seq-len S] [--seed S] [--heldout F] " \
               "[--cache-mb M] [-t N] [--fields F] [--special] -o HEADS"
 
+#define MEMORY "memory: about " MEMORY_MODEL "\n" \
+               "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n" \
+               "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n" \
+               "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n" \
+               "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n" \
+               "        kept for reuse, at most --cache-mb MiB (default 1024) + the data: its text twice and 4 bytes a token.\n"
+
 /* "1,0.8,0.5": exactly K positive numbers */
 static void parse_weights(const char *s, int K, float *w) {
     int n = 0;
@@ -97,7 +104,7 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(s, "--heldout")) a.heldout = arg_num(s, arg_next(argc, argv, &i), 1e-6, 0.5);
         else if (!strcmp(s, "--cache-mb")) a.cache_mb = arg_int(s, arg_next(argc, argv, &i), 0, 1 << 30);
         else if (!strcmp(s, "-t")) a.threads = arg_int(s, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) usage(USAGE);
+        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: train-medusa %s)", s, USAGE);
     }
     if (!a.model || !a.data || !a.out) usage(USAGE);

@@ -13,6 +13,9 @@
 #include "tool.h"
 
 #define MAX_N 256
+#define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]"
+#define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("1") "\n" \
+               "        + the largest size's activations and logits (n × (vocab + a few × dim) × 4 bytes).\n"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -55,9 +58,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--ctx")) ctx = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(f, "--reps")) reps = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);
         else if (!strcmp(f, "-t")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
-        else usage("-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]");
+        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
+        else usage(USAGE);
     }
-    if (!model) usage("-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]");
+    if (!model) usage(USAGE);
     int n[64], k = 0;
     for (const char *s = sizes; *s && k < 64;) {
         char *end;

@@ -30,8 +30,9 @@ static void help(void) {
                p->dim, p->hidden_dim, p->n_layers, p->n_heads, p->n_kv_heads, p->head_dim, n / 1e6,
                n * 4 / 1e9, n * 2 / 1e9, p->about);
     }
-    printf("\nMemory: about the output's size (the table); with --llama2c or --hf the whole model\n"
-           "is held in f32 as well, so write 8b as bf16 without them (~14 GB instead of ~42 GB).\n"
+    printf("\nmemory: about the output's size (the table) + MODEL as f32; with --llama2c or --hf the whole\n"
+           "        model is held in f32 (and a bf16 output besides), so write 8b as bf16 without them\n"
+           "        (~14 GB instead of ~42 GB).\n"
            "Use a plain .safetensors name (not .zst) for big presets so decode can mmap it.\n"
            "--llama2c writes the same model in llama2.c's legacy format (f32) for run.c and\n"
            "llama.cpp; --hf DIR a Hugging Face directory (config.json, model.safetensors F32).\n"

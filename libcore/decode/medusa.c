@@ -22,8 +22,7 @@
 typedef struct {
     Model *m;
     const MedusaHeads *h;
-    int n;                                 /* nodes, root included */
-    int parent[MAX_TREE], rank[MAX_TREE], depth[MAX_TREE];
+    MedusaTree tr;                         /* the candidate tree */
     int32_t cand[MAX_MEDUSA][MAX_RANK + 1];/* this round's candidates, best first */
     float *hl;                             /* [vocab] head logits */
     float *hidden;                         /* [dim] the last kept node's state */
@@ -33,11 +32,11 @@ typedef struct {
 
 /* ---- the tree ---- */
 
-static int add_node(Medusa *md, int parent, int rank) {
-    int i = md->n++;
-    md->parent[i] = parent;
-    md->rank[i] = rank;
-    md->depth[i] = md->depth[parent] + 1;
+static int add_node(MedusaTree *tr, int parent, int rank) {
+    int i = tr->n++;
+    tr->parent[i] = parent;
+    tr->rank[i] = rank;
+    tr->depth[i] = tr->depth[parent] + 1;
     return i;
 }
 
@@ -49,11 +48,11 @@ static void tree_build(Medusa *md, int nodes) {
     float value[MAX_TREE];
     int kids[MAX_TREE] = {0};
     value[0] = 1;
-    while (md->n < nodes) {
+    while (md->tr.n < nodes) {
         int best = -1;
         float bv = -1;
-        for (int e = 0; e < md->n; e++) {
-            int k = md->depth[e], r = kids[e];
+        for (int e = 0; e < md->tr.n; e++) {
+            int k = md->tr.depth[e], r = kids[e];
             if (k >= h->n || r >= MEDUSA_RANKS) continue;
             /* without measured accuracies, a generic shape: deeper and lower ranks worse */
             float acc = h->has_acc ? h->rank_acc[k][r] : 0.6f / (1 + k) / (1 + 2 * r);
@@ -61,7 +60,7 @@ static void tree_build(Medusa *md, int nodes) {
             if (value[e] * acc > bv) bv = value[e] * acc, best = e;
         }
         if (best < 0 || bv <= 0) break;
-        int i = add_node(md, best, kids[best]++);
+        int i = add_node(&md->tr, best, kids[best]++);
         value[i] = bv;
     }
 }
@@ -74,9 +73,11 @@ static int cmp_path(const void *a, const void *b) {
     return 0;
 }
 
-/* --tree: a JSON list of rank paths; every path's parent must be listed too */
-static int tree_parse(Medusa *md, const char *spec) {
+int medusa_tree_parse(MedusaTree *tr, const char *spec, int n_heads) {
     json_error_t err;
+    tr->n = 1;
+    tr->parent[0] = -1;
+    tr->rank[0] = tr->depth[0] = 0;
     json_t *a = json_loads(spec, 0, &err);
     int rc = -1, n = a && json_is_array(a) ? (int)json_array_size(a) : -1;
     int paths[MAX_TREE][MAX_MEDUSA + 1];
@@ -86,8 +87,8 @@ static int tree_parse(Medusa *md, const char *spec) {
     for (int i = 0; !rc && i < n; i++) {
         json_t *p = json_array_get(a, i);
         int len = json_is_array(p) ? (int)json_array_size(p) : -1;
-        if (len < 1 || len > md->h->n) {
-            rc = pd_error("medusa: --tree path %d is not a list of 1 to %d ranks (one per head)", i + 1, md->h->n);
+        if (len < 1 || len > n_heads) {
+            rc = pd_error("medusa: --tree path %d is not a list of 1 to %d ranks (one per head)", i + 1, n_heads);
             break;
         }
         paths[i][0] = len;
@@ -109,14 +110,14 @@ static int tree_parse(Medusa *md, const char *spec) {
         int parent = 0, len = paths[i][0];
         if (len > 1) { /* the node whose path is this one's without its last rank */
             parent = -1;
-            for (int e = 1; e < md->n && parent < 0; e++) {
-                int ok = md->depth[e] == len - 1;
-                for (int j = e, d = len - 1; ok && j > 0; j = md->parent[j], d--) ok = md->rank[j] == paths[i][d];
+            for (int e = 1; e < tr->n && parent < 0; e++) {
+                int ok = tr->depth[e] == len - 1;
+                for (int j = e, d = len - 1; ok && j > 0; j = tr->parent[j], d--) ok = tr->rank[j] == paths[i][d];
                 if (ok) parent = e;
             }
             if (parent < 0) return pd_error("medusa: --tree path %d has no parent path listed", i + 1);
         }
-        add_node(md, parent, paths[i][len]);
+        add_node(tr, parent, paths[i][len]);
     }
     return 0;
 }
@@ -151,14 +152,14 @@ static void oracle_ranks(Medusa *md, DecodeCtx *d, int k, int need) {
 
 static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
     Medusa *md = dr->self;
-    int V = d->m->c.vocab_size, n = md->n < max_nodes ? md->n : max_nodes;
+    int V = d->m->c.vocab_size, n = md->tr.n < max_nodes ? md->tr.n : max_nodes;
     int deepest = 0, map[MAX_TREE];
     for (int i = 1; i < n; i++)
-        if (md->depth[i] <= max_depth && md->depth[i] > deepest) deepest = md->depth[i];
+        if (md->tr.depth[i] <= max_depth && md->tr.depth[i] > deepest) deepest = md->tr.depth[i];
     for (int k = 0; k < deepest; k++) {
         int need = 0; /* the ranks the verified prefix uses */
         for (int i = 1; i < n; i++)
-            if (md->depth[i] == k + 1 && md->rank[i] + 1 > need) need = md->rank[i] + 1;
+            if (md->tr.depth[i] == k + 1 && md->tr.rank[i] + 1 > need) need = md->tr.rank[i] + 1;
         if (!need) continue;
         if (medusa_logits(md->m, md->h, k, md->hidden, 1, md->hl)) return -1;
         top_ranks(md->hl, V, need + (md->oracle != NULL), md->cand[k]);
@@ -166,10 +167,10 @@ static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int m
     }
     map[0] = 0;
     for (int i = 1; i < n; i++) {
-        if (md->depth[i] > max_depth) continue; /* parents come first, so none is cut below a kept node */
+        if (md->tr.depth[i] > max_depth) continue; /* parents come first, so none is cut below a kept node */
         map[i] = t->n;
-        t->parent[t->n] = map[md->parent[i]];
-        t->token[t->n] = md->cand[md->depth[i] - 1][md->rank[i]];
+        t->parent[t->n] = map[md->tr.parent[i]];
+        t->token[t->n] = md->cand[md->tr.depth[i] - 1][md->tr.rank[i]];
         t->sampled[t->n++] = 0;
     }
     return 0;
@@ -210,8 +211,8 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     Drafter dr = {md, start, propose, accepted, medusa_drafter_free};
     md->m = d->m;
     md->h = o->medusa;
-    md->n = 1;
-    md->parent[0] = -1;
+    md->tr.n = 1;
+    md->tr.parent[0] = -1;
     md->rate = o->oracle_rate;
     md->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
     md->hl = pd_alloc(sizeof(float) * d->m->c.vocab_size);
@@ -220,11 +221,11 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         medusa_drafter_free(&dr);
         return pd_error("medusa: draft-max %d is outside [1, %d] (tree nodes below the root)", o->draft_max, MAX_TREE - 1);
     }
-    if (!md->hl || !md->hidden || (o->tree ? tree_parse(md, o->tree) : (tree_build(md, o->draft_max ? o->draft_max + 1 : DEFAULT_NODES), 0))) {
+    if (!md->hl || !md->hidden || (o->tree ? medusa_tree_parse(&md->tr, o->tree, md->h->n) : (tree_build(md, o->draft_max ? o->draft_max + 1 : DEFAULT_NODES), 0))) {
         medusa_drafter_free(&dr);
         return -1;
     }
-    if (o->draft_max && md->n > o->draft_max + 1) md->n = o->draft_max + 1; /* a prefix is a tree */
+    if (o->draft_max && md->tr.n > o->draft_max + 1) md->tr.n = o->draft_max + 1; /* a prefix is a tree */
     return drafter_generate(d, &dr, prompt, n_prompt);
 }
 

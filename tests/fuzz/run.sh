@@ -1,0 +1,31 @@
+#!/bin/sh
+# run.sh — runs the libFuzzer targets one after another (make fuzz-run SECONDS=N or
+# RUNS=N), each from its seeds in tests/fuzz/corpus/NAME/; what it finds new goes to
+# build-fuzz/corpus/NAME/ (the seeds stay as they are), a crash, leak or hang to
+# build-fuzz/crash-NAME-*. One line per target: executions, seconds, result.
+# usage: tests/fuzz/run.sh [SECONDS] [RUNS] [TARGET...]   (0 = no limit of that kind)
+set -u
+secs=${1:-60} runs=${2:-0}
+shift 2 2>/dev/null || shift $#
+D=${FUZZ_DIR:-build-fuzz}
+[ $# -gt 0 ] || set -- $(cd "$D" && ls fuzz_* | sed 's/^fuzz_//')
+status=0
+for t in "$@"; do
+    mkdir -p "$D/corpus/$t"
+    log="$D/fuzz-$t.log"
+    # one worker, bounded memory, a hang is anything over 10 s per input
+    "$D/fuzz_$t" -max_total_time="$secs" -runs="$( [ "$runs" = 0 ] && echo -1 || echo "$runs")" \
+        -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="$D/crash-$t-" "$D/corpus/$t" "tests/fuzz/corpus/$t" >"$log" 2>&1
+    rc=$?
+    n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    s=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log")
+    if [ "$rc" = 0 ]; then
+        echo "$t: ${n:-?} executions in ${s:-?} s, no crash, leak or hang"
+    else
+        echo "$t: FAILED after ${n:-?} executions (exit $rc): see $log and $D/crash-$t-*"
+        grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -n 5
+        status=1
+    fi
+done
+exit $status
