@@ -95,7 +95,7 @@ refuses "decode: --gamma 0" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method ada
 refuses "decode: --gamma 1.5" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method adadecode --heads "$H" --gamma 1.5
 refuses "decode: --exit-layer without a head" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method self-speculative --heads "$H" --exit-layer 3
 # every tool states its memory footprint in --help
-for t in bench convert decode distill-heads membw pack randmodel recipe tokenize train-medusa verifycost widen; do
+for t in bench convert decode distill-heads membw pack randmodel recipe serve tokenize train-medusa verifycost widen; do
     check "$t --help states its memory" sh -c "$BIN/$t --help | grep -q '^memory: about\\|^memory: check'"
 done
 finish tools

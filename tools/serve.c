@@ -21,9 +21,10 @@
 
 #define USAGE "-m MODEL [--host ADDR] [--port P] [--parallel N] [--ctx-size C] [--kv-blocks B] " \
               "[--draft MODEL] [--chat-format llama3|llama2|chatml] [--max-body BYTES] [-t THREADS] " \
-              "[--no-continuous] [--spec-max-batch N | --no-speculation]\n" \
-              "  memory: the model's weights + the KV pool (B × 16 positions × layers × kv_dim × 8 bytes)\n" \
-              "          + per step (N + 64) × (dim + vocab) × 4 bytes + a thread per open connection"
+              "[--no-continuous] [--spec-max-batch N | --no-speculation]"
+#define MEMORY "memory: about " MEMORY_MODEL "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n" \
+               "        N × ctx / 16 by default) + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the\n" \
+               "        answer's text per open connection; --draft adds the draft model's weights twice.\n"
 
 typedef struct {
     Model m;
@@ -347,7 +348,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--no-continuous")) o.continuous = 0;
         else if (!strcmp(f, "--no-speculation")) o.spec_max_batch = 0;
         else if (!strcmp(f, "--spec-max-batch")) o.spec_max_batch = (int)arg_int(f, arg_next(argc, argv, &i), 0, 256);
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) usage(USAGE);
+        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: serve %s)", f, USAGE);
     }
     if (!model) usage(USAGE);
