@@ -136,6 +136,8 @@ check "chat stream: the first delta carries the role, the rest the same text" sh
     sed -n 's/^data: {/{/p' $TMP/csse | head -n 1 | jq -e '.choices[0].delta.role == \"assistant\"' >/dev/null &&
     [ \"\$(sed -n 's/^data: {/{/p' $TMP/csse | jq -j '.choices[0].delta.content // empty')\" = \"\$(jq -j '.choices[0].message.content' $TMP/chat)\" ]"
 post /v1/completions '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stop": [" named"]}' >"$TMP/stop"
+check "a stop string: usage counts the tokens up to it ($(jq .usage.completion_tokens "$TMP/stop"))" \
+    [ "$(jq .usage.completion_tokens "$TMP/stop")" -lt 20 ]
 check "a stop string ends the answer before it" sh -c "[ \"\$(jq -r '.choices[0].text' $TMP/stop)\" = \"\$(sed 's/ named.*//' $TMP/want.1 | head -n 1)\" ] && jq -e '.choices[0].finish_reason == \"stop\"' $TMP/stop >/dev/null"
 
 curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stop": [" named"], "stream": true}' |

@@ -139,6 +139,19 @@ static size_t find_stop(const Conn *k, size_t from, size_t *hold) {
     return best;
 }
 
+/* how many of the answer's tokens reach byte `at` of its text (the one holding that byte
+   included): what usage counts when a stop string cuts the answer there */
+static int tokens_to(const Conn *k, size_t at) {
+    const int32_t *t = job_tokens(k->job);
+    int np = job_prompt_len(k->job);
+    size_t len, sum = 0;
+    for (int i = 0; i < k->n_tok; i++) {
+        if (tok_piece(S.m.tok, t[np + i - 1], t[np + i], &len)) sum += len;
+        if (sum > at) return i + 1;
+    }
+    return k->n_tok;
+}
+
 /* waits for new tokens (a second at most), turns them into text, ends on a stop
    string; returns how many bytes of text can be sent */
 static size_t advance(Conn *k) {
@@ -168,6 +181,7 @@ static size_t advance(Conn *k) {
     size_t hold, stop = find_stop(k, from, &hold);
     if (stop < k->text_n) { /* a stop string: the text ends before it */
         k->text_n = stop, k->finish = "stop", hold = 0;
+        k->info.n_gen = tokens_to(k, stop);
         job_cancel(S.e, k->job);
     } else if (finish)
         k->finish = finish, hold = 0;
