@@ -62,9 +62,6 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
     d->m = m;
     d->h = h;
     d->lr = lr;
-    d->beta1 = 0.9f;
-    d->beta2 = 0.999f;
-    d->eps = 1e-8f;
     d->cap = max_len;
     size_t D = c->dim, V = c->vocab_size, N = max_len, dd = pd_mul(D, D) * sizeof(float);
     int rc = kv_init(&d->kv, c, 1, max_len, 16) || pack_Et(d);
@@ -215,8 +212,8 @@ static int run_seq(Distill *d, const int32_t *tok, int n, double *loss, Tally *t
     return 0;
 }
 
-void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, float lr, float beta1,
-                 float beta2, float eps) {
+void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, float lr) {
+    const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
     float c1 = (float)(1 - pow(beta1, t)), c2 = (float)(1 - pow(beta2, t));
     for (size_t i = 0; i < n; i++) {
         m[i] = beta1 * m[i] + (1 - beta1) * g[i];
@@ -246,7 +243,7 @@ int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *
     for (int k = 0; k < H; k++) {
         float *T = (float *)d->h->T[k], inv = 1.0f / (float)positions;
         for (size_t i = 0; i < DD; i++) d->grad[k][i] *= inv;
-        adam_update(T, d->grad[k], d->adam_m[k], d->adam_v[k], DD, d->t, d->lr, d->beta1, d->beta2, d->eps);
+        adam_update(T, d->grad[k], d->adam_m[k], d->adam_v[k], DD, d->t, d->lr);
         heads_set_T(d->h, k, T);
         if (loss) loss[k] = sum[k] / positions;
     }

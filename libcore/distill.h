@@ -42,7 +42,7 @@ typedef struct {
     Model *m;
     ExitHeads *h;          /* the heads trained: T in h's arena, repacked each step */
     KVCache kv;            /* one sequence, refilled for every training sequence */
-    float lr, beta1, beta2, eps;
+    float lr;
     int t;                 /* Adam steps taken */
     int cap;               /* longest sequence the scratch holds */
     float *adam_m[MAX_EXIT_HEADS], *adam_v[MAX_EXIT_HEADS], *grad[MAX_EXIT_HEADS]; /* [dim][dim] */
@@ -75,9 +75,9 @@ int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n,
    trainers' backward passes multiply by E^T */
 void pack_transposed(void *dst, const void *W, WType wt, int rows, int cols, void *tmp);
 
-/* one Adam step (bias-corrected) on n parameters; t counts from 1 */
-void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, float lr, float beta1,
-                 float beta2, float eps);
+/* one Adam step (bias-corrected; β1 0.9, β2 0.999, ε 1e-8, as every head trainer
+   here uses) on n parameters; t counts from 1 */
+void adam_update(float *w, const float *g, float *m, float *v, size_t n, int t, float lr);
 
 /* the learning rate of step s of n: cosine decay from base to 0 (the loss is convex
    in T: a decaying step settles into the optimum instead of circling it) */

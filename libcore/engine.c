@@ -81,7 +81,6 @@ static void admit(Engine *e) {
         j->state = JOB_RUNNING;
         e->committed += j->blocks;
         e->run[e->n_run++] = j;
-        e->st.queued--;
     }
     if (e->head && !e->head->waited) e->head->waited = 1, e->st.waited++; /* it did not fit */
 }
@@ -394,7 +393,7 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, 
     if (e->tail) e->tail->next = j;
     else e->head = j;
     e->tail = j;
-    e->st.queued++, e->st.requests++, e->st.prompt_tokens += n_prompt;
+    e->st.requests++, e->st.prompt_tokens += n_prompt;
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
     return j;
@@ -425,7 +424,6 @@ void job_cancel(Engine *e, Job *j) {
         *p = j->next;
         if (e->tail == j) e->tail = prev;
         j->state = JOB_DONE, j->finish = "cancelled";
-        e->st.queued--;
         job_unref(j);
     } else
         j->cancelled = 1;
@@ -443,6 +441,7 @@ EngineStats engine_stats(Engine *e) {
     pthread_mutex_lock(&e->mu);
     EngineStats s = e->st; /* kv_free as the step thread last left it: the pool is its own */
     s.running = e->n_run;
+    for (const Job *j = e->head; j; j = j->next) s.queued++;
     s.kv_used = e->kv.n_blocks - s.kv_free;
     int64_t now = (int64_t)pd_now(), sum = 0;
     for (int b = 0; b < RATE_SECS; b++)

@@ -78,9 +78,6 @@ int medusa_train_init(MedusaTrain *t, Model *m, MedusaHeads *h, int max_len, flo
     t->h = h;
     t->lr = lr;
     t->lr_lm = lr_lm;
-    t->beta1 = 0.9f;
-    t->beta2 = 0.999f;
-    t->eps = 1e-8f;
     t->targets = targets;
     t->cap = max_len;
     if (weights) memcpy(t->weight, weights, sizeof(float) * h->n);
@@ -310,10 +307,10 @@ int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
     for (int k = 0; k < H; k++) {
         if (loss) loss[k] = count[k] ? sum[k] / count[k] : 0;
         if (!count[k]) continue;
-        adam_update(h->W[k], t->gW[k], t->mW[k], t->vW[k], DD, t->t, t->lr, t->beta1, t->beta2, t->eps);
-        adam_update(h->b[k], t->gb[k], t->mb[k], t->vb[k], h->dim, t->t, t->lr, t->beta1, t->beta2, t->eps);
+        adam_update(h->W[k], t->gW[k], t->mW[k], t->vW[k], DD, t->t, t->lr);
+        adam_update(h->b[k], t->gb[k], t->mb[k], t->vb[k], h->dim, t->t, t->lr);
         if (h->lm[k])
-            adam_update(h->lm[k], t->gE[k], t->mE[k], t->vE[k], VD, t->t, t->lr_lm, t->beta1, t->beta2, t->eps);
+            adam_update(h->lm[k], t->gE[k], t->mE[k], t->vE[k], VD, t->t, t->lr_lm);
         medusa_set(h, k, h->W[k], h->b[k], h->lm[k]);
     }
     return 0;

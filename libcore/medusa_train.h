@@ -49,7 +49,6 @@ typedef struct {
     KVCache kv;          /* one sequence, refilled for every sequence not cached */
     MedusaTargets targets;
     float lr, lr_lm;     /* W and b; an own lm_head */
-    float beta1, beta2, eps;
     float weight[MAX_MEDUSA];
     int eval_from;       /* evaluation skips positions before it (a generated text's prompt:
                             decoding runs the heads on the model's own tokens only) */

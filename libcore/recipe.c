@@ -650,6 +650,19 @@ static int read_answers(P *p, yaml_node_t *v, Recipe *r) {
     return 0;
 }
 
+/* an exit head's training settings (exit_heads, or a draft's own head) */
+static int read_training(P *p, yaml_node_t *v, RecipeExitHeads *h) {
+    yaml_node_t *x;
+    if ((x = get(p, v, "fields")) && as_list(p, x, "fields", 16, item_field, &h->fields, NULL)) return -1;
+    if ((x = get(p, v, "special")) && as_bool(p, x, "special", &h->special)) return -1;
+    if ((x = get(p, v, "steps")) && as_int(p, x, "steps", 1, 10000000, &h->steps)) return -1;
+    if ((x = get(p, v, "lr")) && as_num(p, x, "lr", 1e-9, 100, &h->lr)) return -1;
+    if ((x = get(p, v, "batch")) && as_int(p, x, "batch", 1, 4096, &h->batch)) return -1;
+    if ((x = get(p, v, "seq_len")) && as_int(p, x, "seq_len", 2, 1 << 20, &h->seq_len)) return -1;
+    if ((x = get(p, v, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &h->seed)) return -1;
+    return 0;
+}
+
 static int read_exit(P *p, yaml_node_t *v, Recipe *r) {
     static const char *const keys[] = {"layers", "data", "fields", "special", "steps", "lr", "batch", "seq_len", "norm", "seed", NULL};
     RecipeExitHeads *e = &r->exit;
@@ -675,13 +688,7 @@ static int read_exit(P *p, yaml_node_t *v, Recipe *r) {
     if (!(x = get(p, v, "data"))) return bad(p, v, "exit_heads", "needs 'data' (a text or jsonl file, or 'answers')");
     if (read_data(p, x, r, &e->data, &e->from_answers)) return -1;
     e->special = e->from_answers && answers_chat(r);
-    if ((x = get(p, v, "fields")) && as_list(p, x, "fields", 16, item_field, &e->fields, NULL)) return -1;
-    if ((x = get(p, v, "special")) && as_bool(p, x, "special", &e->special)) return -1;
-    if ((x = get(p, v, "steps")) && as_int(p, x, "steps", 1, 10000000, &e->steps)) return -1;
-    if ((x = get(p, v, "lr")) && as_num(p, x, "lr", 1e-9, 100, &e->lr)) return -1;
-    if ((x = get(p, v, "batch")) && as_int(p, x, "batch", 1, 4096, &e->batch)) return -1;
-    if ((x = get(p, v, "seq_len")) && as_int(p, x, "seq_len", 2, 1 << 20, &e->seq_len)) return -1;
-    if ((x = get(p, v, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &e->seed)) return -1;
+    if (read_training(p, v, e)) return -1;
     if ((x = get(p, v, "norm")) && !(is_scalar(x) && !strcmp(sval(x), "auto"))) {
         if (is_scalar(x) && (!strcmp(sval(x), "0") || !strcmp(sval(x), "1"))) e->norm = sval(x)[0] - '0';
         else if (as_bool(p, x, "norm", &e->norm)) return bad(p, x, "norm", "must be auto, 0 or 1");
@@ -772,13 +779,7 @@ static int read_draft(P *p, yaml_node_t *v, Recipe *r) {
     }
     if (!h->data && !h->from_answers) return bad(p, v, "data", "the draft's head at layer %d needs training text ('data')", d->layer);
     h->steps = r->exit.steps, h->lr = r->exit.lr, h->batch = r->exit.batch, h->seq_len = r->exit.seq_len, h->seed = r->exit.seed;
-    if ((x = get(p, v, "fields")) && as_list(p, x, "fields", 16, item_field, &h->fields, NULL)) return -1;
-    if ((x = get(p, v, "special")) && as_bool(p, x, "special", &h->special)) return -1;
-    if ((x = get(p, v, "steps")) && as_int(p, x, "steps", 1, 10000000, &h->steps)) return -1;
-    if ((x = get(p, v, "lr")) && as_num(p, x, "lr", 1e-9, 100, &h->lr)) return -1;
-    if ((x = get(p, v, "batch")) && as_int(p, x, "batch", 1, 4096, &h->batch)) return -1;
-    if ((x = get(p, v, "seq_len")) && as_int(p, x, "seq_len", 2, 1 << 20, &h->seq_len)) return -1;
-    if ((x = get(p, v, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &h->seed)) return -1;
+    if (read_training(p, v, h)) return -1;
     return 0;
 }
 

@@ -183,9 +183,9 @@ static void test_adam(void) {
     float w[4] = {0.5f, -1.0f, 2.0f, 0.0f}, m[4] = {0}, v[4] = {0};
     float g1[4] = {0.1f, -0.2f, 0.0f, 3.0f}, g2[4] = {-0.3f, 0.1f, 1e-3f, 2.0f};
     double s1[4] = {0.49, -0.99, 2.0, -0.01}, s2[4] = {0.494941899, -0.987336630, 1.992558737, -0.019703521};
-    adam_update(w, g1, m, v, 4, 1, 0.01f, 0.9f, 0.999f, 1e-8f);
+    adam_update(w, g1, m, v, 4, 1, 0.01f); /* β1 0.9, β2 0.999, ε 1e-8 */
     for (int i = 0; i < 4; i++) CHECK(fabs(w[i] - s1[i]) < 1e-6, "adam step 1 [%d]: %.9f, want %.9f", i, w[i], s1[i]);
-    adam_update(w, g2, m, v, 4, 2, 0.01f, 0.9f, 0.999f, 1e-8f);
+    adam_update(w, g2, m, v, 4, 2, 0.01f);
     for (int i = 0; i < 4; i++) CHECK(fabs(w[i] - s2[i]) < 1e-6, "adam step 2 [%d]: %.9f, want %.9f", i, w[i], s2[i]);
 }
 
