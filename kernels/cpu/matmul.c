@@ -75,86 +75,192 @@ typedef struct {
 static inline __m512 bf16_lo(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
 static inline __m512 bf16_hi(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000))); }
 
-/* T tokens × G panels (of a block W panels wide): even chain a, odd chain b.
-   P points at the first panel; the stride from one column (pair) to the next is W. */
-#define KERNEL(T, G)                                                                               \
-    static void f32_##T##_##G(float *y, int ystride, const float *x, int cols, const float *P, int W) { \
-        __m512 a[T][G], b[T][G];                                                                   \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
+/* One token × G panels of a block (W floats, or W bf16 pairs, from one column to the
+   next): its even chain a and odd chain b, all columns in order, kept in registers. */
+#define KERNEL(G)                                                                                  \
+    static void f32_##G(float *y, const float *x, int cols, const float *P, int W) {              \
+        __m512 a[G], b[G];                                                                         \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = b[k] = _mm512_setzero_ps();     \
         int c = 0;                                                                                 \
-        for (; c + 1 < cols; c += 2, P += 2 * W)                                                   \
-            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                                          \
+        for (; c + 1 < cols; c += 2, P += 2 * W) {                                                 \
+            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                       \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
+                a[k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[k]);                   \
+                b[k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[k]);               \
+            }                                                                                      \
+        }                                                                                          \
+        if (c < cols)                                                                              \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                    \
+                a[k] = _mm512_fmadd_ps(_mm512_set1_ps(x[c]), _mm512_load_ps(P + PANEL * k), a[k]); \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                        \
+            _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                            \
+    }                                                                                              \
+    static void bf16_##G(float *y, const float *x, int cols, const uint32_t *P, int W) {          \
+        __m512 a[G], b[G];                                                                         \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = b[k] = _mm512_setzero_ps();     \
+        int c = 0;                                                                                 \
+        for (; c + 1 < cols; c += 2, P += W) {                                                     \
+            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                       \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
+                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
+                a[k] = _mm512_fmadd_ps(x0, bf16_lo(v), a[k]);                                      \
+                b[k] = _mm512_fmadd_ps(x1, bf16_hi(v), b[k]);                                      \
+            }                                                                                      \
+        }                                                                                          \
+        if (c < cols)                                                                              \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                    \
+                a[k] = _mm512_fmadd_ps(_mm512_set1_ps(x[c]), bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k))), a[k]); \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                        \
+            _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                            \
+    }
+KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
+
+/* A tile of T tokens × G panels over columns [c0, c1) (c0 even): the same chains as
+   above, carried between calls in A (even) and B (odd), [T][ACC] each, so that several
+   tiles can take turns on a chunk of columns while it sits in L1. The first chunk
+   starts the chains at zero; the last leaves their sum in A. Meanwhile pfl cache
+   lines from pf on are prefetched a column pair. */
+#define ACC (PANEL * BLOCK)
+#define TILE(T, G)                                                                                 \
+    static void f32t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const float *P, int W, const char *pf, int pfl) { \
+        __m512 a[T][G], b[T][G];                                                                   \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
+                a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);  \
+                b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);  \
+            }                                                                                      \
+        int c = c0;                                                                                \
+        P += (size_t)c0 * W;                                                                       \
+        for (; c + 1 < c1; c += 2, P += 2 * W, pf += 64 * pfl) {                                   \
+            for (int l = 0; l < pfl; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);                  \
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                  \
                 __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
-                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
+                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                              \
                     a[t][k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[t][k]);         \
                     b[t][k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[t][k]);     \
                 }                                                                                  \
             }                                                                                      \
-        if (c < cols)                                                                              \
-            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                            \
-                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                                        \
+        }                                                                                          \
+        if (c < c1)                                                                                \
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                    \
+                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), _mm512_load_ps(P + PANEL * k), a[t][k]); \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
+                if (last) {                                                                        \
+                    _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));    \
+                } else {                                                                           \
+                    _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                            \
+                    _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                            \
+                }                                                                                  \
+            }                                                                                      \
     }                                                                                              \
-    static void bf16_##T##_##G(float *y, int ystride, const float *x, int cols, const uint32_t *P, int W) { \
+    static void bf16t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const uint32_t *P, int W, const char *pf, int pfl) { \
         __m512 a[T][G], b[T][G];                                                                   \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[t][k] = b[t][k] = _mm512_setzero_ps();                   \
-        int c = 0;                                                                                 \
-        for (; c + 1 < cols; c += 2, P += W)                                                       \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                          \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
+                a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);  \
+                b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);  \
+            }                                                                                      \
+        int c = c0;                                                                                \
+        P += (size_t)(c0 / 2) * W;                                                                 \
+        for (; c + 1 < c1; c += 2, P += W, pf += 64 * pfl) {                                       \
+            for (int l = 0; l < pfl; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);                  \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
                 __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
                 __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
-                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                                      \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                              \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
                     b[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi, b[t][k]); \
                 }                                                                                  \
             }                                                                                      \
-        if (c < cols)                                                                              \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                          \
+        }                                                                                          \
+        if (c < c1)                                                                                \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
                 __m512 lo = bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k)));             \
-                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                        \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
             }                                                                                      \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                                                \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) _mm512_storeu_ps(y + (size_t)t * ystride + PANEL * k, _mm512_add_ps(a[t][k], b[t][k])); \
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
+                if (last) {                                                                        \
+                    _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));    \
+                } else {                                                                           \
+                    _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                            \
+                    _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                            \
+                }                                                                                  \
+            }                                                                                      \
     }
-/* one token takes a whole block (up to 8 panels, 16 chains); tiles of 2-3 tokens
-   take it 4 panels at a time (24 chains at most) */
-KERNEL(1, 1) KERNEL(1, 2) KERNEL(1, 3) KERNEL(1, 4) KERNEL(1, 5) KERNEL(1, 6) KERNEL(1, 7) KERNEL(1, 8)
-KERNEL(2, 1) KERNEL(2, 2) KERNEL(2, 3) KERNEL(2, 4) KERNEL(3, 1) KERNEL(3, 2) KERNEL(3, 3) KERNEL(3, 4)
+/* tiles of 1-3 tokens take a block 4 panels at a time (24 chains at most) */
+TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
+TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
-typedef void (*KF32)(float *, int, const float *, int, const float *, int);
-typedef void (*KBF16)(float *, int, const float *, int, const uint32_t *, int);
-static const KF32 K_F32[3][BLOCK + 1] = {
-    {0, f32_1_1, f32_1_2, f32_1_3, f32_1_4, f32_1_5, f32_1_6, f32_1_7, f32_1_8},
-    {0, f32_2_1, f32_2_2, f32_2_3, f32_2_4, 0, 0, 0, 0},
-    {0, f32_3_1, f32_3_2, f32_3_3, f32_3_4, 0, 0, 0, 0}};
-static const KBF16 K_BF16[3][BLOCK + 1] = {
-    {0, bf16_1_1, bf16_1_2, bf16_1_3, bf16_1_4, bf16_1_5, bf16_1_6, bf16_1_7, bf16_1_8},
-    {0, bf16_2_1, bf16_2_2, bf16_2_3, bf16_2_4, 0, 0, 0, 0},
-    {0, bf16_3_1, bf16_3_2, bf16_3_3, bf16_3_4, 0, 0, 0, 0}};
+typedef void (*KF32)(float *, const float *, int, const float *, int);
+typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
+static const KF32 K_F32[BLOCK + 1] = {0, f32_1, f32_2, f32_3, f32_4, f32_5, f32_6, f32_7, f32_8};
+static const KBF16 K_BF16[BLOCK + 1] = {0, bf16_1, bf16_2, bf16_3, bf16_4, bf16_5, bf16_6, bf16_7, bf16_8};
+typedef void (*TF32)(float *, float *, int, int, const float *, int, int, int, const float *, int, const char *, int);
+typedef void (*TBF16)(float *, float *, int, int, const float *, int, int, int, const uint32_t *, int, const char *, int);
+static const TF32 T_F32[3][5] = {{0, f32t_1_1, f32t_1_2, f32t_1_3, f32t_1_4},
+                                 {0, f32t_2_1, f32t_2_2, f32t_2_3, f32t_2_4},
+                                 {0, f32t_3_1, f32t_3_2, f32t_3_3, f32t_3_4}};
+static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_4},
+                                   {0, bf16t_2_1, bf16t_2_2, bf16t_2_3, bf16t_2_4},
+                                   {0, bf16t_3_1, bf16t_3_2, bf16t_3_3, bf16t_3_4}};
+
+#define GROUP 12          /* tokens that share one pass over a block */
+#define CHUNK_BYTES 8192  /* a block's columns are taken a chunk at a time, well inside L1 */
+#define CACHED_BYTES (1 << 20) /* matrices up to this size are left to the caches, unchunked */
+
+/* tokens [t0, t0+nt) of block b. Tiles of up to 3 tokens take turns on a chunk of
+   columns while it sits in L1. Left to the hardware, the next chunk's memory reads
+   would wait for the FMAs on this one to finish, so a few tokens would cost about
+   one token's memory time plus their FMA time; the first tile therefore prefetches
+   the next chunk (or the next block's first: blocks lie one after another) as it
+   goes, which lets the two overlap. Prefetches never fault, even past the end.
+   A small matrix stays in cache from one call to the next: there chunks and
+   prefetches would cost more than they save, so it is one chunk. */
+static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
+    float A[GROUP * ACC], B[GROUP * ACC]; /* even and odd chains, [token][row] */
+    int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
+    int nr = j->rows - r0 < W ? j->rows - r0 : W, esize = j->wt == WT_F32 ? 4 : 2;
+    int cached = (size_t)j->rows * j->cols * esize <= CACHED_BYTES;
+    int chunk = cached ? j->cols + 1 : CHUNK_BYTES / (W * esize) / 2 * 2;
+    int passes = (G + 3) / 4, pfl = cached ? 0 : (chunk * W * esize / 64 + chunk / 2 * passes - 1) / (chunk / 2 * passes);
+    const char *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
+    for (int c0 = 0; c0 < j->cols; c0 += chunk) {
+        int c1 = j->cols - c0 < chunk ? j->cols : c0 + chunk;
+        const char *ahead = P + (size_t)(c0 + chunk) * W * esize;
+        int first = c0 == 0, last = c1 == j->cols;
+        for (int t = 0; t < nt;) {
+            int left = nt - t, T = left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1;
+            const float *x = j->x + (size_t)(t0 + t) * j->cols;
+            for (int k0 = 0; k0 < G; k0 += 4) {
+                int g = G - k0 < 4 ? G - k0 : 4, o = t * ACC + PANEL * k0, n_pf = t ? 0 : pfl;
+                const char *pf = ahead + (size_t)(k0 / 4) * (chunk / 2) * pfl * 64;
+                if (j->wt == WT_F32) T_F32[T - 1][g](A + o, B + o, first, last, x, j->cols, c0, c1, (const float *)P + PANEL * k0, W, pf, n_pf);
+                else T_BF16[T - 1][g](A + o, B + o, first, last, x, j->cols, c0, c1, (const uint32_t *)P + PANEL * k0, W, pf, n_pf);
+            }
+            t += T;
+        }
+    }
+    for (int t = 0; t < nt; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, A + t * ACC, sizeof(float) * nr);
+}
 
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    float out[3 * PANEL * BLOCK]; /* a block's rows for up to 3 tokens, before the tail cut */
+    float out[PANEL * BLOCK]; /* a block's rows for one token, before the tail cut */
     for (int b = bb; b < be; b++) {
+        if (j->n > 1) {
+            for (int t0 = 0; t0 < j->n; t0 += GROUP) block_tokens(j, b, t0, j->n - t0 < GROUP ? j->n - t0 : GROUP);
+            continue;
+        }
         int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
         int nr = j->rows - r0 < W ? j->rows - r0 : W;
         const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
-        for (int t0 = 0; t0 < j->n;) {
-            int left = j->n - t0, T = left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1;
-            const float *x = j->x + (size_t)t0 * j->cols;
-            for (int k0 = 0; k0 < G; k0 += T == 1 ? G : 4) {
-                int g = T == 1 ? G : G - k0 < 4 ? G - k0 : 4;
-                if (j->wt == WT_F32) K_F32[T - 1][g](out + PANEL * k0, W, x, j->cols, (const float *)P + PANEL * k0, W);
-                else K_BF16[T - 1][g](out + PANEL * k0, W, x, j->cols, P + PANEL * k0, W);
-            }
-            for (int t = 0; t < T; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, out + (size_t)t * W, sizeof(float) * nr);
-            t0 += T;
-        }
+        if (j->wt == WT_F32) K_F32[G](out, j->x, j->cols, (const float *)P, W);
+        else K_BF16[G](out, j->x, j->cols, P, W);
+        memcpy(j->y + r0, out, sizeof(float) * nr);
     }
 }
 #else
