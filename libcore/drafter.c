@@ -3,6 +3,7 @@
    let the round size controller choose how much of the tree is worth verifying. */
 #include "drafter.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,29 +13,40 @@
    - what a round of each bucket yields: because the drafter orders its nodes so that
      every prefix is a tree, a round that verified n nodes also tells what any smaller
      bucket would have kept (the accepted path cut at the first node past the prefix;
-     exact for greedy), so every round updates the averages of all buckets up to its
-     own; a plain round yields exactly one token;
-   - what a round costs: a plain step's seconds (a moving average), and for drafting
-     rounds a straight line a + b·n in the nodes run, fitted to their seconds
-     (decaying least squares; far less noisy on a shared machine than per-bucket
-     timings). Drafting rounds pay what plain ones do not — heads, a draft model, the
-     walk — which the line's intercept carries.
-   The loop uses the bucket with the most tokens per second and now and then probes
-   two buckets up to learn about bigger trees (one, from plain steps: a cheap look); a probe that does not win makes the
-   wait before the next one four times longer (up to PROBE_MAX rounds), so a drafter that never pays
-   costs little more than plain steps. */
+     exact for greedy). Acceptance comes in streaks, so averages of each bucket's own
+     yield, taken over different rounds, compare badly; what is averaged instead is
+     each bucket's gain over the next smaller one within the same round, and a
+     bucket's yield is the sum of the gains up to it. A plain round yields one token;
+   - what a round costs: a plain step's seconds and each drafting bucket's seconds
+     (moving averages), and for buckets not yet timed twice a straight line a + b·n in
+     the nodes run, fitted to all drafting rounds (decaying least squares). Drafting
+     rounds pay what plain ones do not — heads, a draft model, the walk — which both
+     carry. No round counts as more than OUTLIER times what its kind was expected to
+     take, so one that another process delayed does not skew the costs for long.
+   The loop starts with a 4-node look and a plain step, then uses the bucket with the
+   most tokens per second, where a bucket seen in few rounds is credited HOPE/√rounds
+   tokens more than measured so that a close call gets looked at again. Now and then
+   it probes two buckets up (one, from plain steps: a cheap look); a probe that does
+   not win makes the wait before the next one four times longer (up to PROBE_MAX
+   rounds), so a drafter that never pays costs little more than plain steps. */
 #define N_BUCKETS 8 /* 1 .. 128 nodes */
 #define PROBE 8
 #define PROBE_MAX 256
 #define EMA_TOK 0.1
 #define EMA_SEC 0.1
-#define DECAY 0.97  /* of the cost fit's sums, per round */
+#define DECAY 0.97   /* of the cost fit's sums, per round */
+#define OUTLIER 1.25
+#define START 2      /* the first round's bucket */
+#define HOPE 0.2
 
 typedef struct {
-    double tok[N_BUCKETS]; /* tokens a round of bucket b keeps, on average */
+    double gain[N_BUCKETS];/* tokens a round of bucket b keeps beyond what bucket b-1's
+                              prefix of it keeps, on average */
     double size[N_BUCKETS];/* nodes a round of bucket b runs, on average (drafters often
                               propose fewer than the bucket allows) */
     int seen[N_BUCKETS];
+    double sec[N_BUCKETS];       /* seconds a round of bucket b took, on average */
+    int timed[N_BUCKETS];        /* rounds of bucket b timed */
     double sw, sn, snn, st, snt; /* decayed sums for the drafting rounds' cost line */
     double plain;                /* seconds of a plain round, on average */
     int cur, top;   /* the bucket in use, the largest allowed */
@@ -46,14 +58,16 @@ static void sizer_init(Sizer *z, int fixed) {
     memset(z, 0, sizeof *z);
     z->fixed = fixed;
     z->top = N_BUCKETS - 1;
-    z->tok[0] = z->size[0] = 1;
+    z->gain[0] = z->size[0] = 1;
     z->seen[0] = 1;
     z->wait = z->next = PROBE;
 }
 
-/* seconds of a round of bucket b running n nodes: a plain step's, or the drafting
-   rounds' line (their mean before two sizes are seen) */
+/* seconds of a round of bucket b running n nodes: a plain step's, the bucket's own
+   average once it has two rounds, else the drafting rounds' line (their mean before
+   two sizes are seen) */
 static double sizer_cost(const Sizer *z, int bucket, double n) {
+    if (bucket > 0 && z->timed[bucket] >= 2) return z->sec[bucket];
     if (bucket == 0 || z->sw <= 0) return z->plain > 0 ? z->plain * n : 1;
     double det = z->sw * z->snn - z->sn * z->sn;
     if (det <= 1e-12 * z->sw * z->snn) return z->st / z->sw;
@@ -65,10 +79,10 @@ static double sizer_cost(const Sizer *z, int bucket, double n) {
 
 static int best_bucket(const Sizer *z) {
     int best = 0;
-    double br = 0;
-    for (int b = 0; b <= z->top; b++) {
-        if (!z->seen[b]) continue;
-        double r = z->tok[b] / sizer_cost(z, b, z->size[b]);
+    double br = 0, tok = 0;
+    for (int b = 0; b <= z->top && z->seen[b]; b++) { /* a round of bucket b sees all below */
+        tok += z->gain[b];
+        double r = (tok + (b ? HOPE / sqrt(z->seen[b]) : 0)) / sizer_cost(z, b, z->size[b]);
         if (r > br) br = r, best = b;
     }
     return best;
@@ -76,7 +90,7 @@ static int best_bucket(const Sizer *z) {
 
 static int sizer_pick(Sizer *z) {
     if (z->fixed) return z->top;
-    if (z->round == 0) return 1; /* 2 nodes: a cheap first look */
+    if (z->round == 0) return START < z->top ? START : z->top; /* a first look at trees worth having */
     if (z->round == 1) return 0;                        /* a plain step: the cost line */
     if (z->round < z->next) return z->cur;
     int up = z->cur ? z->cur + 2 : 1; /* from plain steps, the cheapest drafting round */
@@ -87,20 +101,23 @@ static int sizer_pick(Sizer *z) {
    seconds; a round whose drafter proposed nothing was a plain step */
 static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, double sec) {
     if (z->fixed) return;
+    double expect = b == 0 ? z->plain : z->sw > 0 || z->timed[b] >= 2 ? sizer_cost(z, b, n) : 0;
+    if (expect > 0 && sec > OUTLIER * expect) sec = OUTLIER * expect;
     if (b == 0) {
         z->plain = z->plain > 0 ? z->plain + EMA_SEC * (sec - z->plain) : sec;
     } else {
+        double w = 1.0 / ++z->timed[b], a = w > EMA_SEC ? w : EMA_SEC;
+        z->sec[b] += a * (sec - z->sec[b]);
         z->sw = z->sw * DECAY + 1;
         z->sn = z->sn * DECAY + n;
         z->snn = z->snn * DECAY + (double)n * n;
         z->st = z->st * DECAY + sec;
         z->snt = z->snt * DECAY + n * sec;
     }
-    for (int k = 1; k <= b; k++) { /* what a prefix of 2^k nodes would have kept */
-        int kept = 1;
+    for (int k = 1, below = 1, kept = 1; k <= b; k++, below = kept) { /* a prefix of 2^k nodes */
         while (kept < n_path && path[kept] < (1 << k)) kept++;
         double w = 1.0 / ++z->seen[k], a = w > EMA_TOK ? w : EMA_TOK; /* the mean at first */
-        z->tok[k] += a * (kept - z->tok[k]);
+        z->gain[k] += a * (kept - below - z->gain[k]);
         z->size[k] += a * ((n < (1 << k) ? n : (1 << k)) - z->size[k]);
     }
     z->round++;
