@@ -8,6 +8,8 @@
 #include "forward.h"
 #include "sampler.h"
 
+#define MAX_ROUND_NODES 256 /* nodes a drafter's round runs at most: its tree and side nodes */
+
 /* what the methods beyond standard take (0 / NULL = the method's default) */
 typedef struct {
     const ExitHeads *heads; /* adadecode, self-speculative */
@@ -51,6 +53,7 @@ typedef struct DecodeCtx {
     int64_t reached[MAX_EXIT_HEADS]; /* drafters: rounds that reached depth j with a draft below */
     int64_t drafted, rejected;     /* early or drafted tokens, and those verification threw out */
     int64_t pending_sum, pending_n; /* for the mean pending depth */
+    int64_t rounds_by_nodes[MAX_ROUND_NODES + 1]; /* drafters: rounds that ran n nodes */
     int64_t prefill_passes, prefill_token_layers; /* what the prompt took, to leave out */
     double t_prefill, t_decode;
     /* streaming: called for every accepted token in order; non-zero stops */

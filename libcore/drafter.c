@@ -23,12 +23,16 @@
      rounds pay what plain ones do not — heads, a draft model, the walk — which both
      carry. No round counts as more than OUTLIER times what its kind was expected to
      take, so one that another process delayed does not skew the costs for long.
-   The loop starts with a 4-node look and a plain step, then uses the bucket with the
-   most tokens per second, where a bucket seen in few rounds is credited HOPE/√rounds
-   tokens more than measured so that a close call gets looked at again. Now and then
-   it probes two buckets up (one, from plain steps: a cheap look); a probe that does
-   not win makes the wait before the next one four times longer (up to PROBE_MAX
-   rounds), so a drafter that never pays costs little more than plain steps. */
+   The loop starts with a 2-node look and a plain step, and looks at 4 nodes next
+   when the 2-node round cost under CHEAP plain steps. Then it uses the bucket with
+   the most tokens per second; once drafting pays, a cheap bigger bucket seen in few
+   rounds is credited HOPE/√rounds tokens more than measured, so that a close call
+   is looked at again (where verifying costs little more than a plain step, as on a
+   model that streams its weights from memory, the bigger trees are where the gain
+   is). Now and then it probes two buckets up (one, from plain steps: a cheap look); a
+   probe that does not win makes the wait before the next one four times longer (up
+   to PROBE_MAX rounds), so a drafter that never pays costs little more than plain
+   steps. */
 #define N_BUCKETS 8 /* 1 .. 128 nodes */
 #define PROBE 8
 #define PROBE_MAX 256
@@ -36,8 +40,8 @@
 #define EMA_SEC 0.1
 #define DECAY 0.97   /* of the cost fit's sums, per round */
 #define OUTLIER 1.25
-#define START 2      /* the first round's bucket */
 #define HOPE 0.2
+#define CHEAP 1.35   /* a round under this many plain steps is cheap to look at */
 
 typedef struct {
     double gain[N_BUCKETS];/* tokens a round of bucket b keeps beyond what bucket b-1's
@@ -79,19 +83,23 @@ static double sizer_cost(const Sizer *z, int bucket, double n) {
 
 static int best_bucket(const Sizer *z) {
     int best = 0;
-    double br = 0, tok = 0;
+    double br = 0, tok = 0, below = 0;
     for (int b = 0; b <= z->top && z->seen[b]; b++) { /* a round of bucket b sees all below */
         tok += z->gain[b];
-        double r = (tok + (b ? HOPE / sqrt(z->seen[b]) : 0)) / sizer_cost(z, b, z->size[b]);
+        double c = sizer_cost(z, b, z->size[b]), r = tok / c;
+        /* once drafting pays, a cheap bigger tree seen in few rounds is given the benefit of the doubt */
+        if (b >= 2 && below > 1 / z->plain && c < CHEAP * z->plain) r = (tok + HOPE / sqrt(z->seen[b])) / c;
         if (r > br) br = r, best = b;
+        below = tok / c;
     }
     return best;
 }
 
 static int sizer_pick(Sizer *z) {
     if (z->fixed) return z->top;
-    if (z->round == 0) return START < z->top ? START : z->top; /* a first look at trees worth having */
+    if (z->round == 0) return 1;                        /* 2 nodes: a cheap first look */
     if (z->round == 1) return 0;                        /* a plain step: the cost line */
+    if (z->round == 2 && z->top >= 2 && sizer_cost(z, 1, 2) < CHEAP * z->plain) return 2; /* cheap: 4 nodes */
     if (z->round < z->next) return z->cur;
     int up = z->cur ? z->cur + 2 : 1; /* from plain steps, the cheapest drafting round */
     return up <= z->top ? up : z->top;
@@ -264,6 +272,7 @@ static void count(DecodeCtx *d, const DraftTree *t, int n_path) {
     d->rejected += t->n - n_path;
     d->pending_sum += t->n - 1;
     d->pending_n++;
+    d->rounds_by_nodes[t->n + t->n_side]++;
 }
 
 /* how many nodes this round may propose, and how deep: drafts past the budget or the

@@ -22,6 +22,7 @@
 #include "decode.h"
 
 #define MAX_TREE 128 /* nodes a round verifies at most, the root included (side nodes apart) */
+_Static_assert(2 * MAX_TREE <= MAX_ROUND_NODES, "a round's tree and side nodes are counted in rounds_by_nodes");
 
 typedef struct {
     int n;                    /* nodes; node 0 is the root */

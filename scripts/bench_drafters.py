@@ -10,9 +10,9 @@ verification of the round's tree costs (bin/verifycost, same run), the ideal spe
       [--oracle "NAME: decode flags" --rates 0,0.2,... [--png FILE]]
 
 Each configuration runs the same prompts (one process per prompt, 1 thread) as standard
-does; tok/s is summed tokens over summed decode time. The ideal uses the cost of the
-round's mean tree size (interpolated in the verifycost table), so it is exact for fixed
-trees (--fixed-tree) and an estimate for adaptive ones. With --oracle the flags get
+does; tok/s is summed tokens over summed decode time. The ideal uses the mean of every
+round's verification cost at the nodes it ran (decode --json's rounds_by_nodes, side
+nodes included, interpolated in the verifycost table). With --oracle the flags get
 --oracle-acceptance RATE for every rate (greedy) and the speedup-vs-acceptance curve is
 printed (and drawn, when gnuplot is installed)."""
 import argparse, json, os, subprocess, sys
@@ -23,7 +23,7 @@ from bench_adadecode import dataset_prompts, run  # noqa: E402  (one decode proc
 
 def total(a, ps, extra):
     toks = secs = passes = trees = rounds = 0
-    texts = []
+    texts, sizes = [], {}
     for i, p in enumerate(ps):
         j = run(a, ["-p", p, "--seed", str(i + 1)] + extra)
         toks += j["n_gen"]
@@ -36,7 +36,9 @@ def total(a, ps, extra):
             passes += j["n_gen"]
             trees += j["n_gen"]
         texts.append(j["tokens"])
-    return {"tok_s": toks / secs, "tau": toks / passes, "tree": trees / passes, "texts": texts}
+        for n, c in j.get("rounds_by_nodes", {}).items():
+            sizes[int(n)] = sizes.get(int(n), 0) + c
+    return {"tok_s": toks / secs, "tau": toks / passes, "tree": trees / passes, "texts": texts, "sizes": sizes}
 
 
 def cost_table(a):
@@ -51,6 +53,14 @@ def cost(table, n):
         if n <= n1:
             return c0 + (c1 - c0) * (max(n, n0) - n0) / (n1 - n0)
     return table[-1][1] * n / table[-1][0]
+
+
+def round_cost(table, r):
+    """a round's mean verification cost: each round at its own size (side nodes
+    included), or the cost at the mean tree where decode did not report sizes"""
+    if not r["sizes"]:
+        return cost(table, r["tree"])
+    return sum(c * cost(table, n) for n, c in r["sizes"].items()) / sum(r["sizes"].values())
 
 
 def config(s):
@@ -93,7 +103,7 @@ def main():
             name, flags = config(c)
             r = total(a, ps, ["--temp", temp] + flags)
             sp = r["tok_s"] / std["tok_s"]
-            cst = cost(table, r["tree"])
+            cst = round_cost(table, r)
             ideal = r["tau"] / cst
             same = "yes" if r["texts"] == std["texts"] else ("n/a (sampling)" if temp != "0" else "NO")
             print(f"| {label} | {temp} | {name} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
@@ -111,7 +121,7 @@ def main():
             sp = r["tok_s"] / std["tok_s"]
             pts.append((float(rate), sp, r["tau"]))
             print(f"| {label} | {name} | {rate} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
-                  f"{r['tau'] / cost(table, r['tree']):.2f} | {'yes' if r['texts'] == std['texts'] else 'NO'} |")
+                  f"{r['tau'] / round_cost(table, r):.2f} | {'yes' if r['texts'] == std['texts'] else 'NO'} |")
             sys.stdout.flush()
         if a.png and subprocess.run(["which", "gnuplot"], capture_output=True).returncode == 0:
             dat = a.png + ".dat"

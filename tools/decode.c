@@ -84,6 +84,13 @@ static void print_json(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         json_object_set_new(o, "tau", json_real(tau(d)));
         json_object_set_new(o, "acceptance_per_depth", acc);
         json_object_set_new(o, "mean_tree", json_real(1 + d->pending_sum / (d->pending_n + 1e-12)));
+        json_t *sizes = json_object(); /* what the rounds cost depends on their sizes, not on the mean */
+        for (int n = 1; n <= MAX_ROUND_NODES; n++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", n);
+            if (d->rounds_by_nodes[n]) json_object_set_new(sizes, key, json_integer(d->rounds_by_nodes[n]));
+        }
+        json_object_set_new(o, "rounds_by_nodes", sizes);
     }
     if (o && d->opt.heads) { /* the early-exit statistics of adadecode / self-speculative */
         int L = d->m->c.n_layers;
