@@ -88,7 +88,7 @@ static int best_bucket(const Sizer *z) {
         tok += z->gain[b];
         double c = sizer_cost(z, b, z->size[b]), r = tok / c;
         /* once drafting pays, a cheap bigger tree seen in few rounds is given the benefit of the doubt */
-        if (b >= 2 && below > 1 / z->plain && c < CHEAP * z->plain) r = (tok + HOPE / sqrt(z->seen[b])) / c;
+        if (b >= 2 && below * z->plain > 1 && c < CHEAP * z->plain) r = (tok + HOPE / sqrt(z->seen[b])) / c;
         if (r > br) br = r, best = b;
         below = tok / c;
     }

@@ -122,7 +122,7 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
    lines from pf on are prefetched a column pair. */
 #define ACC (PANEL * BLOCK)
 #define TILE(T, G)                                                                                 \
-    static void f32t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const float *P, int W, const char *pf, int pfl) { \
+    static void f32t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const float *P, int W, uintptr_t pf, int pfl) { \
         __m512 a[T][G], b[T][G];                                                                   \
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
             _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
@@ -132,7 +132,7 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
         int c = c0;                                                                                \
         P += (size_t)c0 * W;                                                                       \
         for (; c + 1 < c1; c += 2, P += 2 * W, pf += 64 * pfl) {                                   \
-            for (int l = 0; l < pfl; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);                  \
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);                  \
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                  \
                 __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
                 _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                              \
@@ -155,7 +155,7 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
                 }                                                                                  \
             }                                                                                      \
     }                                                                                              \
-    static void bf16t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const uint32_t *P, int W, const char *pf, int pfl) { \
+    static void bf16t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const uint32_t *P, int W, uintptr_t pf, int pfl) { \
         __m512 a[T][G], b[T][G];                                                                   \
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
             _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
@@ -165,7 +165,7 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
         int c = c0;                                                                                \
         P += (size_t)(c0 / 2) * W;                                                                 \
         for (; c + 1 < c1; c += 2, P += W, pf += 64 * pfl) {                                       \
-            for (int l = 0; l < pfl; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);                  \
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);                  \
             _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
                 __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
                 __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
@@ -199,8 +199,8 @@ typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
 static const KF32 K_F32[BLOCK + 1] = {0, f32_1, f32_2, f32_3, f32_4, f32_5, f32_6, f32_7, f32_8};
 static const KBF16 K_BF16[BLOCK + 1] = {0, bf16_1, bf16_2, bf16_3, bf16_4, bf16_5, bf16_6, bf16_7, bf16_8};
-typedef void (*TF32)(float *, float *, int, int, const float *, int, int, int, const float *, int, const char *, int);
-typedef void (*TBF16)(float *, float *, int, int, const float *, int, int, int, const uint32_t *, int, const char *, int);
+typedef void (*TF32)(float *, float *, int, int, const float *, int, int, int, const float *, int, uintptr_t, int);
+typedef void (*TBF16)(float *, float *, int, int, const float *, int, int, int, const uint32_t *, int, uintptr_t, int);
 static const TF32 T_F32[3][5] = {{0, f32t_1_1, f32t_1_2, f32t_1_3, f32t_1_4},
                                  {0, f32t_2_1, f32t_2_2, f32t_2_3, f32t_2_4},
                                  {0, f32t_3_1, f32t_3_2, f32t_3_3, f32t_3_4}};
@@ -217,7 +217,8 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
    would wait for the FMAs on this one to finish, so a few tokens would cost about
    one token's memory time plus their FMA time; the first tile therefore prefetches
    the next chunk (or the next block's first: blocks lie one after another) as it
-   goes, which lets the two overlap. Prefetches never fault, even past the end.
+   goes, which lets the two overlap. Prefetches never fault, even past the end (the
+   addresses are integers until then, so no pointer points past the weights).
    A small matrix stays in cache from one call to the next: there chunks and
    prefetches would cost more than they save, so it is one chunk. */
 static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
@@ -230,14 +231,14 @@ static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
     const char *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
     for (int c0 = 0; c0 < j->cols; c0 += chunk) {
         int c1 = j->cols - c0 < chunk ? j->cols : c0 + chunk;
-        const char *ahead = P + (size_t)(c0 + chunk) * W * esize;
+        uintptr_t ahead = (uintptr_t)P + (size_t)(c0 + chunk) * W * esize; /* may lie past the end */
         int first = c0 == 0, last = c1 == j->cols;
         for (int t = 0; t < nt;) {
             int left = nt - t, T = left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1;
             const float *x = j->x + (size_t)(t0 + t) * j->cols;
             for (int k0 = 0; k0 < G; k0 += 4) {
                 int g = G - k0 < 4 ? G - k0 : 4, o = t * ACC + PANEL * k0, n_pf = t ? 0 : pfl;
-                const char *pf = ahead + (size_t)(k0 / 4) * (chunk / 2) * pfl * 64;
+                uintptr_t pf = ahead + (size_t)(k0 / 4) * (chunk / 2) * pfl * 64;
                 if (j->wt == WT_F32) T_F32[T - 1][g](A + o, B + o, first, last, x, j->cols, c0, c1, (const float *)P + PANEL * k0, W, pf, n_pf);
                 else T_BF16[T - 1][g](A + o, B + o, first, last, x, j->cols, c0, c1, (const uint32_t *)P + PANEL * k0, W, pf, n_pf);
             }
