@@ -121,18 +121,30 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
    starts the chains at zero; the last leaves their sum in A. Meanwhile pfl cache
    lines from pf on are prefetched a column pair. */
 #define ACC (PANEL * BLOCK)
+#define TILE_CHAINS_IN(T, G)                                                                       \
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                            \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                      \
+            a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);      \
+            b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);      \
+        }
+#define TILE_CHAINS_OUT(T, G)                                                                      \
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                            \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                      \
+            if (last) {                                                                            \
+                _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));        \
+            } else {                                                                               \
+                _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                                \
+                _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                                \
+            }                                                                                      \
+        }
 #define TILE(T, G)                                                                                 \
     static void f32t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const float *P, int W, uintptr_t pf, int pfl) { \
         __m512 a[T][G], b[T][G];                                                                   \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);  \
-                b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);  \
-            }                                                                                      \
+        TILE_CHAINS_IN(T, G)                                                                       \
         int c = c0;                                                                                \
         P += (size_t)c0 * W;                                                                       \
         for (; c + 1 < c1; c += 2, P += 2 * W, pf += 64 * pfl) {                                   \
-            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);                  \
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0); \
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                  \
                 __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
                 _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                              \
@@ -145,27 +157,15 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
             _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                    \
                 _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), _mm512_load_ps(P + PANEL * k), a[t][k]); \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                if (last) {                                                                        \
-                    _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));    \
-                } else {                                                                           \
-                    _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                            \
-                    _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                            \
-                }                                                                                  \
-            }                                                                                      \
+        TILE_CHAINS_OUT(T, G)                                                                      \
     }                                                                                              \
     static void bf16t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const uint32_t *P, int W, uintptr_t pf, int pfl) { \
         __m512 a[T][G], b[T][G];                                                                   \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);  \
-                b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);  \
-            }                                                                                      \
+        TILE_CHAINS_IN(T, G)                                                                       \
         int c = c0;                                                                                \
         P += (size_t)(c0 / 2) * W;                                                                 \
         for (; c + 1 < c1; c += 2, P += W, pf += 64 * pfl) {                                       \
-            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);                  \
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0); \
             _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
                 __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
                 __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
@@ -181,15 +181,7 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4) KERNEL(5) KERNEL(6) KERNEL(7) KERNEL(8)
                 _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                \
                     a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
             }                                                                                      \
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                        \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                if (last) {                                                                        \
-                    _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));    \
-                } else {                                                                           \
-                    _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                            \
-                    _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                            \
-                }                                                                                  \
-            }                                                                                      \
+        TILE_CHAINS_OUT(T, G)                                                                      \
     }
 /* tiles of 1-3 tokens take a block 4 panels at a time (24 chains at most) */
 TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
