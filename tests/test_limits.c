@@ -121,6 +121,16 @@ static Bytes gguf_head(uint64_t n_tensors, uint64_t n_kv) {
     return b;
 }
 
+/* one key: an array of 10^15 elements of the given type */
+static Bytes gguf_array_claim(const char *key, uint32_t type) {
+    Bytes b = gguf_head(0, 1);
+    put_str(&b, key);
+    put_u32(&b, GGUF_ARRAY);
+    put_u32(&b, type);
+    put_u64(&b, HUGE_CLAIM);
+    return b;
+}
+
 static void test_gguf(void) {
     Gguf g;
     Bytes b = gguf_head(0, HUGE_CLAIM);
@@ -135,18 +145,10 @@ static void test_gguf(void) {
     put_u32(&b, GGUF_STRING);
     put_u64(&b, HUGE_CLAIM);
     refused(gguf_parse(&g, b.p, b.n, "s.gguf"), "s.gguf", "a string of 1000000000000000 bytes", "gguf string length");
-    b = gguf_head(0, 1);
-    put_str(&b, "k.arr");
-    put_u32(&b, GGUF_ARRAY);
-    put_u32(&b, GGUF_U64);
-    put_u64(&b, HUGE_CLAIM);
+    b = gguf_array_claim("k.arr", GGUF_U64);
     refused(gguf_parse(&g, b.p, b.n, "a.gguf"), "a.gguf", "truncated: key 'k.arr' needs 8000000000000000 bytes",
             "gguf array length");
-    b = gguf_head(0, 1);
-    put_str(&b, "tokenizer.ggml.tokens");
-    put_u32(&b, GGUF_ARRAY);
-    put_u32(&b, GGUF_STRING);
-    put_u64(&b, HUGE_CLAIM);
+    b = gguf_array_claim("tokenizer.ggml.tokens", GGUF_STRING);
     refused(gguf_parse(&g, b.p, b.n, "v.gguf"), "v.gguf", "1000000000000000 strings cannot fit", "gguf string array");
     b = gguf_head(1, 0);
     put_str(&b, "token_embd.weight");

@@ -33,6 +33,12 @@ for flags in "" "--draft-max 4 --draft-min 2" "--draft-fixed --draft-max 3 --fix
 done
 $BIN/decode -m "$MODEL" -p "$P" -n 20 --temp 1 --seed 3 --method speculative --draft "$DR" --json >"$TMP/j" 2>/dev/null
 check "sampling, --json with tau" grep -q '"tau":' "$TMP/j"
+# rounds_by_nodes: a fixed tree of the root and 3 drafts runs 4 nodes a round (fewer only
+# where the budget's end cuts it), one round per target pass after the prompt
+$BIN/decode -m "$MODEL" -p "$P" -n 40 --temp 0 --method speculative --draft "$DR" --draft-fixed --draft-max 3 \
+    --fixed-tree --json >"$TMP/j" 2>/dev/null
+check "--json rounds_by_nodes: 4-node rounds, one per pass" jq -e '(.rounds_by_nodes | keys | map(tonumber) | max) == 4
+    and ([.rounds_by_nodes[]] | add) == (.n_gen / .tau | round)' "$TMP/j" >/dev/null
 # a draft larger than the model: a warning line, then it runs
 out=$($BIN/decode -m "$DR" -p "$P" -n 20 --temp 0 --method speculative --draft "$MODEL" 2>"$TMP/log")
 check "a larger draft runs" test -n "$out"

@@ -218,7 +218,7 @@ static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
     int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
     int nr = j->rows - r0 < W ? j->rows - r0 : W, esize = j->wt == WT_F32 ? 4 : 2;
     int cached = (size_t)j->rows * j->cols * esize <= CACHED_BYTES;
-    int chunk = cached ? j->cols + 1 : CHUNK_BYTES / (W * esize) / 2 * 2;
+    int chunk = cached ? j->cols : CHUNK_BYTES / (W * esize) / 2 * 2;
     int passes = (G + 3) / 4, pfl = cached ? 0 : (chunk * W * esize / 64 + chunk / 2 * passes - 1) / (chunk / 2 * passes);
     const char *P = (const char *)j->w + block_offset(j->wt, b, j->cols) * 4;
     for (int c0 = 0; c0 < j->cols; c0 += chunk) {

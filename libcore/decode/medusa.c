@@ -32,6 +32,13 @@ typedef struct {
 
 /* ---- the tree ---- */
 
+/* a tree of the root alone: node 0, the token the model itself chose */
+static void tree_root(MedusaTree *tr) {
+    tr->n = 1;
+    tr->parent[0] = -1;
+    tr->rank[0] = tr->depth[0] = 0;
+}
+
 static int add_node(MedusaTree *tr, int parent, int rank) {
     int i = tr->n++;
     tr->parent[i] = parent;
@@ -75,9 +82,7 @@ static int cmp_path(const void *a, const void *b) {
 
 int medusa_tree_parse(MedusaTree *tr, const char *spec, int n_heads) {
     json_error_t err;
-    tr->n = 1;
-    tr->parent[0] = -1;
-    tr->rank[0] = tr->depth[0] = 0;
+    tree_root(tr);
     json_t *a = json_loads(spec, 0, &err);
     int rc = -1, n = a && json_is_array(a) ? (int)json_array_size(a) : -1;
     int paths[MAX_TREE][MAX_MEDUSA + 1];
@@ -211,8 +216,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     Drafter dr = {md, start, propose, accepted, medusa_drafter_free};
     md->m = d->m;
     md->h = o->medusa;
-    md->tr.n = 1;
-    md->tr.parent[0] = -1;
+    tree_root(&md->tr);
     md->rate = o->oracle_rate;
     md->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
     md->hl = pd_alloc(sizeof(float) * d->m->c.vocab_size);

@@ -110,21 +110,17 @@ static void use_tokenizer(Tokenizer *t) {
     }
 }
 
-int fuzz_tokenizer_bin(const uint8_t *data, size_t n) {
+/* a tokenizer from either loader, then used */
+static int fuzz_tokenizer(int (*load)(Tokenizer **, const void *, size_t, const char *), const uint8_t *data, size_t n) {
     Tokenizer *t;
-    if (tok_load_llama2c(&t, data, n, "fuzz")) return refused();
+    if (load(&t, data, n, "fuzz")) return refused();
     use_tokenizer(t);
     tok_free(t);
     return 1;
 }
 
-int fuzz_tokenizer_json(const uint8_t *data, size_t n) {
-    Tokenizer *t;
-    if (tok_load_hf_json(&t, data, n, "fuzz")) return refused();
-    use_tokenizer(t);
-    tok_free(t);
-    return 1;
-}
+int fuzz_tokenizer_bin(const uint8_t *data, size_t n) { return fuzz_tokenizer(tok_load_llama2c, data, n); }
+int fuzz_tokenizer_json(const uint8_t *data, size_t n) { return fuzz_tokenizer(tok_load_hf_json, data, n); }
 
 int fuzz_hf_config(const uint8_t *data, size_t n) {
     Config c;
