@@ -23,11 +23,12 @@ void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, co
 void k_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* y[n][dim] = x / rms(x) * g   (per row; eps inside the root) */
 void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
-/* rotate-half RoPE in place on x[n][n_heads*head_dim]; cos/sin tables [pos][head_dim/2] */
-void k_rope(float *x, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
+/* rotate-half RoPE in place on the first n_heads*head_dim floats of each of n rows,
+   stride floats apart; cos/sin tables [pos][head_dim/2] */
+void k_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
             const float *sin_t);
-/* a[i] = silu(a[i]) * b[i] */
-void k_silu_mul(float *a, const float *b, size_t n);
+/* y[i] = silu(a[i]) * b[i] */
+void k_silu_mul(float *y, const float *a, const float *b, size_t n);
 /* y[i] += x[i] */
 void k_add(float *y, const float *x, size_t n);
 /* row of weights (f32 or bf16) → f32 */
@@ -37,15 +38,16 @@ void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
    0..n_ctx[t]-1, then the slots extra[extra_off[t] .. extra_off[t+1]-1] (the visible
    tokens of its batch, itself last), in that order:
      out[h] = Σ_j softmax_j(q_h·k_j * scale) v_j     for the kv head of h.
-   A block holds block_size slots of one layer: keys transposed [kv_dim][block_size],
-   values [block_size][kv_dim]. A score is the sequential FMA chain over the head's
-   dimensions and the weighted sum keeps four partial sums by key index mod 4, in
+   A block holds block_size slots of one layer, keys and values each transposed:
+   [kv_dim][block_size]. A score is the sequential FMA chain over the head's
+   dimensions and the weighted sum keeps 16 partial sums by key index mod 16, in
    every path, so a token's result never depends on the batch. */
 typedef struct {
     int n;                   /* tokens in the call */
     int n_heads, n_kv, hd;   /* q heads, kv heads, head size */
     float scale;
-    const float *q;          /* [n][n_heads*hd] */
+    const float *q;          /* [n] rows of n_heads*hd, q_stride floats apart */
+    size_t q_stride;
     float *out;              /* [n][n_heads*hd] */
     const float *k, *v;      /* this layer's block 0 (keys, values) */
     size_t block_stride;     /* floats from one block of the layer to the next */

@@ -12,10 +12,8 @@ typedef struct Workspace {
     int cap_n;               /* tokens the buffers hold */
     size_t cap_keys;         /* key pointers the lists hold */
     float *xb;               /* [n][dim] normed input */
-    float *q;                /* [n][n_heads*hd] */
-    float *k, *v;            /* [n][n_kv*hd] */
     float *att;              /* [n][n_heads*hd] attention output */
-    float *qkv;              /* [n][(n_heads + 2 n_kv)*hd] the stacked projection */
+    float *qkv;              /* [n][(n_heads + 2 n_kv)*hd] the stacked projection: q | k | v */
     float *gu;               /* [n][2 hidden] gate | up */
     float *hb;               /* [n][hidden] */
     float *out;              /* [n][dim] a branch's output before the residual add */
@@ -27,7 +25,7 @@ typedef struct Workspace {
 
 static void ws_free(Workspace *w) {
     if (!w) return;
-    free(w->xb); free(w->q); free(w->k); free(w->v); free(w->att); free(w->qkv); free(w->gu); free(w->hb);
+    free(w->xb); free(w->att); free(w->qkv); free(w->gu); free(w->hb);
     free(w->out); free(w->slot); free(w->base); free(w->extra_off); free(w->extra); free(w->table);
     free(w);
 }
@@ -45,9 +43,6 @@ static int ws_reserve(Model *m, int n, size_t keys) {
     w->cap_n = cn;
     w->cap_keys = ck;
     w->xb = pd_alloc(sizeof(float) * cn * c->dim);
-    w->q = pd_alloc(sizeof(float) * cn * qd);
-    w->k = pd_alloc(sizeof(float) * cn * kvd);
-    w->v = pd_alloc(sizeof(float) * cn * kvd);
     w->att = pd_alloc(sizeof(float) * cn * qd);
     w->qkv = pd_alloc(sizeof(float) * cn * (qd + 2 * kvd));
     w->gu = pd_alloc(sizeof(float) * cn * 2 * c->hidden_dim);
@@ -58,7 +53,7 @@ static int ws_reserve(Model *m, int n, size_t keys) {
     w->extra_off = pd_alloc(sizeof(int) * (cn + 1));
     w->extra = pd_alloc(sizeof(int) * ck);
     w->table = pd_alloc(sizeof(int *) * cn);
-    if (!w->xb || !w->q || !w->k || !w->v || !w->att || !w->qkv || !w->gu || !w->hb || !w->out || !w->slot ||
+    if (!w->xb || !w->att || !w->qkv || !w->gu || !w->hb || !w->out || !w->slot ||
         !w->base || !w->extra_off || !w->extra || !w->table) {
         ws_free(w);
         m->ws = NULL;
@@ -127,30 +122,26 @@ static int place_keys(Model *m, KVCache *kv, const Batch *b, int l) {
 static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x) {
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
-    int n = b->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    int n = b->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
     if (place_keys(m, kv, b, l)) return -1;
     Workspace *w = m->ws;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, qd + 2 * kvd);
-    for (int i = 0; i < n; i++) {
-        const float *r = w->qkv + (size_t)i * (qd + 2 * kvd);
-        memcpy(w->q + (size_t)i * qd, r, sizeof(float) * qd);
-        memcpy(w->k + (size_t)i * kvd, r + qd, sizeof(float) * kvd);
-        memcpy(w->v + (size_t)i * kvd, r + qd + kvd, sizeof(float) * kvd);
-    }
+    k_matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, row);
     if (L->bq)
         for (int i = 0; i < n; i++) {
-            k_add(w->q + (size_t)i * qd, L->bq, qd);
-            k_add(w->k + (size_t)i * kvd, L->bk, kvd);
-            k_add(w->v + (size_t)i * kvd, L->bv, kvd);
+            float *r = w->qkv + (size_t)i * row;
+            k_add(r, L->bq, qd);
+            k_add(r + qd, L->bk, kvd);
+            k_add(r + qd + kvd, L->bv, kvd);
         }
-    k_rope(w->q, b->pos, n, c->n_heads, hd, m->rope_cos, m->rope_sin);
-    k_rope(w->k, b->pos, n, c->n_kv_heads, hd, m->rope_cos, m->rope_sin);
-    for (int i = 0; i < n; i++)
-        kv_write(kv, seq_of(b, i), l, w->slot[i], w->k + (size_t)i * kvd, w->v + (size_t)i * kvd);
-    AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->q, w->att,
+    k_rope(w->qkv, row, b->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
+    for (int i = 0; i < n; i++) {
+        const float *r = w->qkv + (size_t)i * row;
+        kv_write(kv, seq_of(b, i), l, w->slot[i], r + qd, r + qd + kvd);
+    }
+    AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->qkv, row, w->att,
                   kv_layer_k(kv, l), kv_layer_v(kv, l), kv_block_stride(kv), kv->block_size,
                   w->table, w->base, w->extra_off, w->extra};
     k_attention(&a);
@@ -161,9 +152,8 @@ static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x)
     k_rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
     k_matmul(w->gu, w->xb, L->gate_up.p, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
     for (int i = 0; i < n; i++) {
-        float *g = w->gu + (size_t)i * 2 * c->hidden_dim;
-        k_silu_mul(g, g + c->hidden_dim, c->hidden_dim);
-        memcpy(w->hb + (size_t)i * c->hidden_dim, g, sizeof(float) * c->hidden_dim);
+        const float *g = w->gu + (size_t)i * 2 * c->hidden_dim;
+        k_silu_mul(w->hb + (size_t)i * c->hidden_dim, g, g + c->hidden_dim, c->hidden_dim);
     }
     k_matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);

@@ -81,15 +81,19 @@ static size_t block_at(const KVCache *kv, int seq, int layer, int slot) {
 void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v) {
     size_t b = block_at(kv, seq, layer, slot);
     int i = slot % kv->block_size;
-    for (int d = 0; d < kv->kv_dim; d++) kv->k[b + (size_t)d * kv->block_size + i] = k[d];
-    memcpy(kv->v + b + (size_t)i * kv->kv_dim, v, sizeof(float) * kv->kv_dim);
+    for (int d = 0; d < kv->kv_dim; d++) {
+        kv->k[b + (size_t)d * kv->block_size + i] = k[d];
+        kv->v[b + (size_t)d * kv->block_size + i] = v[d];
+    }
 }
 
 void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v) {
     size_t b = block_at(kv, seq, layer, slot);
     int i = slot % kv->block_size;
-    for (int d = 0; d < kv->kv_dim; d++) k[d] = kv->k[b + (size_t)d * kv->block_size + i];
-    memcpy(v, kv->v + b + (size_t)i * kv->kv_dim, sizeof(float) * kv->kv_dim);
+    for (int d = 0; d < kv->kv_dim; d++) {
+        k[d] = kv->k[b + (size_t)d * kv->block_size + i];
+        v[d] = kv->v[b + (size_t)d * kv->block_size + i];
+    }
 }
 
 int kv_truncate(KVCache *kv, int seq, int len) {

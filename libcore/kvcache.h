@@ -4,8 +4,8 @@
    Slot i of a sequence holds position i once a step is accepted; a token tree in
    flight occupies the slots after the accepted ones until kv_keep_path compacts the
    accepted branch.
-   Within a block, keys are stored transposed ([kv_dim][block_size]) so attention
-   scores a block's keys 16 at a time; values are stored by slot ([block_size][kv_dim]). */
+   Within a block, keys and values are stored transposed ([kv_dim][block_size]) so
+   attention takes a block's slots 16 at a time. */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
 #include "model.h"
@@ -14,7 +14,7 @@ typedef struct {
     int n_layers, kv_dim, block_size;
     int n_blocks, max_seqs, max_blocks; /* pool size, sequences, blocks per sequence */
     float *k;          /* [n_blocks][n_layers][kv_dim][block_size] */
-    float *v;          /* [n_blocks][n_layers][block_size][kv_dim] */
+    float *v;          /* [n_blocks][n_layers][kv_dim][block_size] */
     int *free_blocks;  /* [n_blocks] stack of free block ids */
     int n_free;
     int *table;        /* [max_seqs][max_blocks] block ids */

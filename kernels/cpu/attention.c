@@ -1,15 +1,22 @@
 /* attention.c — one unit of work is a token and a kv head with the query heads that
    share it (GQA): the keys and values are read once for all of them. Units never
    depend on each other, so threads split them and tokens stay batch-invariant.
-   Keys are transposed within a block, so a block's scores come 16 at a time from hd
-   vector FMAs; a lone slot (a batch ancestor) takes the same FMA chain one lane at a
-   time. For each (query head, key) the score is that sequential chain, and for each
-   (query head, dimension) the weighted sum keeps four partials by key index mod 4,
-   whichever path computes it. */
+   Keys and values are both transposed within a block ([hd][block_size] per kv head),
+   so a block's keys are taken 16 at a time, one vector per dimension.
+   The keys a token sees are numbered j = 0, 1, ... in position order: its sequence's
+   committed slots, then the visible slots of its batch. While those continue the
+   committed run they are read from the blocks like committed ones; the rest (a tree's
+   ancestors) are "lone" keys, read one slot at a time into the same arithmetic.
+   For each (query head, key) the score is the sequential FMA chain over the head's
+   dimensions. For each (query head, dimension) the weighted sum keeps 16 partials,
+   partial i taking keys j ≡ i mod 16 in key order, added by the halving tree (i + 8,
+   then + 4, + 2, + 1 apart). Every path computes exactly that, so a token's result
+   never depends on the batch. */
 #include <immintrin.h>
 #include <math.h>
 
 #include "backend.h"
+#include "exp.h"
 #include "pool.h"
 
 #define MAX_GROUP 8 /* query heads a unit scores together (larger groups go in parts) */
@@ -18,49 +25,51 @@ typedef struct {
     const AttnArgs *a;
     int t, kvh;
     int g;                     /* query heads in this unit */
+    int shift;                 /* log2 of the block size when it is a power of two, else -1 */
+    int nc;                    /* keys read from the blocks: 0 .. nc-1 */
+    const int *lone;           /* slots of keys nc, nc+1, ... */
+    int n_lone;
     const float *q[MAX_GROUP]; /* [hd] each */
     float *out[MAX_GROUP];     /* [hd] each */
 } Unit;
 
-/* the K of slot's block for this unit's kv head: [hd][block_size] */
-static const float *key_block(const Unit *u, int slot) {
+/* this unit's kv head in slot's block of a layer array (keys or values): [hd][block_size],
+   from the slot's column */
+static inline const float *column(const Unit *u, const float *base, int slot) {
     const AttnArgs *a = u->a;
-    return a->k + (size_t)a->table[u->t][slot / a->block_size] * a->block_stride +
-           (size_t)u->kvh * a->hd * a->block_size;
-}
-
-static const float *value_row(const Unit *u, int slot) {
-    const AttnArgs *a = u->a;
-    return a->v + (size_t)a->table[u->t][slot / a->block_size] * a->block_stride +
-           ((size_t)(slot % a->block_size) * a->n_kv + u->kvh) * a->hd;
+    int blk = u->shift >= 0 ? slot >> u->shift : slot / a->block_size; /* no division per chunk */
+    return base + (size_t)a->table[u->t][blk] * a->block_stride + (size_t)u->kvh * a->hd * a->block_size +
+           (slot - blk * a->block_size);
 }
 
 static float score_one(const Unit *u, const float *q, int slot) {
-    const float *K = key_block(u, slot) + slot % u->a->block_size;
+    const float *K = column(u, u->a->k, slot);
     float s = 0;
     for (int d = 0; d < u->a->hd; d++) s = fmaf(q[d], K[(size_t)d * u->a->block_size], s);
     return s * u->a->scale;
 }
 
 #ifdef __AVX512F__
+static inline __mmask16 first_lanes(int left) { return left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1); }
+
 /* G heads × C chunks of 16 keys from j: G*C independent chains. Inlined with constant
    G and C, so the chains live in registers. */
-static inline __attribute__((always_inline)) void score_chunks(const Unit *u, float *const *p, int j, int n_ctx,
+static inline __attribute__((always_inline)) void score_chunks(const Unit *u, float *const *p, __m512 *mx, int j,
                                                                const int G, const int C) {
     const AttnArgs *a = u->a;
-    const float *K[4];
-    __mmask16 m[4];
-    __m512 acc[MAX_GROUP][4];
-#pragma GCC unroll 4
+    const float *K[8];
+    __mmask16 m[8];
+    __m512 acc[MAX_GROUP][8];
+#pragma GCC unroll 8
     for (int c = 0; c < C; c++) {
-        int left = n_ctx - j - 16 * c;
-        m[c] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        K[c] = key_block(u, j + 16 * c) + (j + 16 * c) % a->block_size;
+        m[c] = first_lanes(u->nc - j - 16 * c);
+        K[c] = column(u, a->k, j + 16 * c);
 #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h][c] = _mm512_setzero_ps();
     }
+#pragma GCC unroll 8
     for (int d = 0; d < a->hd; d++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
             __m512 kd = _mm512_maskz_loadu_ps(m[c], K[c] + (size_t)d * a->block_size);
 #pragma GCC unroll 8
@@ -69,97 +78,181 @@ static inline __attribute__((always_inline)) void score_chunks(const Unit *u, fl
     __m512 sc = _mm512_set1_ps(a->scale);
 #pragma GCC unroll 8
     for (int h = 0; h < G; h++)
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(p[h] + j + 16 * c, m[c], _mm512_mul_ps(acc[h][c], sc));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            __m512 s = _mm512_mul_ps(acc[h][c], sc);
+            _mm512_mask_storeu_ps(p[h] + j + 16 * c, m[c], s);
+            mx[h] = _mm512_mask_max_ps(mx[h], m[c], mx[h], s);
+        }
 }
 
-/* enough chains in flight: 4 chunks for one head, 2 for two, 1 for more */
+/* the scores of keys 0..nc-1 and each head's largest; enough chains in flight: 4
+   chunks for one head, 2 for two, 1 for more */
 #define SCORE_G(G)                                                                          \
-    static void score_g##G(const Unit *u, float *const *p, int n_ctx) {                     \
-        const int C = G >= 4 ? 1 : 4 / G;                                                   \
+    static void score_g##G(const Unit *u, float *const *p, float *max) {                    \
+        const int C = G >= 8 ? 1 : 8 / G;                                                   \
+        __m512 mx[G];                                                                       \
+        for (int h = 0; h < G; h++) mx[h] = _mm512_set1_ps(-INFINITY);                      \
         int j = 0;                                                                          \
-        for (; j + 16 * C <= n_ctx; j += 16 * C) score_chunks(u, p, j, n_ctx, G, C);        \
-        for (; j < n_ctx; j += 16) score_chunks(u, p, j, n_ctx, G, 1);                      \
+        for (; j + 16 * C <= u->nc; j += 16 * C) score_chunks(u, p, mx, j, G, C);           \
+        for (; j < u->nc; j += 16) score_chunks(u, p, mx, j, G, 1);                         \
+        for (int h = 0; h < G; h++) max[h] = _mm512_reduce_max_ps(mx[h]);                   \
     }
 SCORE_G(1) SCORE_G(2) SCORE_G(3) SCORE_G(4) SCORE_G(5) SCORE_G(6) SCORE_G(7) SCORE_G(8)
-static void (*const SCORE[MAX_GROUP + 1])(const Unit *, float *const *, int) = {
+static void (*const SCORE[MAX_GROUP + 1])(const Unit *, float *const *, float *) = {
     0, score_g1, score_g2, score_g3, score_g4, score_g5, score_g6, score_g7, score_g8};
 
-/* out_h[d..d+16) += Σ_j p_h[j] v_j, four partials by j mod 4, for G ≤ 4 heads */
-static inline __attribute__((always_inline)) void sum_chunk(const Unit *u, const float *const *p, int d, int n_ctx,
-                                                            const int *extra, int n_extra, const float *inv,
-                                                            int h0, const int G) {
+/* 16 vectors → one: lane i of the result is v[perm(i)]'s lanes added by the halving
+   tree, where the tree's own output order is undone by feeding v transposed 4×4 */
+static inline __m512 tree16(const __m512 *v) {
+    __m512 w[8], z[4], s[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) { /* + 8 apart: lanes 0-7 from one vector, 8-15 from the next */
+        __m512 a = v[(2 * i) % 4 * 4 + (2 * i) / 4], b = v[(2 * i + 1) % 4 * 4 + (2 * i + 1) / 4];
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* + 4 apart */
+        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) /* + 2 apart */
+        s[i] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * i], z[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(z[2 * i], z[2 * i + 1], 0xee));
+    return _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], 0x88), _mm512_shuffle_ps(s[0], s[1], 0xdd)); /* + 1 */
+}
+
+/* GT heads from h0 × DT dimensions from d0 (GT*DT = 16; heads and dimensions past the
+   unit's are clamped, computed and not stored): acc[h*DT + d] holds the 16 partials of
+   Σ_j p_h[j] v_j[d]. With EXP (a tile that covers the whole unit) p holds the scores:
+   softmax's exponent pass happens here, chunk by chunk, as exp_sum would do it, and
+   sets inv. */
+static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float *const *p, const float *mx, float *inv,
+                                                           int h0, int d0, const int GT, const int DT, const int EXP) {
     const AttnArgs *a = u->a;
-    int bs = a->block_size, row = a->n_kv * a->hd, left = a->hd - d;
-    __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int h = 0; h < G; h++)
-        for (int r = 0; r < 4; r++) acc[h][r] = _mm512_setzero_ps();
-    int j = 0;
-    for (int b0 = 0; b0 < n_ctx; b0 += bs) {
-        const float *V = value_row(u, b0) + d;
-        int end = b0 + bs < n_ctx ? b0 + bs : n_ctx;
-        for (; j + 4 <= end && bs % 4 == 0; j += 4, V += 4 * row)
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m512 v = _mm512_maskz_loadu_ps(m, V + r * row);
-#pragma GCC unroll 4
-                for (int h = 0; h < G; h++)
-                    acc[h][r] = _mm512_fmadd_ps(_mm512_set1_ps(p[h0 + h][j + r]), v, acc[h][r]);
+    int bs = a->block_size, hd = a->hd;
+    float *ph[8];
+    int hc[8], dd[16]; /* clamped head and dimension offsets */
+#pragma GCC unroll 8
+    for (int h = 0; h < GT; h++) {
+        hc[h] = h0 + h < u->g ? h0 + h : h0;
+        ph[h] = p[hc[h]];
+    }
+#pragma GCC unroll 16
+    for (int d = 0; d < DT; d++) dd[d] = (d0 + d < hd ? d0 + d : hd - 1) * bs;
+    __m512 acc[16], sum[8];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int h = 0; h < GT; h++) sum[h] = _mm512_setzero_ps();
+    for (int j = 0, end = EXP ? u->nc + u->n_lone : u->nc; j < end; j += 16) {
+        __mmask16 m = first_lanes(u->nc - j);
+        __m512 pv[8];
+        if (EXP) { /* all loads before the stores: a clamped head reads the same scores */
+            __mmask16 k = first_lanes(end - j);
+#pragma GCC unroll 8
+            for (int h = 0; h < GT; h++) pv[h] = _mm512_maskz_loadu_ps(k, ph[h] + j);
+#pragma GCC unroll 8
+            for (int h = 0; h < GT; h++) {
+                pv[h] = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(pv[h], _mm512_set1_ps(mx[hc[h]]))));
+                _mm512_mask_storeu_ps(ph[h] + j, k, pv[h]); /* the lone keys read it back */
+                sum[h] = _mm512_add_ps(sum[h], pv[h]);
+                pv[h] = _mm512_maskz_mov_ps(m, pv[h]);
             }
-        for (; j < end; j++, V += row) {
-            __m512 v = _mm512_maskz_loadu_ps(m, V);
-#pragma GCC unroll 4
-            for (int h = 0; h < G; h++)
-                acc[h][j & 3] = _mm512_fmadd_ps(_mm512_set1_ps(p[h0 + h][j]), v, acc[h][j & 3]);
+            if (!m) continue;
+        } else
+#pragma GCC unroll 8
+            for (int h = 0; h < GT; h++) pv[h] = _mm512_maskz_loadu_ps(m, ph[h] + j);
+        const float *V = column(u, a->v, j);
+#pragma GCC unroll 16
+        for (int d = 0; d < DT; d++) {
+            __m512 v = _mm512_maskz_loadu_ps(m, V + dd[d]);
+#pragma GCC unroll 8
+            for (int h = 0; h < GT; h++) acc[h * DT + d] = _mm512_fmadd_ps(pv[h], v, acc[h * DT + d]);
         }
     }
-    for (int x = 0; x < n_extra; x++, j++) {
-        __m512 v = _mm512_maskz_loadu_ps(m, value_row(u, extra[x]) + d);
-#pragma GCC unroll 4
-        for (int h = 0; h < G; h++) acc[h][j & 3] = _mm512_fmadd_ps(_mm512_set1_ps(p[h0 + h][j]), v, acc[h][j & 3]);
+    for (int x = 0; x < u->n_lone; x++) { /* key nc + x goes to partial (nc + x) % 16 */
+        int j = u->nc + x;
+        __mmask16 lane = (__mmask16)(1u << (j & 15));
+        const float *V = column(u, a->v, u->lone[x]);
+#pragma GCC unroll 16
+        for (int d = 0; d < DT; d++) {
+            __m512 v = _mm512_set1_ps(V[dd[d]]);
+#pragma GCC unroll 8
+            for (int h = 0; h < GT; h++)
+                acc[h * DT + d] = _mm512_mask3_fmadd_ps(_mm512_set1_ps(ph[h][j]), v, acc[h * DT + d], lane);
+        }
     }
-#pragma GCC unroll 4
-    for (int h = 0; h < G; h++)
-        _mm512_mask_storeu_ps(u->out[h0 + h] + d, m,
-                              _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3])),
-                                            _mm512_set1_ps(inv[h0 + h])));
+    if (EXP)
+        for (int h = 0; h < GT && h0 + h < u->g; h++) inv[h0 + h] = 1.0f / _mm512_reduce_add_ps(sum[h]);
+    float r[16], *rs = r;
+    __m512 iv = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int h = 0; h < GT; h++)
+        iv = _mm512_mask_mov_ps(iv, (__mmask16)(((1u << DT) - 1) << (h * DT)), _mm512_set1_ps(inv[hc[h]]));
+    __m512 res = _mm512_mul_ps(tree16(acc), iv);
+    if (DT == hd && h0 + GT <= u->g) { /* whole heads, side by side in out */
+        _mm512_storeu_ps(u->out[h0], res);
+        return;
+    }
+    _mm512_storeu_ps(rs, res);
+    for (int h = 0; h < GT && h0 + h < u->g; h++)
+        for (int d = 0; d < DT && d0 + d < hd; d++) u->out[h0 + h][d0 + d] = r[h * DT + d];
 }
 
-static void weighted_sums(const Unit *u, const float *const *p, int n_ctx, const int *extra, int n_extra,
-                          const float *inv) {
-    for (int d = 0; d < u->a->hd; d += 16)
-        for (int h0 = 0; h0 < u->g; h0 += 4) {
-            int g = u->g - h0 < 4 ? u->g - h0 : 4;
-            switch (g) {
-            case 4: sum_chunk(u, p, d, n_ctx, extra, n_extra, inv, h0, 4); break;
-            case 3: sum_chunk(u, p, d, n_ctx, extra, n_extra, inv, h0, 3); break;
-            case 2: sum_chunk(u, p, d, n_ctx, extra, n_extra, inv, h0, 2); break;
-            default: sum_chunk(u, p, d, n_ctx, extra, n_extra, inv, h0, 1); break;
+/* softmax and the weighted sums, from the scores in p and their maxima */
+static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
+    int GT = u->g >= 8 ? 8 : u->g >= 4 ? 4 : u->g >= 2 ? 2 : 1;
+    while (GT < 8 && 16 / GT > u->a->hd) GT *= 2; /* no dimension tile wider than a head */
+    int DT = 16 / GT;
+    float inv[MAX_GROUP] = {0};
+    if (u->g <= GT && u->a->hd <= DT) { /* one tile: the exponents are taken on the way */
+        switch (GT) {
+        case 1: sum_tile(u, p, mx, inv, 0, 0, 1, 16, 1); break;
+        case 2: sum_tile(u, p, mx, inv, 0, 0, 2, 8, 1); break;
+        case 4: sum_tile(u, p, mx, inv, 0, 0, 4, 4, 1); break;
+        default: sum_tile(u, p, mx, inv, 0, 0, 8, 2, 1); break;
+        }
+        return;
+    }
+    for (int h = 0; h < u->g; h++) inv[h] = 1.0f / exp_sum(p[h], u->nc + u->n_lone, mx[h]); /* the division comes last */
+    for (int h0 = 0; h0 < u->g; h0 += GT)
+        for (int d0 = 0; d0 < u->a->hd; d0 += DT) switch (GT) {
+            case 1: sum_tile(u, p, mx, inv, h0, d0, 1, 16, 0); break;
+            case 2: sum_tile(u, p, mx, inv, h0, d0, 2, 8, 0); break;
+            case 4: sum_tile(u, p, mx, inv, h0, d0, 4, 4, 0); break;
+            default: sum_tile(u, p, mx, inv, h0, d0, 8, 2, 0); break;
             }
-        }
-}
-#else
-static void score_scalar(const Unit *u, float *const *p, int n_ctx) {
-    for (int h = 0; h < u->g; h++)
-        for (int j = 0; j < n_ctx; j++) p[h][j] = score_one(u, u->q[h], j);
-}
-static void (*const SCORE[MAX_GROUP + 1])(const Unit *, float *const *, int) = {
-    0, score_scalar, score_scalar, score_scalar, score_scalar, score_scalar, score_scalar, score_scalar, score_scalar};
-
-static void weighted_sums(const Unit *u, const float *const *p, int n_ctx, const int *extra, int n_extra,
-                          const float *inv) {
-    int nk = n_ctx + n_extra;
-    for (int h = 0; h < u->g; h++)
-        for (int d = 0; d < u->a->hd; d++) {
-            float acc[4] = {0, 0, 0, 0};
-            for (int j = 0; j < nk; j++)
-                acc[j & 3] = fmaf(p[h][j], value_row(u, j < n_ctx ? j : extra[j - n_ctx])[d], acc[j & 3]);
-            u->out[h][d] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * inv[h];
-        }
 }
 #endif
+
+/* the same arithmetic one lane at a time: any build, any block size */
+static void score_scalar(const Unit *u, float *const *p, float *max) {
+    for (int h = 0; h < u->g; h++) {
+        max[h] = -INFINITY;
+        for (int j = 0; j < u->nc; j++) {
+            p[h][j] = score_one(u, u->q[h], j);
+            max[h] = p[h][j] > max[h] ? p[h][j] : max[h];
+        }
+    }
+}
+
+static void weighted_sums_scalar(const Unit *u, float *const *p, const float *mx) {
+    int nk = u->nc + u->n_lone, bs = u->a->block_size;
+    float inv[MAX_GROUP];
+    for (int h = 0; h < u->g; h++) inv[h] = 1.0f / exp_sum(p[h], nk, mx[h]);
+    for (int h = 0; h < u->g; h++)
+        for (int d = 0; d < u->a->hd; d++) {
+            float acc[16] = {0};
+            for (int j = 0; j < nk; j++) {
+                const float *V = column(u, u->a->v, j < u->nc ? j : u->lone[j - u->nc]);
+                acc[j & 15] = fmaf(p[h][j], V[(size_t)d * bs], acc[j & 15]);
+            }
+            for (int w = 8; w >= 1; w /= 2)
+                for (int i = 0; i < w; i++) acc[i] += acc[i + w];
+            u->out[h][d] = acc[0] * inv[h];
+        }
+}
 
 static void attend(void *ctx, int b, int e) {
     const AttnArgs *a = ctx;
@@ -171,30 +264,39 @@ static void attend(void *ctx, int b, int e) {
     }
     int stride = maxk + 64; /* a whole last chunk may be stored */
     float buf[MAX_GROUP * stride]; /* scores [heads][keys]: 4 bytes a key and head */
+    int shift = __builtin_ctz((unsigned)a->block_size), fast = a->block_size % 16 == 0;
+    if (a->block_size != 1 << shift) shift = -1;
     for (int i = b; i < e; i++) {
         int t = i / (a->n_kv * parts), kvh = i / parts % a->n_kv, part = i % parts;
-        Unit u = {a, t, kvh, 0, {0}, {0}};
+        const int *extra = a->extra + a->extra_off[t];
+        int n_extra = a->extra_off[t + 1] - a->extra_off[t], run = 0;
+        while (run < n_extra && extra[run] == a->n_ctx[t] + run) run++; /* they continue the committed slots */
+        Unit u = {a, t, kvh, 0, shift, a->n_ctx[t] + run, extra + run, n_extra - run, {0}, {0}};
         int h_first = kvh * group + part * MAX_GROUP, h_end = kvh * group + group;
         u.g = h_end - h_first < MAX_GROUP ? h_end - h_first : MAX_GROUP;
-        float *p[MAX_GROUP], inv[MAX_GROUP];
+        float *p[MAX_GROUP], mx[MAX_GROUP];
         for (int h = 0; h < u.g; h++) {
-            u.q[h] = a->q + (size_t)t * qdim + (size_t)(h_first + h) * a->hd;
+            u.q[h] = a->q + (size_t)t * a->q_stride + (size_t)(h_first + h) * a->hd;
             u.out[h] = a->out + (size_t)t * qdim + (size_t)(h_first + h) * a->hd;
             p[h] = buf + (size_t)h * stride;
         }
-        const int *extra = a->extra + a->extra_off[t];
-        int n_ctx = a->n_ctx[t], n_extra = a->extra_off[t + 1] - a->extra_off[t];
-        if (a->block_size % 16 == 0) SCORE[u.g](&u, p, n_ctx);
+#ifdef __AVX512F__
+        if (fast) SCORE[u.g](&u, p, mx);
         else
-            for (int h = 0; h < u.g; h++)
-                for (int j = 0; j < n_ctx; j++) p[h][j] = score_one(&u, u.q[h], j);
-        for (int h = 0; h < u.g; h++) {
-            for (int x = 0; x < n_extra; x++) p[h][n_ctx + x] = score_one(&u, u.q[h], extra[x]);
-            float mx;
-            inv[h] = 1.0f / k_exp_sum(p[h], n_ctx + n_extra, &mx); /* softmax's division comes last */
-        }
-        weighted_sums(&u, (const float *const *)p, n_ctx, extra, n_extra, inv);
+#endif
+            score_scalar(&u, p, mx);
+        for (int h = 0; h < u.g; h++)
+            for (int x = 0; x < u.n_lone; x++) {
+                float s = p[h][u.nc + x] = score_one(&u, u.q[h], u.lone[x]);
+                mx[h] = s > mx[h] ? s : mx[h];
+            }
+#ifdef __AVX512F__
+        if (fast) weighted_sums(&u, p, mx);
+        else
+#endif
+            weighted_sums_scalar(&u, p, mx);
     }
+    (void)fast;
 }
 
 void k_attention(const AttnArgs *a) {

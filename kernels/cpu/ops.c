@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "dot.h"
+#include "exp.h"
 #include "pool.h"
 
 void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps) {
@@ -12,49 +13,67 @@ void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float e
         float *yt = y + (size_t)t * dim;
         float ss = dot_f32(xt, xt, dim) / dim + eps;
         float s = 1.0f / sqrtf(ss);
-        for (int i = 0; i < dim; i++) yt[i] = g[i] * (s * xt[i]);
+        int i = 0;
+#ifdef __AVX512F__
+        for (__m512 vs = _mm512_set1_ps(s); i + 16 <= dim; i += 16)
+            _mm512_storeu_ps(yt + i, _mm512_mul_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(vs, _mm512_loadu_ps(xt + i))));
+#endif
+        for (; i < dim; i++) yt[i] = g[i] * (s * xt[i]);
     }
 }
 
-void k_rope(float *x, const int32_t *pos, int n, int n_heads, int hd, const float *cos_t,
+/* x[i] = a c - b s and x[i + half] = a s + b c for a = x[i], b = x[i + half]: a vector
+   computes x C + partner S with C = (c, c) and S = (-s, s), which rounds the same */
+static void rope_row(float *v, int n_heads, int hd, const float *c, const float *s) {
+    int half = hd / 2, i = 0, n = n_heads * hd;
+#ifdef __AVX512F__
+    if (16 % hd == 0) { /* whole heads in a vector: the partner is a lane permutation */
+        float C[16], S[16];
+        int idx[16];
+        for (int l = 0; l < 16; l++) {
+            int k = l % hd;
+            C[l] = c[k % half], S[l] = k < half ? -s[k] : s[k - half], idx[l] = k < half ? l + half : l - half;
+        }
+        __m512 vc = _mm512_loadu_ps(C), vs = _mm512_loadu_ps(S);
+        __m512i vi = _mm512_loadu_si512(idx);
+        for (; i + 16 <= n; i += 16) {
+            __m512 x = _mm512_loadu_ps(v + i);
+            _mm512_storeu_ps(v + i, _mm512_add_ps(_mm512_mul_ps(x, vc), _mm512_mul_ps(_mm512_permutexvar_ps(vi, x), vs)));
+        }
+    } else if (half % 16 == 0) { /* the partner is the vector half a head away */
+        for (int h = 0; h < n_heads; h++, i += hd)
+            for (int k = 0; k < half; k += 16) {
+                __m512 a = _mm512_loadu_ps(v + i + k), b = _mm512_loadu_ps(v + i + k + half);
+                __m512 vc = _mm512_loadu_ps(c + k), vs = _mm512_loadu_ps(s + k);
+                _mm512_storeu_ps(v + i + k, _mm512_sub_ps(_mm512_mul_ps(a, vc), _mm512_mul_ps(b, vs)));
+                _mm512_storeu_ps(v + i + k + half, _mm512_add_ps(_mm512_mul_ps(a, vs), _mm512_mul_ps(b, vc)));
+            }
+    }
+#endif
+    for (; i < n; i += hd)
+        for (int k = 0; k < half; k++) {
+            float a = v[i + k], b = v[i + k + half];
+            v[i + k] = a * c[k] - b * s[k];
+            v[i + k + half] = a * s[k] + b * c[k];
+        }
+}
+
+void k_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int hd, const float *cos_t,
             const float *sin_t) {
     int half = hd / 2;
-    for (int t = 0; t < n; t++) {
-        const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * hd;
-            for (int i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                v[i] = a * c[i] - b * s[i];
-                v[i + half] = a * s[i] + b * c[i];
-            }
-        }
-    }
+    for (int t = 0; t < n; t++)
+        rope_row(x + (size_t)t * stride, n_heads, hd, cos_t + (size_t)pos[t] * half, sin_t + (size_t)pos[t] * half);
 }
 
-
-
 void k_add(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    size_t i = 0;
+#ifdef __AVX512F__
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] += x[i];
 }
 
 #ifdef __AVX512F__
-/* e^x to about 1 ulp: x = n ln2 + r, |r| ≤ ln2/2, a degree-6 polynomial for e^r,
-   then 2^n by scalef. Our own, so every build computes the same bits. */
-static inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.3981999507e-3f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
-}
-
 float k_softmax(float *x, int n) {
     float m, inv = 1.0f / k_exp_sum(x, n, &m);
     __m512 vinv = _mm512_set1_ps(inv);
@@ -66,33 +85,17 @@ float k_softmax(float *x, int n) {
 }
 
 float k_exp_sum(float *x, int n, float *max_out) {
-    __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+    __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, load_f32_or(x + i, n - i, -INFINITY));
-    float m = _mm512_reduce_max_ps(mx);
-    __m512 vm = _mm512_set1_ps(m);
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
-        e = _mm512_maskz_mov_ps(k, e);
-        _mm512_mask_storeu_ps(x + i, k, e);
-        sum = _mm512_add_ps(sum, e);
-    }
-    *max_out = m;
-    return _mm512_reduce_add_ps(sum);
+    *max_out = _mm512_reduce_max_ps(mx);
+    return exp_sum(x, n, *max_out);
 }
-void k_silu_mul(float *a, const float *b, size_t n) {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_loadu_ps(a + i);
-        __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        _mm512_storeu_ps(a + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
-                                              _mm512_loadu_ps(b + i)));
-    }
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 x = _mm512_maskz_loadu_ps(m, a + i);
         __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        _mm512_mask_storeu_ps(a + i, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
                                                       _mm512_maskz_loadu_ps(m, b + i)));
     }
 }
@@ -112,15 +115,14 @@ int k_argmax(const float *x, int n) {
 }
 #else
 float k_exp_sum(float *x, int n, float *max_out) {
-    float mx = x[0], sum = 0;
+    float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    for (int i = 0; i < n; i++) sum += (x[i] = expf(x[i] - mx));
     *max_out = mx;
-    return sum;
+    return exp_sum(x, n, mx);
 }
 
-void k_silu_mul(float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++) a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
 }
 
 int k_argmax(const float *x, int n) {
