@@ -5,12 +5,13 @@ verification of the round's tree costs (bin/verifycost, same run), the ideal spe
 τ ÷ cost, and how much of it the engine realises.
 
   python3 scripts/bench_drafters.py --model M [--prompts 100] [--tokens 128] [--temps 0,1]
-      [--dataset tinystories|xsum|humaneval|gsm8k] [--chat] [--label NAME] [--max-chars N] [--prefix TEXT]
+      [--reps 3] [--dataset tinystories|xsum|humaneval|gsm8k] [--chat] [--label NAME] [--max-chars N] [--prefix TEXT]
       --config "NAME: decode flags" [--config ...]
       [--oracle "NAME: decode flags" --rates 0,0.2,... [--png FILE]]
 
 Each configuration runs the same prompts (one process per prompt, 1 thread) as standard
-does; tok/s is summed tokens over summed decode time. The ideal uses the mean of every
+does, interleaved with it prompt by prompt, --reps times (default 3; a prompt's fastest
+run counts); tok/s is summed tokens over summed decode time. The ideal uses the mean of every
 round's verification cost at the nodes it ran (decode --json's rounds_by_nodes, side
 nodes included, interpolated in the verifycost table). With --oracle the flags get
 --oracle-acceptance RATE for every rate (greedy) and the speedup-vs-acceptance curve is
@@ -21,24 +22,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_adadecode import dataset_prompts, run  # noqa: E402  (one decode process a prompt)
 
 
-def total(a, ps, extra):
-    toks = secs = passes = trees = rounds = 0
-    texts, sizes = [], {}
+def measure(a, ps, runs):
+    """runs: {name: decode flags}. Every prompt runs every configuration, --reps times in
+    turn, so the machine's drift falls on all of them alike; a prompt's time in a
+    configuration is its fastest run (the text and counts are the same each time)."""
+    acc = {k: {"toks": 0, "secs": 0, "passes": 0, "trees": 0, "texts": [], "sizes": {}} for k in runs}
     for i, p in enumerate(ps):
-        j = run(a, ["-p", p, "--seed", str(i + 1)] + extra)
-        toks += j["n_gen"]
-        secs += j["n_gen"] / j["tok_per_s"]
-        if "tau" in j and j["tau"] > 0:
-            n = j["n_gen"] / j["tau"]
-            passes += n
-            trees += j.get("mean_tree", 1) * n
-        else:
-            passes += j["n_gen"]
-            trees += j["n_gen"]
-        texts.append(j["tokens"])
-        for n, c in j.get("rounds_by_nodes", {}).items():
-            sizes[int(n)] = sizes.get(int(n), 0) + c
-    return {"tok_s": toks / secs, "tau": toks / passes, "tree": trees / passes, "texts": texts, "sizes": sizes}
+        best = {}
+        for _ in range(a.reps):
+            for k, extra in runs.items():
+                j = run(a, ["-p", p, "--seed", str(i + 1)] + extra)
+                j["secs"] = j["n_gen"] / j["tok_per_s"]
+                if k not in best or j["secs"] < best[k]["secs"]:
+                    best[k] = j
+        for k, j in best.items():
+            r = acc[k]
+            r["toks"] += j["n_gen"]
+            r["secs"] += j["secs"]
+            n = j["n_gen"] / j["tau"] if j.get("tau", 0) > 0 else j["n_gen"]
+            r["passes"] += n
+            r["trees"] += (j.get("mean_tree", 1) if j.get("tau", 0) > 0 else 1) * n
+            r["texts"].append(j["tokens"])
+            for m, c in j.get("rounds_by_nodes", {}).items():
+                r["sizes"][int(m)] = r["sizes"].get(int(m), 0) + c
+    return {k: {"tok_s": r["toks"] / r["secs"], "tau": r["toks"] / r["passes"], "tree": r["trees"] / r["passes"],
+                "texts": r["texts"], "sizes": r["sizes"]} for k, r in acc.items()}
 
 
 def cost_table(a):
@@ -82,6 +90,7 @@ def main():
     ap.add_argument("--oracle", default="")
     ap.add_argument("--rates", default="0,0.2,0.4,0.6,0.7,0.8,0.9,1")
     ap.add_argument("--png", default="")
+    ap.add_argument("--reps", type=int, default=3, help="runs of each prompt in each configuration (the fastest counts)")
     ap.add_argument("--max-chars", type=int, default=0, help="cut prompts to this many characters")
     ap.add_argument("--prefix", default="", help="put this before every prompt (e.g. 'summarise: ')")
     a = ap.parse_args()
@@ -97,11 +106,11 @@ def main():
               "verify cost | ideal speedup τ÷cost | realised ÷ ideal | same text as standard |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
     for temp in a.temps.split(",") if a.config else []:
-        std = total(a, ps, ["--temp", temp])
+        res = measure(a, ps, dict([("standard", ["--temp", temp])] +
+                                  [(n, ["--temp", temp] + f) for n, f in map(config, a.config)]))
+        std = res.pop("standard")
         print(f"| {label} | {temp} | standard | {std['tok_s']:.1f} | 1.00 | 1.00 | 1 | 1.00 | 1.00 | — | — |")
-        for c in a.config:
-            name, flags = config(c)
-            r = total(a, ps, ["--temp", temp] + flags)
+        for name, r in res.items():
             sp = r["tok_s"] / std["tok_s"]
             cst = round_cost(table, r)
             ideal = r["tau"] / cst
@@ -114,15 +123,15 @@ def main():
         print()
         print("| model | method | oracle acceptance | tok/s | speedup vs standard | τ | mean tree | ideal | same text |")
         print("|---|---|---|---|---|---|---|---|---|")
-        std = total(a, ps, ["--temp", "0"])
-        pts = []
-        for rate in a.rates.split(","):
-            r = total(a, ps, ["--temp", "0", "--oracle-acceptance", rate] + flags)
+        rates = a.rates.split(",")
+        res = measure(a, ps, dict([("standard", ["--temp", "0"])] +
+                                  [(r, ["--temp", "0", "--oracle-acceptance", r] + flags) for r in rates]))
+        std, pts = res.pop("standard"), []
+        for rate, r in res.items():
             sp = r["tok_s"] / std["tok_s"]
             pts.append((float(rate), sp, r["tau"]))
             print(f"| {label} | {name} | {rate} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
                   f"{r['tau'] / round_cost(table, r):.2f} | {'yes' if r['texts'] == std['texts'] else 'NO'} |")
-            sys.stdout.flush()
         if a.png and subprocess.run(["which", "gnuplot"], capture_output=True).returncode == 0:
             dat = a.png + ".dat"
             open(dat, "w").write("".join(f"{x} {y} {t}\n" for x, y, t in pts))

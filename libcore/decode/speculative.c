@@ -29,6 +29,7 @@
 #define DOWN_RATE 0.5
 #define CHUNK 64        /* tokens one draft forward call takes at most */
 #define KEEP 8          /* tokens the draft keeps when it forgets a backlog */
+#define KEEP_COSTLY 2   /* ... when it reads over a tenth of the target's weights a token */
 
 typedef struct {
     Model *m;            /* the draft */
@@ -36,7 +37,8 @@ typedef struct {
     int seq, kv_ok;
     int len;             /* the draft's cache holds slots [0, len), positions shift.. */
     int shift;           /* the position of slot 0: after a long run of plain steps the
-                            draft forgets all but the last KEEP tokens (see push_pending) */
+                            draft forgets all but the last `keep` tokens (see forget) */
+    int keep;
     int32_t pend[CHUNK]; /* accepted tokens at len.. it has not run yet */
     int n_pend;
     int off;             /* past the draft's context: no more drafts */
@@ -68,14 +70,16 @@ static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
 /* an accepted token the draft has not run (one slot stays free for the root, which
    propose runs along). A full backlog means the loop has been taking plain steps for a
    while (drafting does not pay): catching the draft up on all of it would cost what the
-   plain steps save, so the draft forgets its cache and keeps the last KEEP tokens at
+   plain steps save, so the draft forgets its cache and keeps the last `keep` tokens at
    their positions — a draft with a shorter memory, never a wrong output. A probe
-   after plain steps (propose with a backlog over KEEP) forgets the same way */
+   after plain steps (propose with a backlog over `keep`) forgets the same way. A draft
+   whose step costs a good part of the target's keeps only KEEP_COSTLY: there the
+   probe's catch-up would cost more than the plain steps around it save */
 static int forget(Spec *s) {
-    s->shift += s->len + s->n_pend - KEEP;
+    s->shift += s->len + s->n_pend - s->keep;
     s->len = 0;
-    memmove(s->pend, s->pend + s->n_pend - KEEP, sizeof(int32_t) * KEEP);
-    s->n_pend = KEEP;
+    memmove(s->pend, s->pend + s->n_pend - s->keep, sizeof(int32_t) * s->keep);
+    s->n_pend = s->keep;
     return kv_truncate(&s->kv, s->seq, 0);
 }
 
@@ -111,7 +115,7 @@ static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int m
     if (k > s->m->c.seq_len - P) k = s->m->c.seq_len - P; /* the draft runs positions P .. P+k-1 */
     s->proposed = 0;
     if (s->off || k < 1) return 0;
-    if (s->n_pend > KEEP && forget(s)) return -1; /* a probe after plain steps: catch up cheaply */
+    if (s->n_pend > s->keep && forget(s)) return -1; /* a probe after plain steps: catch up cheaply */
     s->pend[s->n_pend++] = t->token[0]; /* push_pending left room for it */
     int rc = draft_run(s, s->pend, s->n_pend, 1);
     s->n_pend = 0;
@@ -213,6 +217,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         return -1;
     }
     s->m = d->opt.draft;
+    s->keep = model_weight_bytes(s->m) * 10 > model_weight_bytes(d->m) ? KEEP_COSTLY : KEEP;
     const Config *c = &s->m->c;
     s->hid = pd_alloc(pd_mul(pd_mul(sizeof(float), CHUNK), c->dim));
     s->lg = pd_alloc(sizeof(float) * c->vocab_size);
