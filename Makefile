@@ -96,6 +96,7 @@ test: all $(TESTS) $(DEFAULT_MODEL) $(TEST_HEADS) models $(SAN_BINS)
 
 bench: all $(DEFAULT_MODEL)
 	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) scripts/bench.sh
+	@BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) scripts/bench_drafters.sh
 
 clean:
 	rm -rf build build-san bin

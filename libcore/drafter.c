@@ -33,12 +33,11 @@
    probe that does not win makes the wait before the next one four times longer (up
    to PROBE_MAX rounds), so a drafter that never pays costs little more than plain
    steps. A probe that cost under CHEAP plain steps lost little, so the wait after it
-   stays under PROBE_CHEAP_MAX: a drafter whose guesses get better as the text goes
-   on (prompt lookup, as the text starts repeating itself) is looked at again in time. */
+   stays PROBE: a drafter whose guesses get better as the text goes on (prompt lookup,
+   once the text starts repeating itself) is looked at again in time. */
 #define N_BUCKETS 8 /* 1 .. 128 nodes */
 #define PROBE 8
 #define PROBE_MAX 256
-#define PROBE_CHEAP_MAX 32 /* ... after a probe that cost under CHEAP plain steps */
 #define EMA_TOK 0.1
 #define EMA_SEC 0.1
 #define DECAY 0.97   /* of the cost fit's sums, per round */
@@ -135,8 +134,8 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, do
     int was = z->cur;
     z->cur = best_bucket(z);
     if (z->round > 2 && b > was && n > 1) { /* a probe: wait less when it moved us up */
-        int cap = sec < CHEAP * z->plain ? PROBE_CHEAP_MAX : PROBE_MAX;
-        z->wait = z->cur > was ? PROBE : (4 * z->wait < cap ? 4 * z->wait : cap);
+        int lost = z->cur <= was && sec >= CHEAP * z->plain; /* a cheap look lost little */
+        z->wait = !lost ? PROBE : 4 * z->wait < PROBE_MAX ? 4 * z->wait : PROBE_MAX;
         z->next = z->round + z->wait;
     }
 }

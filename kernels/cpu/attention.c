@@ -86,8 +86,8 @@ static inline __attribute__((always_inline)) void score_chunks(const Unit *u, fl
         }
 }
 
-/* the scores of keys 0..nc-1 and each head's largest; enough chains in flight: 4
-   chunks for one head, 2 for two, 1 for more */
+/* the scores of keys 0..nc-1 and each head's largest; enough chains in flight: 8
+   chunks for one head, 4 for two, 2 for three or four, 1 for more */
 #define SCORE_G(G)                                                                          \
     static void score_g##G(const Unit *u, float *const *p, float *max) {                    \
         const int C = G >= 8 ? 1 : 8 / G;                                                   \
