@@ -32,19 +32,27 @@ rm -f "$BENCH_DIR/widen-tmp.safetensors"
 
 bench() { python3 scripts/bench_drafters.py --bin "$BIN" --tokens "$TOKENS" "$@"; }
 L3=$BENCH_DIR/draft-260k-L3.safetensors L4=$BENCH_DIR/draft-260k-L4.safetensors
+# fixed Medusa trees of 4 to 64 nodes (the engine's efficiency at each size): one
+# quoted --config argument each, passed through "$@"
+fixed_trees() {
+    heads=$1
+    shift
+    for n in 4 8 16 32 64; do
+        set -- "$@" --config "medusa, $n-node tree: --method medusa --heads $heads --fixed-tree --draft-max $((n - 1))"
+    done
+    bench "$@"
+}
 
 echo "## stories260K"
-bench --model "$MODEL" --label stories260K --prompts 100 --reps "$REPS_SMALL" \
+fixed_trees "$MEDUSA" --model "$MODEL" --label stories260K --prompts 100 --reps "$REPS_SMALL" \
     --config "medusa (size controller): --method medusa --heads $MEDUSA" \
-    --config "medusa, 4-node tree: --method medusa --heads $MEDUSA --fixed-tree --draft-max 3" \
     --config "speculative, 3-layer draft: --method speculative --draft $L3" \
     --config "prompt-lookup: --method prompt-lookup" \
     --config "lookahead: --method lookahead"
 echo
 echo "## 110m (stories260K widened)"
-bench --model "$W" --label 110m --prompts 30 --reps "$REPS_BIG" \
+fixed_trees "$MEDUSA_W" --model "$W" --label 110m --prompts 30 --reps "$REPS_BIG" \
     --config "medusa (size controller): --method medusa --heads $MEDUSA_W" \
-    --config "medusa, 4-node tree: --method medusa --heads $MEDUSA_W --fixed-tree --draft-max 3" \
     --config "speculative, 3-layer draft: --method speculative --draft $L3" \
     --config "speculative, 4-layer draft: --method speculative --draft $L4" \
     --config "prompt-lookup: --method prompt-lookup" \
