@@ -21,12 +21,13 @@ typedef struct Workspace {
     int *extra_off;          /* [n+1] each token's visible batch slots in extra */
     int *extra;              /* [cap_keys] */
     const int **table;       /* [n] block table of each token's sequence */
+    Arena arena;             /* all of the above, each 64-byte aligned (the kernels' vectors
+                                never straddle cache lines) */
 } Workspace;
 
 static void ws_free(Workspace *w) {
     if (!w) return;
-    free(w->xb); free(w->att); free(w->qkv); free(w->gu); free(w->hb);
-    free(w->out); free(w->slot); free(w->base); free(w->extra_off); free(w->extra); free(w->table);
+    arena_free(&w->arena);
     free(w);
 }
 
@@ -34,31 +35,28 @@ static int ws_reserve(Model *m, int n, size_t keys) {
     Workspace *w = m->ws;
     if (w && w->cap_n >= n && w->cap_keys >= keys) return 0;
     const Config *c = &m->c;
-    int cn = w && w->cap_n > n ? w->cap_n : n;
+    size_t cn = w && w->cap_n > n ? (size_t)w->cap_n : (size_t)n;
     size_t ck = w && w->cap_keys > keys ? w->cap_keys : keys;
     ws_free(w);
     m->ws = w = pd_alloc(sizeof *w);
     if (!w) return -1;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    w->cap_n = cn;
+    size_t f = sizeof(float), sizes[] = {f * cn * c->dim, f * cn * qd, f * cn * (qd + 2 * kvd), f * cn * 2 * c->hidden_dim,
+                                         f * cn * c->hidden_dim, f * cn * c->dim, sizeof(int) * cn, sizeof(int) * cn,
+                                         sizeof(int) * (cn + 1), sizeof(int) * ck, sizeof(int *) * cn};
+    void **bufs[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv, (void **)&w->gu, (void **)&w->hb,
+                     (void **)&w->out, (void **)&w->slot, (void **)&w->base, (void **)&w->extra_off,
+                     (void **)&w->extra, (void **)&w->table};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += (sizes[i] + 63) / 64 * 64;
+    w->cap_n = (int)cn;
     w->cap_keys = ck;
-    w->xb = pd_alloc(sizeof(float) * cn * c->dim);
-    w->att = pd_alloc(sizeof(float) * cn * qd);
-    w->qkv = pd_alloc(sizeof(float) * cn * (qd + 2 * kvd));
-    w->gu = pd_alloc(sizeof(float) * cn * 2 * c->hidden_dim);
-    w->hb = pd_alloc(sizeof(float) * cn * c->hidden_dim);
-    w->out = pd_alloc(sizeof(float) * cn * c->dim);
-    w->slot = pd_alloc(sizeof(int) * cn);
-    w->base = pd_alloc(sizeof(int) * cn);
-    w->extra_off = pd_alloc(sizeof(int) * (cn + 1));
-    w->extra = pd_alloc(sizeof(int) * ck);
-    w->table = pd_alloc(sizeof(int *) * cn);
-    if (!w->xb || !w->att || !w->qkv || !w->gu || !w->hb || !w->out || !w->slot ||
-        !w->base || !w->extra_off || !w->extra || !w->table) {
-        ws_free(w);
+    if (arena_init(&w->arena, total)) {
+        free(w);
         m->ws = NULL;
         return -1;
     }
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *bufs[i] = arena_push(&w->arena, sizes[i]);
     return 0;
 }
 

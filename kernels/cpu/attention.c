@@ -14,6 +14,7 @@
    never depends on the batch. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "backend.h"
 #include "exp.h"
@@ -185,7 +186,8 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
     }
     if (EXP)
         for (int h = 0; h < GT && h0 + h < u->g; h++) inv[h0 + h] = 1.0f / _mm512_reduce_add_ps(sum[h]);
-    float r[16], *rs = r;
+    _Alignas(64) float r[16];
+    float *rs = r;
     __m512 iv = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int h = 0; h < GT; h++)
@@ -262,8 +264,9 @@ static void attend(void *ctx, int b, int e) {
         int nk = a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
         maxk = nk > maxk ? nk : maxk;
     }
-    int stride = maxk + 64; /* a whole last chunk may be stored */
-    float buf[MAX_GROUP * stride]; /* scores [heads][keys]: 4 bytes a key and head */
+    int stride = (maxk + 15) / 16 * 16 + 16; /* whole chunks, each head's row 64-byte aligned */
+    float raw[MAX_GROUP * stride + 16]; /* scores [heads][keys]: 4 bytes a key and head */
+    float *buf = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63); /* no chunk straddles two cache lines */
     int shift = __builtin_ctz((unsigned)a->block_size), fast = a->block_size % 16 == 0;
     if (a->block_size != 1 << shift) shift = -1;
     for (int i = b; i < e; i++) {

@@ -214,7 +214,7 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
    A small matrix stays in cache from one call to the next: there chunks and
    prefetches would cost more than they save, so it is one chunk. */
 static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
-    float A[GROUP * ACC], B[GROUP * ACC]; /* even and odd chains, [token][row] */
+    _Alignas(64) float A[GROUP * ACC], B[GROUP * ACC]; /* even and odd chains, [token][row] */
     int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
     int nr = j->rows - r0 < W ? j->rows - r0 : W, esize = j->wt == WT_F32 ? 4 : 2;
     int cached = (size_t)j->rows * j->cols * esize <= CACHED_BYTES;
@@ -242,7 +242,7 @@ static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
 
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    float out[PANEL * BLOCK]; /* a block's rows for one token, before the tail cut */
+    _Alignas(64) float out[PANEL * BLOCK]; /* a block's rows for one token, before the tail cut */
     for (int b = bb; b < be; b++) {
         if (j->n > 1) {
             for (int t0 = 0; t0 < j->n; t0 += GROUP) block_tokens(j, b, t0, j->n - t0 < GROUP ? j->n - t0 : GROUP);

@@ -28,7 +28,7 @@ static void rope_row(float *v, int n_heads, int hd, const float *c, const float 
     int half = hd / 2, i = 0, n = n_heads * hd;
 #ifdef __AVX512F__
     if (16 % hd == 0) { /* whole heads in a vector: the partner is a lane permutation */
-        float C[16], S[16];
+        _Alignas(64) float C[16], S[16];
         int idx[16];
         for (int l = 0; l < 16; l++) {
             int k = l % hd;
