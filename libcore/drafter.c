@@ -134,7 +134,7 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, do
     int was = z->cur;
     z->cur = best_bucket(z);
     if (z->round > 2 && b > was && n > 1) { /* a probe: wait less when it moved us up */
-        int lost = z->cur <= was && sec >= CHEAP * z->plain; /* a cheap look lost little */
+        int lost = z->cur <= was && sec >= CHEAP * z->plain; /* did not win, and was not cheap */
         z->wait = !lost ? PROBE : 4 * z->wait < PROBE_MAX ? 4 * z->wait : PROBE_MAX;
         z->next = z->round + z->wait;
     }

@@ -1,8 +1,8 @@
 /* test_ops — the per-row kernels' vector paths against the plain C they replace, bit
    for bit: RoPE (whole heads in a vector, halves a vector apart, and the scalar rest,
    with a row stride), rmsnorm's scaling (after dot.h's sum of squares) and the
-   residual add. This file is compiled as ISO C, so the references below round every
-   product and sum on its own, as the kernels must. */
+   residual add. The build turns floating-point contraction off, so the references
+   below round every product and sum on its own, as the kernels must. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -156,7 +156,7 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
 #pragma GCC unroll 8
             for (int h = 0; h < GT; h++) {
                 pv[h] = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(pv[h], _mm512_set1_ps(mx[hc[h]]))));
-                _mm512_mask_storeu_ps(ph[h] + j, k, pv[h]); /* the lone keys read it back */
+                _mm512_mask_storeu_ps(ph[h] + j, k & ~m, pv[h]); /* only the lone keys read theirs back */
                 sum[h] = _mm512_add_ps(sum[h], pv[h]);
                 pv[h] = _mm512_maskz_mov_ps(m, pv[h]);
             }
@@ -187,7 +187,6 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
     if (EXP)
         for (int h = 0; h < GT && h0 + h < u->g; h++) inv[h0 + h] = 1.0f / _mm512_reduce_add_ps(sum[h]);
     _Alignas(64) float r[16];
-    float *rs = r;
     __m512 iv = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int h = 0; h < GT; h++)
@@ -197,34 +196,33 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
         _mm512_storeu_ps(u->out[h0], res);
         return;
     }
-    _mm512_storeu_ps(rs, res);
+    _mm512_storeu_ps(r, res);
     for (int h = 0; h < GT && h0 + h < u->g; h++)
         for (int d = 0; d < DT && d0 + d < hd; d++) u->out[h0 + h][d0 + d] = r[h * DT + d];
 }
 
+/* the tile shapes, with and without the exponent pass: TILES[exp][log2 GT] */
+typedef void (*TileFn)(const Unit *, float *const *, const float *, float *, int, int);
+#define TILE_FN(GT, EXP)                                                                                  \
+    static void tile_##GT##_##EXP(const Unit *u, float *const *p, const float *mx, float *inv, int h0, int d0) { \
+        sum_tile(u, p, mx, inv, h0, d0, GT, 16 / GT, EXP);                                                \
+    }
+TILE_FN(1, 0) TILE_FN(2, 0) TILE_FN(4, 0) TILE_FN(8, 0) TILE_FN(1, 1) TILE_FN(2, 1) TILE_FN(4, 1) TILE_FN(8, 1)
+static const TileFn TILES[2][4] = {{tile_1_0, tile_2_0, tile_4_0, tile_8_0}, {tile_1_1, tile_2_1, tile_4_1, tile_8_1}};
+
 /* softmax and the weighted sums, from the scores in p and their maxima */
 static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
-    int GT = u->g >= 8 ? 8 : u->g >= 4 ? 4 : u->g >= 2 ? 2 : 1;
-    while (GT < 8 && 16 / GT > u->a->hd) GT *= 2; /* no dimension tile wider than a head */
-    int DT = 16 / GT;
+    int lg = u->g >= 8 ? 3 : u->g >= 4 ? 2 : u->g >= 2 ? 1 : 0; /* GT = 2^lg heads a tile */
+    while (lg < 3 && 16 >> lg > u->a->hd) lg++;                 /* no dimension tile wider than a head */
+    int GT = 1 << lg, DT = 16 / GT;
     float inv[MAX_GROUP] = {0};
     if (u->g <= GT && u->a->hd <= DT) { /* one tile: the exponents are taken on the way */
-        switch (GT) {
-        case 1: sum_tile(u, p, mx, inv, 0, 0, 1, 16, 1); break;
-        case 2: sum_tile(u, p, mx, inv, 0, 0, 2, 8, 1); break;
-        case 4: sum_tile(u, p, mx, inv, 0, 0, 4, 4, 1); break;
-        default: sum_tile(u, p, mx, inv, 0, 0, 8, 2, 1); break;
-        }
+        TILES[1][lg](u, p, mx, inv, 0, 0);
         return;
     }
     for (int h = 0; h < u->g; h++) inv[h] = 1.0f / exp_sum(p[h], u->nc + u->n_lone, mx[h]); /* the division comes last */
     for (int h0 = 0; h0 < u->g; h0 += GT)
-        for (int d0 = 0; d0 < u->a->hd; d0 += DT) switch (GT) {
-            case 1: sum_tile(u, p, mx, inv, h0, d0, 1, 16, 0); break;
-            case 2: sum_tile(u, p, mx, inv, h0, d0, 2, 8, 0); break;
-            case 4: sum_tile(u, p, mx, inv, h0, d0, 4, 4, 0); break;
-            default: sum_tile(u, p, mx, inv, h0, d0, 8, 2, 0); break;
-            }
+        for (int d0 = 0; d0 < u->a->hd; d0 += DT) TILES[0][lg](u, p, mx, inv, h0, d0);
 }
 #endif
 
