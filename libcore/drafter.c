@@ -17,33 +17,44 @@
      yield, taken over different rounds, compare badly; what is averaged instead is
      each bucket's gain over the next smaller one within the same round, and a
      bucket's yield is the sum of the gains up to it. A plain round yields one token;
-   - what a round costs: a plain step's seconds and each drafting bucket's seconds
-     (moving averages), and for buckets not yet timed twice a straight line a + b·n in
-     the nodes run, fitted to all drafting rounds (decaying least squares). Drafting
-     rounds pay what plain ones do not — heads, a draft model, the walk — which both
-     carry. No round counts as more than OUTLIER times what its kind was expected to
-     take, so one that another process delayed does not skew the costs for long.
+   - what a round costs, in plain steps: each drafting bucket's average, and for
+     buckets not yet timed twice a straight line a + b·n in the nodes run, fitted to
+     all drafting rounds (decaying least squares; through the one size seen and a
+     plain step while there is only one). Drafting rounds pay what plain ones do not —
+     heads, a draft model, the walk — which both carry. The unit is a plain step's
+     seconds, a moving average of the rounds that ran one node (the least of the
+     first PLAIN_FIRST, which run cold), never above what a drafting round took; so
+     the costs stay right as the context grows and every step gets slower. No round
+     counts as more than OUTLIER times what its kind is expected to take (a drafting
+     round: what the line expects of its size), so one that another process delayed
+     does not skew the costs for long.
    The loop starts with a 2-node look and a plain step, and looks at 4 nodes next
    when the 2-node round cost under CHEAP plain steps. Then it uses the bucket with
-   the most tokens per second; once drafting pays, a cheap bigger bucket seen in few
-   rounds is credited HOPE/√rounds tokens more than measured, so that a close call
+   the most tokens per plain step; once drafting pays, a cheap bigger bucket seen in
+   few rounds is credited HOPE/√rounds tokens more than measured, so that a close call
    is looked at again (where verifying costs little more than a plain step, as on a
    model that streams its weights from memory, the bigger trees are where the gain
-   is). Now and then it probes two buckets up (one, from plain steps: a cheap look); a
-   probe that does not win makes the wait before the next one four times longer (up
-   to PROBE_MAX rounds), so a drafter that never pays costs little more than plain
-   steps. A probe that cost under CHEAP plain steps lost little, so the wait after it
-   stays PROBE: a drafter whose guesses get better as the text goes on (prompt lookup,
-   once the text starts repeating itself) is looked at again in time. */
+   is). Now and then it probes two buckets up (one where two would cost over twice
+   the current; from plain steps, one: a cheap look). A probe that did not win sets
+   the wait before the next one from what a round of its size costs beyond the
+   tokens it kept: PROBE rounds when that is under CHEAP − 1 plain steps (a drafter
+   whose guesses get better as the text goes on, as prompt lookup's do once the text
+   repeats itself, is looked at again in time); PROBE_MAX when the round cost more
+   than all its drafts could have kept (a draft model that costs most of a plain
+   step cannot pay, whatever it guesses); else long enough that the probes lose at
+   most BUDGET of the time. So a drafter that never pays costs little more than
+   plain steps. */
 #define N_BUCKETS 8 /* 1 .. 128 nodes */
 #define PROBE 8
 #define PROBE_MAX 256
 #define EMA_TOK 0.1
-#define EMA_SEC 0.1
-#define DECAY 0.97   /* of the cost fit's sums, per round */
+#define EMA_COST 0.1
+#define DECAY 0.97      /* of the cost line's sums, per round */
 #define OUTLIER 1.25
 #define HOPE 0.2
-#define CHEAP 1.35   /* a round under this many plain steps is cheap to look at */
+#define CHEAP 1.35      /* a round under this many plain steps is cheap to look at */
+#define BUDGET 0.01     /* of the time, what the probes of a drafter that does not pay may lose */
+#define PLAIN_FIRST 3   /* plain rounds whose least time is taken, before averaging */
 
 typedef struct {
     double gain[N_BUCKETS];/* tokens a round of bucket b keeps beyond what bucket b-1's
@@ -51,12 +62,15 @@ typedef struct {
     double size[N_BUCKETS];/* nodes a round of bucket b runs, on average (drafters often
                               propose fewer than the bucket allows) */
     int seen[N_BUCKETS];
-    double sec[N_BUCKETS];       /* seconds a round of bucket b took, on average */
+    double cost[N_BUCKETS];      /* plain steps a round of bucket b took, on average */
     int timed[N_BUCKETS];        /* rounds of bucket b timed */
     double sw, sn, snn, st, snt; /* decayed sums for the drafting rounds' cost line */
-    double plain;                /* seconds of a plain round, on average */
+    double plain;                /* seconds of a plain step, on average: the unit of cost */
+    int n_plain;                 /* plain rounds timed */
     int cur, top;   /* the bucket in use, the largest allowed */
     long round, wait, next; /* rounds so far, between probes, the next probe */
+    double look;    /* seconds of the first look, kept until a plain step gives the unit */
+    int look_b, look_n, look_kept, look_best;
     int fixed;      /* verify the whole proposal, always (benchmarks, tests) */
 } Sizer;
 
@@ -69,18 +83,28 @@ static void sizer_init(Sizer *z, int fixed) {
     z->wait = z->next = PROBE;
 }
 
-/* seconds of a round of bucket b running n nodes: a plain step's, the bucket's own
-   average once it has two rounds, else the drafting rounds' line (their mean before
-   two sizes are seen) */
-static double sizer_cost(const Sizer *z, int bucket, double n) {
-    if (bucket > 0 && z->timed[bucket] >= 2) return z->sec[bucket];
-    if (bucket == 0 || z->sw <= 0) return z->plain > 0 ? z->plain * n : 1;
+/* plain steps a drafting round of n nodes costs, from the drafting rounds' line
+   (before they have two sizes, the line through their one size and a plain step);
+   0 before any */
+static double line_cost(const Sizer *z, double n) {
+    if (z->sw <= 0) return 0;
     double det = z->sw * z->snn - z->sn * z->sn;
-    if (det <= 1e-12 * z->sw * z->snn) return z->st / z->sw;
+    if (det <= 1e-12 * z->sw * z->snn) {
+        double n0 = z->sn / z->sw, c0 = z->st / z->sw, slope = n0 > 1 ? (c0 - 1) / (n0 - 1) : 0;
+        return c0 + (slope > 0 ? slope : 0) * (n - n0);
+    }
     double b = (z->sw * z->snt - z->sn * z->st) / det, a = (z->st - b * z->sn) / z->sw;
     if (b < 0) b = 0;
-    if (a < 1e-9) a = 1e-9;
+    if (a < 1e-3) a = 1e-3;
     return a + b * n;
+}
+
+/* plain steps a round of bucket b running n nodes costs: its own average once it has
+   two rounds, else the line's */
+static double sizer_cost(const Sizer *z, int bucket, double n) {
+    if (bucket == 0) return 1;
+    if (z->timed[bucket] >= 2) return z->cost[bucket];
+    return z->sw > 0 ? line_cost(z, n) : n;
 }
 
 static int best_bucket(const Sizer *z) {
@@ -90,7 +114,7 @@ static int best_bucket(const Sizer *z) {
         tok += z->gain[b];
         double c = sizer_cost(z, b, z->size[b]), r = tok / c;
         /* once drafting pays, a cheap bigger tree seen in few rounds is given the benefit of the doubt */
-        if (b >= 2 && below * z->plain > 1 && c < CHEAP * z->plain) r = (tok + HOPE / sqrt(z->seen[b])) / c;
+        if (b >= 2 && below > 1 && c < CHEAP) r = (tok + HOPE / sqrt(z->seen[b])) / c;
         if (r > br) br = r, best = b;
         below = tok / c;
     }
@@ -100,29 +124,63 @@ static int best_bucket(const Sizer *z) {
 static int sizer_pick(Sizer *z) {
     if (z->fixed) return z->top;
     if (z->round == 0) return 1;                        /* 2 nodes: a cheap first look */
-    if (z->round == 1) return 0;                        /* a plain step: the cost line */
-    if (z->round == 2 && z->top >= 2 && sizer_cost(z, 1, 2) < CHEAP * z->plain) return 2; /* cheap: 4 nodes */
+    if (z->round == 1) return 0;                        /* a plain step: the unit of cost */
+    if (z->round == 2 && z->top >= 2 && sizer_cost(z, 1, 2) < CHEAP) return 2; /* cheap: 4 nodes */
     if (z->round < z->next) return z->cur;
     int up = z->cur ? z->cur + 2 : 1; /* from plain steps, the cheapest drafting round */
-    return up <= z->top ? up : z->top;
+    if (up > z->top) up = z->top;
+    /* one bucket up only, where two would cost over twice the current (a model whose
+       verification costs about what its nodes do: a 4 times bigger tree cannot pay) */
+    if (up > z->cur + 1 && sizer_cost(z, up, 1 << up) > 2 * sizer_cost(z, z->cur, z->size[z->cur])) up--;
+    return up;
 }
 
-/* a round of bucket b ran n nodes (side nodes included), kept the path, took sec
-   seconds; a round whose drafter proposed nothing was a plain step */
-static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, double sec) {
+/* rounds until the next probe (see above), after a drafting round that kept `kept`
+   tokens, would have kept `best` had every draft held, and whose size costs `steps`
+   plain steps (the line's figure: one round's own time is too noisy to judge by) */
+static long probe_wait(Sizer *z, double steps, int kept, int best, int won) {
+    double lost = steps - kept, w = lost / BUDGET;
+    z->wait = won || lost < CHEAP - 1 ? PROBE : steps > best ? PROBE_MAX : w < PROBE ? PROBE : w < PROBE_MAX ? (long)w : PROBE_MAX;
+    return z->wait;
+}
+
+/* a drafting round of bucket b ran n nodes and cost u plain steps. No round counts
+   as more than OUTLIER times what the line expects of its size (a bucket's rounds
+   differ in size: a drafter may propose less, or nothing); returns what it counted */
+static double add_cost(Sizer *z, int b, int n, double u) {
+    double expect = line_cost(z, n);
+    if (expect > 0 && u > OUTLIER * expect) u = OUTLIER * expect;
+    double w = 1.0 / ++z->timed[b], a = w > EMA_COST ? w : EMA_COST;
+    z->cost[b] += a * (u - z->cost[b]);
+    z->sw = z->sw * DECAY + 1;
+    z->sn = z->sn * DECAY + n;
+    z->snn = z->snn * DECAY + (double)n * n;
+    z->st = z->st * DECAY + u;
+    z->snt = z->snt * DECAY + n * u;
+    return u;
+}
+
+/* a round of bucket b (0: plain) ran n nodes (side nodes included), kept the path,
+   would have kept `best` tokens with every draft right, and took sec seconds */
+static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best, int n, double sec) {
     if (z->fixed) return;
-    double expect = b == 0 ? z->plain : z->sw > 0 || z->timed[b] >= 2 ? sizer_cost(z, b, n) : 0;
-    if (expect > 0 && sec > OUTLIER * expect) sec = OUTLIER * expect;
-    if (b == 0) {
-        z->plain = z->plain > 0 ? z->plain + EMA_SEC * (sec - z->plain) : sec;
+    double u = 0; /* the round's cost in plain steps */
+    if (n == 1) { /* a plain step (in a drafting bucket too, when the drafter had nothing) */
+        if (z->plain > 0 && sec > OUTLIER * z->plain) sec = OUTLIER * z->plain;
+        /* the first rounds run cold: the least of them, then the moving average */
+        if (z->n_plain++ < PLAIN_FIRST) z->plain = z->plain > 0 && z->plain < sec ? z->plain : sec;
+        else z->plain += EMA_COST * (sec - z->plain);
+        if (b > 0) add_cost(z, b, n, sec / z->plain);
+        if (z->look > 0) { /* the first look, now that it can be costed */
+            u = add_cost(z, z->look_b, z->look_n, z->look / z->plain);
+            z->next = z->round + 1 + probe_wait(z, line_cost(z, z->look_n), z->look_kept, z->look_best, 0);
+            z->look = 0;
+        }
+    } else if (z->plain <= 0) {
+        z->look = sec, z->look_b = b, z->look_n = n, z->look_kept = n_path, z->look_best = best;
     } else {
-        double w = 1.0 / ++z->timed[b], a = w > EMA_SEC ? w : EMA_SEC;
-        z->sec[b] += a * (sec - z->sec[b]);
-        z->sw = z->sw * DECAY + 1;
-        z->sn = z->sn * DECAY + n;
-        z->snn = z->snn * DECAY + (double)n * n;
-        z->st = z->st * DECAY + sec;
-        z->snt = z->snt * DECAY + n * sec;
+        if (sec < z->plain) z->plain = sec; /* a tree costs at least a plain step: the unit was too high */
+        u = add_cost(z, b, n, sec / z->plain);
     }
     for (int k = 1, below = 1, kept = 1; k <= b; k++, below = kept) { /* a prefix of 2^k nodes */
         while (kept < n_path && path[kept] < (1 << k)) kept++;
@@ -133,11 +191,8 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int n, do
     z->round++;
     int was = z->cur;
     z->cur = best_bucket(z);
-    if (z->round > 2 && b > was && n > 1) { /* a probe: wait less when it moved us up */
-        int lost = z->cur <= was && sec >= CHEAP * z->plain; /* did not win, and was not cheap */
-        z->wait = !lost ? PROBE : 4 * z->wait < PROBE_MAX ? 4 * z->wait : PROBE_MAX;
-        z->next = z->round + z->wait;
-    }
+    if (z->round > 2 && b > was && u > 0) /* a probe */
+        z->next = z->round + probe_wait(z, line_cost(z, n), n_path, best, z->cur > was);
 }
 
 /* ---- one round ---- */
@@ -264,12 +319,25 @@ static int verify(DecodeCtx *d, Round *r, int P) {
     return final_logits(d->m, r->hid, N, r->lg);
 }
 
+static int deepest(const DraftTree *t) {
+    int d = 0;
+    for (int i = 1; i < t->n; i++) d = t->depth[i] > d ? t->depth[i] : d;
+    return d;
+}
+
+/* a round with nothing drafted: standard decoding's step (nothing to walk or cut) */
+static int plain_step(DecodeCtx *d, Round *r, int x, int P, int *next) {
+    Batch b = {1, &x, &d->seq, &P, NULL, NULL};
+    if (decode_forward(d, &b, 0, d->m->c.n_layers, r->hid) || final_logits(d->m, r->hid, 1, r->lg)) return -1;
+    r->path[0] = 0;
+    *next = sampler_sample(d->sampler, r->lg);
+    return 0;
+}
+
 /* per-depth statistics: drafts kept at depth j+1 (early[j]) out of the rounds that
    reached depth j with a draft below it (reached[j]) */
 static void count(DecodeCtx *d, const DraftTree *t, int n_path) {
-    int deepest = 0;
-    for (int i = 1; i < t->n; i++) deepest = t->depth[i] > deepest ? t->depth[i] : deepest;
-    for (int j = 0; j < deepest && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
+    for (int j = 0, deep = deepest(t); j < deep && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
     for (int j = 1; j < n_path && j <= MAX_EXIT_HEADS; j++) d->early[j - 1]++;
     d->drafted += t->n - 1;
     d->rejected += t->n - n_path;
@@ -315,9 +383,14 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
             pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
             goto done;
         }
-        if (tree_check(t, max_depth, V) || verify(d, &r, P)) goto done;
-        int n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(&r, d->sampler, V, &next);
-        if (kv_keep_path(d->kv, d->seq, P, r.path, n_path)) goto done;
+        int n_path = 1;
+        if (t->n == 1 && !t->n_side) {
+            if (plain_step(d, &r, x, P, &next)) goto done;
+        } else {
+            if (tree_check(t, max_depth, V) || verify(d, &r, P)) goto done;
+            n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(&r, d->sampler, V, &next);
+            if (kv_keep_path(d->kv, d->seq, P, r.path, n_path)) goto done;
+        }
         count(d, t, n_path);
         int prev = x;
         for (int i = 1; i < n_path && !stop; i++) {
@@ -329,7 +402,7 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
         if (!stop && dr->accepted && dr->accepted(dr, d, t, r.path, n_path, next, h, r.lg)) goto done;
         x = next;
         P += n_path;
-        sizer_update(&z, bucket, r.path, n_path, t->n + t->n_side, pd_now() - t0);
+        sizer_update(&z, bucket, r.path, n_path, 1 + deepest(t), t->n + t->n_side, pd_now() - t0);
     }
     rc = 0;
     d->t_decode += pd_now() - t_start;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench_drafters.py — the drafters' speed (medusa, speculative, prompt lookup, lookahead):
 tokens per target pass (τ), the speedup over standard measured in this same run, what a
-verification of the round's tree costs (bin/verifycost, same run), the ideal speedup
-τ ÷ cost, and how much of it the engine realises.
+verification of the round's tree costs (bin/verifycost at the rounds' mean context,
+same run), the ideal speedup τ ÷ cost, and how much of it the engine realises.
 
   python3 scripts/bench_drafters.py --model M [--prompts 100] [--tokens 128] [--temps 0,1]
       [--reps 3] [--dataset tinystories|xsum|humaneval|gsm8k] [--chat] [--label NAME] [--max-chars N] [--prefix TEXT]
@@ -26,7 +26,7 @@ def measure(a, ps, runs):
     """runs: {name: decode flags}. Every prompt runs every configuration, --reps times in
     turn, so the machine's drift falls on all of them alike; a prompt's time in a
     configuration is its fastest run (the text and counts are the same each time)."""
-    acc = {k: {"toks": 0, "secs": 0, "passes": 0, "trees": 0, "texts": [], "sizes": {}} for k in runs}
+    acc = {k: {"toks": 0, "secs": 0, "passes": 0, "trees": 0, "texts": [], "sizes": {}, "ctx": 0} for k in runs}
     for i, p in enumerate(ps):
         best = {}
         for _ in range(a.reps):
@@ -43,15 +43,18 @@ def measure(a, ps, runs):
             r["passes"] += n
             r["trees"] += (j.get("mean_tree", 1) if j.get("tau", 0) > 0 else 1) * n
             r["texts"].append(j["tokens"])
+            r["ctx"] += j["n_prompt"] + j["n_gen"] / 2
             for m, c in j.get("rounds_by_nodes", {}).items():
                 r["sizes"][int(m)] = r["sizes"].get(int(m), 0) + c
     return {k: {"tok_s": r["toks"] / r["secs"], "tau": r["toks"] / r["passes"], "tree": r["trees"] / r["passes"],
-                "texts": r["texts"], "sizes": r["sizes"]} for k, r in acc.items()}
+                "texts": r["texts"], "sizes": r["sizes"], "ctx": r["ctx"] / len(ps)} for k, r in acc.items()}
 
 
-def cost_table(a):
+def cost_table(a, ctx):
+    """verification costs after ctx positions: the mean context the rounds ran at (a
+    node's attention grows with it, so a tree costs more plain steps later in a text)"""
     out = subprocess.run([a.bin + "/verifycost", "-m", a.model, "--sizes", "1,2,3,4,6,8,12,16,24,32,48,64",
-                          "--reps", "9"], capture_output=True, text=True, check=True).stdout
+                          "--ctx", str(ctx), "--reps", "9"], capture_output=True, text=True, check=True).stdout
     return [(j["n"], j["ratio"]) for j in map(json.loads, out.split("\n")[:-1])]
 
 
@@ -97,17 +100,25 @@ def main():
     data = os.environ.get("PARADEC_DATA") or "../shared/data"
     ps = [a.prefix + (p[:a.max_chars] if a.max_chars else p) for p in dataset_prompts(a.dataset, a.prompts, data)]
     label = (a.label or os.path.basename(a.model)) + ("" if a.dataset == "tinystories" else ", " + a.dataset)
-    table = cost_table(a)
-    print("verification cost (bin/verifycost, this run): " +
+    runs = [(temp, measure(a, ps, dict([("standard", ["--temp", temp])] +
+                                       [(n, ["--temp", temp] + f) for n, f in map(config, a.config)])))
+            for temp in (a.temps.split(",") if a.config else [])]
+    if a.oracle:
+        name, flags = config(a.oracle)
+        rates = a.rates.split(",")
+        ores = measure(a, ps, dict([("standard", ["--temp", "0"])] +
+                                   [(r, ["--temp", "0", "--oracle-acceptance", r] + flags) for r in rates]))
+    stds = [res["standard"] for _, res in runs] + ([ores["standard"]] if a.oracle else [])
+    ctx = round(sum(s["ctx"] for s in stds) / len(stds))
+    table = cost_table(a, ctx)
+    print(f"verification cost (bin/verifycost --ctx {ctx}, the rounds' mean context, this run): " +
           ", ".join(f"{n} nodes {c:.2f}×" for n, c in table))
     print()
     if a.config:
         print("| model | temp | method | tok/s | speedup vs standard (same run) | τ (tokens/pass) | mean tree | "
               "verify cost | ideal speedup τ÷cost | realised ÷ ideal | same text as standard |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for temp in a.temps.split(",") if a.config else []:
-        res = measure(a, ps, dict([("standard", ["--temp", temp])] +
-                                  [(n, ["--temp", temp] + f) for n, f in map(config, a.config)]))
+    for temp, res in runs:
         std = res.pop("standard")
         print(f"| {label} | {temp} | standard | {std['tok_s']:.1f} | 1.00 | 1.00 | 1 | 1.00 | 1.00 | — | — |")
         for name, r in res.items():
@@ -117,15 +128,11 @@ def main():
             same = "yes" if r["texts"] == std["texts"] else ("n/a (sampling)" if temp != "0" else "NO")
             print(f"| {label} | {temp} | {name} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
                   f"{cst:.2f} | {ideal:.2f} | {sp / ideal:.2f} | {same} |")
-            sys.stdout.flush()
     if a.oracle:
-        name, flags = config(a.oracle)
         print()
         print("| model | method | oracle acceptance | tok/s | speedup vs standard | τ | mean tree | ideal | same text |")
         print("|---|---|---|---|---|---|---|---|---|")
-        rates = a.rates.split(",")
-        res = measure(a, ps, dict([("standard", ["--temp", "0"])] +
-                                  [(r, ["--temp", "0", "--oracle-acceptance", r] + flags) for r in rates]))
+        res = ores
         std, pts = res.pop("standard"), []
         for rate, r in res.items():
             sp = r["tok_s"] / std["tok_s"]
