@@ -70,6 +70,11 @@ int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) 
     return 0;
 }
 
+int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits) {
+    Batch b = {1, &token, &d->seq, &pos, NULL, NULL};
+    return decode_forward(d, &b, 0, d->m->c.n_layers, hidden) || final_logits(d->m, hidden, 1, logits) ? -1 : 0;
+}
+
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     double t0 = pd_now();
     if (n < 1) return pd_error("empty prompt (it needs at least BOS)");

@@ -78,6 +78,8 @@ void decode_free(DecodeCtx *d);
 /* forward_layers with the statistics kept: layer_passes += e - b, token_layers +=
    n (e - b), and a target pass when the call covers the whole model */
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden);
+/* one token at pos through the whole model: hidden[dim] after the last layer, logits[vocab] */
+int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits);
 /* runs the prompt through the model; leaves the last position's logits in d->logits
    and its hidden state after the last layer in d->hidden[0..dim) */
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);

@@ -68,7 +68,7 @@ typedef struct {
     double plain;                /* seconds of a plain step, on average: the unit of cost */
     int n_plain;                 /* plain rounds timed */
     int cur, top;   /* the bucket in use, the largest allowed */
-    long round, wait, next; /* rounds so far, between probes, the next probe */
+    long round, next; /* rounds so far, the next probe */
     double look;    /* seconds of the first look, kept until a plain step gives the unit */
     int look_b, look_n, look_kept, look_best;
     int fixed;      /* verify the whole proposal, always (benchmarks, tests) */
@@ -80,7 +80,7 @@ static void sizer_init(Sizer *z, int fixed) {
     z->top = N_BUCKETS - 1;
     z->gain[0] = z->size[0] = 1;
     z->seen[0] = 1;
-    z->wait = z->next = PROBE;
+    z->next = PROBE;
 }
 
 /* plain steps a drafting round of n nodes costs, from the drafting rounds' line
@@ -138,10 +138,11 @@ static int sizer_pick(Sizer *z) {
 /* rounds until the next probe (see above), after a drafting round that kept `kept`
    tokens, would have kept `best` had every draft held, and whose size costs `steps`
    plain steps (the line's figure: one round's own time is too noisy to judge by) */
-static long probe_wait(Sizer *z, double steps, int kept, int best, int won) {
-    double lost = steps - kept, w = lost / BUDGET;
-    z->wait = won || lost < CHEAP - 1 ? PROBE : steps > best ? PROBE_MAX : w < PROBE ? PROBE : w < PROBE_MAX ? (long)w : PROBE_MAX;
-    return z->wait;
+static long probe_wait(double steps, int kept, int best, int won) {
+    double lost = steps - kept;
+    if (won || lost < CHEAP - 1) return PROBE;
+    if (steps > best) return PROBE_MAX;
+    return lost / BUDGET < PROBE ? PROBE : lost / BUDGET < PROBE_MAX ? (long)(lost / BUDGET) : PROBE_MAX;
 }
 
 /* a drafting round of bucket b ran n nodes and cost u plain steps. No round counts
@@ -172,8 +173,8 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best,
         else z->plain += EMA_COST * (sec - z->plain);
         if (b > 0) add_cost(z, b, n, sec / z->plain);
         if (z->look > 0) { /* the first look, now that it can be costed */
-            u = add_cost(z, z->look_b, z->look_n, z->look / z->plain);
-            z->next = z->round + 1 + probe_wait(z, line_cost(z, z->look_n), z->look_kept, z->look_best, 0);
+            add_cost(z, z->look_b, z->look_n, z->look / z->plain);
+            z->next = z->round + 1 + probe_wait(line_cost(z, z->look_n), z->look_kept, z->look_best, 0);
             z->look = 0;
         }
     } else if (z->plain <= 0) {
@@ -192,7 +193,7 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best,
     int was = z->cur;
     z->cur = best_bucket(z);
     if (z->round > 2 && b > was && u > 0) /* a probe */
-        z->next = z->round + probe_wait(z, line_cost(z, n), n_path, best, z->cur > was);
+        z->next = z->round + probe_wait(line_cost(z, n), n_path, best, z->cur > was);
 }
 
 /* ---- one round ---- */
@@ -325,19 +326,10 @@ static int deepest(const DraftTree *t) {
     return d;
 }
 
-/* a round with nothing drafted: standard decoding's step (nothing to walk or cut) */
-static int plain_step(DecodeCtx *d, Round *r, int x, int P, int *next) {
-    Batch b = {1, &x, &d->seq, &P, NULL, NULL};
-    if (decode_forward(d, &b, 0, d->m->c.n_layers, r->hid) || final_logits(d->m, r->hid, 1, r->lg)) return -1;
-    r->path[0] = 0;
-    *next = sampler_sample(d->sampler, r->lg);
-    return 0;
-}
-
 /* per-depth statistics: drafts kept at depth j+1 (early[j]) out of the rounds that
    reached depth j with a draft below it (reached[j]) */
-static void count(DecodeCtx *d, const DraftTree *t, int n_path) {
-    for (int j = 0, deep = deepest(t); j < deep && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
+static void count(DecodeCtx *d, const DraftTree *t, int deep, int n_path) {
+    for (int j = 0; j < deep && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
     for (int j = 1; j < n_path && j <= MAX_EXIT_HEADS; j++) d->early[j - 1]++;
     d->drafted += t->n - 1;
     d->rejected += t->n - n_path;
@@ -384,14 +376,17 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
             goto done;
         }
         int n_path = 1;
-        if (t->n == 1 && !t->n_side) {
-            if (plain_step(d, &r, x, P, &next)) goto done;
+        if (t->n == 1 && !t->n_side) { /* nothing drafted: standard's step, nothing to walk or cut */
+            if (decode_step(d, x, P, r.hid, r.lg)) goto done;
+            r.path[0] = 0;
+            next = sampler_sample(d->sampler, r.lg);
         } else {
             if (tree_check(t, max_depth, V) || verify(d, &r, P)) goto done;
             n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(&r, d->sampler, V, &next);
             if (kv_keep_path(d->kv, d->seq, P, r.path, n_path)) goto done;
         }
-        count(d, t, n_path);
+        int deep = deepest(t);
+        count(d, t, deep, n_path);
         int prev = x;
         for (int i = 1; i < n_path && !stop; i++) {
             stop = decode_accept(d, prev, t->token[r.path[i]]);
@@ -402,7 +397,7 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
         if (!stop && dr->accepted && dr->accepted(dr, d, t, r.path, n_path, next, h, r.lg)) goto done;
         x = next;
         P += n_path;
-        sizer_update(&z, bucket, r.path, n_path, 1 + deepest(t), t->n + t->n_side, pd_now() - t0);
+        sizer_update(&z, bucket, r.path, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0);
     }
     rc = 0;
     d->t_decode += pd_now() - t_start;

@@ -54,7 +54,7 @@ def cost_table(a, ctx):
     """verification costs after ctx positions: the mean context the rounds ran at (a
     node's attention grows with it, so a tree costs more plain steps later in a text)"""
     cmd = [a.bin + "/verifycost", "-m", a.model, "--sizes", "1,2,3,4,6,8,12,16,24,32,48,64", "--reps", "9"]
-    run_ = subprocess.run(cmd + ["--ctx", str(ctx)], capture_output=True, text=True)
+    run_ = subprocess.run(cmd + (["--ctx", str(ctx)] if ctx else []), capture_output=True, text=True)
     if run_.returncode:  # the biggest tree does not fit after ctx: verifycost's own context
         print(f"verifycost --ctx {ctx}: {run_.stderr.strip()}; measuring at its default context", file=sys.stderr)
         run_ = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -107,14 +107,15 @@ def main():
                                        [(n, ["--temp", temp] + f) for n, f in map(config, a.config)])))
             for temp in (a.temps.split(",") if a.config else [])]
     if a.oracle:
-        name, flags = config(a.oracle)
+        oname, oflags = config(a.oracle)
         rates = a.rates.split(",")
         ores = measure(a, ps, dict([("standard", ["--temp", "0"])] +
-                                   [(r, ["--temp", "0", "--oracle-acceptance", r] + flags) for r in rates]))
+                                   [(r, ["--temp", "0", "--oracle-acceptance", r] + oflags) for r in rates]))
     stds = [res["standard"] for _, res in runs] + ([ores["standard"]] if a.oracle else [])
-    ctx = round(sum(s["ctx"] for s in stds) / len(stds))
+    ctx = round(sum(s["ctx"] for s in stds) / len(stds)) if stds else None  # None: verifycost's own
     table = cost_table(a, ctx)
-    print(f"verification cost (bin/verifycost --ctx {ctx}, the rounds' mean context, this run): " +
+    at = f" --ctx {ctx}, the rounds' mean context" if ctx else ""
+    print(f"verification cost (bin/verifycost{at}, this run): " +
           ", ".join(f"{n} nodes {c:.2f}×" for n, c in table))
     print()
     if a.config:
@@ -135,19 +136,18 @@ def main():
         print()
         print("| model | method | oracle acceptance | tok/s | speedup vs standard | τ | mean tree | ideal | same text |")
         print("|---|---|---|---|---|---|---|---|---|")
-        res = ores
-        std, pts = res.pop("standard"), []
-        for rate, r in res.items():
+        std, pts = ores.pop("standard"), []
+        for rate, r in ores.items():
             sp = r["tok_s"] / std["tok_s"]
             pts.append((float(rate), sp, r["tau"]))
-            print(f"| {label} | {name} | {rate} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
+            print(f"| {label} | {oname} | {rate} | {r['tok_s']:.1f} | {sp:.2f} | {r['tau']:.2f} | {r['tree']:.1f} | "
                   f"{r['tau'] / round_cost(table, r):.2f} | {'yes' if r['texts'] == std['texts'] else 'NO'} |")
         if a.png and subprocess.run(["which", "gnuplot"], capture_output=True).returncode == 0:
             dat = a.png + ".dat"
             open(dat, "w").write("".join(f"{x} {y} {t}\n" for x, y, t in pts))
             subprocess.run(["gnuplot", "-e", f"set terminal png size 640,400; set output '{a.png}'; "
                             f"set xlabel 'oracle acceptance per head'; set ylabel 'speedup over standard'; set grid; "
-                            f"set y2label 'tau'; set y2tics; set title '{name}, {label}'; "
+                            f"set y2label 'tau'; set y2tics; set title '{oname}, {label}'; "
                             f"plot '{dat}' using 1:2 with linespoints title 'speedup', "
                             f"'{dat}' using 1:3 axes x1y2 with linespoints title 'tau', 1 title 'standard'"])
             os.remove(dat)

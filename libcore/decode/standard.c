@@ -10,9 +10,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     for (;;) {
         int next = sampler_sample(d->sampler, d->logits);
         if (decode_accept(d, prev, next) || pos >= c->seq_len) break;
-        Batch b = {1, &next, &d->seq, &pos, NULL, NULL};
-        if (decode_forward(d, &b, 0, c->n_layers, d->hidden) || final_logits(d->m, d->hidden, 1, d->logits))
-            return -1;
+        if (decode_step(d, next, pos, d->hidden, d->logits)) return -1;
         prev = next;
         pos++;
     }
