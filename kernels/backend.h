@@ -29,6 +29,8 @@ void k_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int
             const float *sin_t);
 /* y[i] = silu(a[i]) * b[i] */
 void k_silu_mul(float *y, const float *a, const float *b, size_t n);
+/* y[i] = silu(x[i]) = x[i] / (1 + e^-x[i]) */
+void k_silu(float *y, const float *x, size_t n);
 /* y[i] += x[i] */
 void k_add(float *y, const float *x, size_t n);
 /* row of weights (f32 or bf16) → f32 */
@@ -62,6 +64,13 @@ void k_attention(const AttnArgs *a);
 /* reads n floats with every thread and returns their sum: the read-bandwidth probe
    the benchmarks divide by */
 double k_stream_sum(const float *x, size_t n);
+
+/* an approximate y[rows] = x[cols] · W^T in 8-bit integers (W per-row scaled, x per
+   call), for drafts only (kernels/cpu/qmatvec.c); cols ≤ 4096. W row-major; pack
+   returns -1 for cols out of range */
+size_t k_q8_bytes(int rows, int cols);
+int k_q8_pack(void *dst, const float *w, int rows, int cols);
+void k_q8_matvec(float *y, const float *x, const void *packed, int rows, int cols);
 
 float k_softmax(float *x, int n); /* in place; returns the max logit */
 /* x[i] = exp(x[i] - max) in place; returns their sum (softmax without the division) */

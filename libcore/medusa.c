@@ -11,9 +11,6 @@
 
 #include "bundle.h"
 
-/* z / (1 + e^-z): element-wise, so no reduction order to keep */
-static float silu(float z) { return z / (1.0f + expf(-z)); }
-
 /* the arena and the pointers into it; own[k]: head k has its own lm_head */
 static int medusa_alloc(MedusaHeads *h, const Model *m, int K, const int *own, const char *what) {
     if (K < 1 || K > MAX_MEDUSA) return pd_error("%s: %d Medusa heads; 1 to %d are allowed", what, K, MAX_MEDUSA);
@@ -44,6 +41,22 @@ static void pack(void *dst, const float *w, int rows, int cols) {
     k_pack(dst, WT_F32, cols, 1, src, r);
 }
 
+/* head k's matrices packed: W in f32; lm in f32, or in 8 bits after medusa_use_int8 */
+static void pack_head(MedusaHeads *h, int k) {
+    pack(h->Wp[k], h->W[k], h->dim, h->dim);
+    if (!h->lm[k]) return;
+    if (h->q8) k_q8_pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
+    else pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
+}
+
+int medusa_use_int8(MedusaHeads *h) {
+    if (h->dim > 4096 || k_q8_bytes(h->vocab, h->dim) > k_packed_bytes(WT_F32, h->vocab, h->dim))
+        return 0; /* tiny heads: 8 bits' padding would need more room than f32, and nothing is gained */
+    h->q8 = 1;
+    for (int k = 0; k < h->n; k++) pack_head(h, k);
+    return 0;
+}
+
 int medusa_set(MedusaHeads *h, int k, const float *W, const float *b, const float *lm) {
     if (k < 0 || k >= h->n) return pd_error("medusa heads: no head %d", k);
     if (!lm != !h->lm[k])
@@ -51,10 +64,8 @@ int medusa_set(MedusaHeads *h, int k, const float *W, const float *b, const floa
     size_t D = h->dim, V = h->vocab;
     if (W != h->W[k]) memcpy(h->W[k], W, D * D * sizeof(float));
     if (b != h->b[k]) memcpy(h->b[k], b, D * sizeof(float));
-    pack(h->Wp[k], h->W[k], (int)D, (int)D);
-    if (!lm) return 0;
-    if (lm != h->lm[k]) memcpy(h->lm[k], lm, V * D * sizeof(float));
-    pack(h->lmp[k], h->lm[k], (int)V, (int)D);
+    if (lm && lm != h->lm[k]) memcpy(h->lm[k], lm, V * D * sizeof(float));
+    pack_head(h, k);
     return 0;
 }
 
@@ -83,14 +94,16 @@ void medusa_free(MedusaHeads *h) {
 
 void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *z, float *r) {
     size_t D = h->dim, nd = (size_t)n * D;
-    float s = h->input_scale;
+    float s = h->input_scale, sz[256]; /* SiLU(z), a stretch at a time */
     for (size_t i = 0; i < nd; i++) r[i] = s * x[i]; /* u = s x (exact when s = 1) */
     k_matmul(z, r, h->Wp[k], WT_F32, n, (int)D, (int)D);
-    for (int t = 0; t < n; t++)
-        for (size_t i = t * D; i < (t + 1) * D; i++) {
-            z[i] += h->b[k][i - t * D];
-            r[i] = (r[i] + silu(z[i])) / s;
-        }
+    for (int t = 0; t < n; t++) k_add(z + t * D, h->b[k], D);
+    for (size_t i0 = 0; i0 < nd; i0 += 256) {
+        size_t m = nd - i0 < 256 ? nd - i0 : 256;
+        k_silu(sz, z + i0, m);
+        k_add(r + i0, sz, m);
+        for (size_t i = 0; s != 1 && i < m; i++) r[i0 + i] /= s;
+    }
 }
 
 int medusa_logits(Model *m, const MedusaHeads *h, int k, const float *hidden, int n, float *logits) {
@@ -106,7 +119,9 @@ int medusa_logits(Model *m, const MedusaHeads *h, int k, const float *hidden, in
     float *x = buf, *z = buf + (size_t)n * D, *r = z + (size_t)n * D;
     k_rmsnorm(x, hidden, m->final_norm, n, D, m->c.norm_eps);
     medusa_resblock(h, k, x, n, z, r);
-    if (h->lmp[k]) k_matmul(logits, r, h->lmp[k], WT_F32, n, D, h->vocab);
+    if (h->q8 && h->lmp[k])
+        for (int t = 0; t < n; t++) k_q8_matvec(logits + (size_t)t * h->vocab, r + (size_t)t * D, h->lmp[k], h->vocab, D);
+    else if (h->lmp[k]) k_matmul(logits, r, h->lmp[k], WT_F32, n, D, h->vocab);
     else k_matmul(logits, r, m->lm_head.p, m->lm_head.t, n, D, h->vocab);
     if (buf != small) free(buf);
     return 0;

@@ -179,6 +179,25 @@ static void test_logits(int own, float scale) {
     CHECK(same, "own=%d: a row of a %d-row batch differs", own, big);
     CHECK(medusa_logits(&M, &mh, 3, h, n, got) == -1, "head 3 of 3 accepted");
     CHECK(medusa_logits(&M, &mh, -1, h, n, got) == -1, "head -1 accepted");
+    /* drafting in 8 bits (own LM heads only): near the reference, the same argmax */
+    CHECK(medusa_use_int8(&mh) == 0 && mh.q8, "own=%d: not read in 8 bits", own);
+    CHECK(medusa_logits(&M, &mh, 1, h, n, got) == 0, "%s", pd_errmsg());
+    double off = 0, top = 0;
+    int agree = 0;
+    for (int t = 0; t < n; t++) {
+        ref_logits(&r, t, l);
+        int best = 0;
+        for (int v = 0; v < V; v++) {
+            off = fmax(off, fabs(l[v] - got[(size_t)t * V + v]));
+            top = fmax(top, fabs(l[v]));
+            best = l[v] > l[best] ? v : best;
+        }
+        agree += k_argmax(got + (size_t)t * V, V) == best;
+    }
+    CHECK(off < (own ? 0.02 : 1e-5) * top && agree == n, "own=%d: 8-bit logits off by %g of %g, argmax right in %d of %d",
+          own, off, top, agree, n);
+    medusa_logits(&M, &mh, 1, h + 5 * D, 1, one);
+    CHECK(!memcmp(one, got + 5 * V, sizeof(float) * V), "own=%d: an 8-bit row depends on the batch", own);
     ref_free(&r);
     medusa_free(&mh);
     free(h); free(got); free(fin); free(one); free(hb); free(lb); free(l);

@@ -1,18 +1,21 @@
 /* verifycost — what one verification of an n-node token tree costs relative to one
    standard decoding step, on this machine and model (a benchmark, never a test).
    bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS]
-   After a prompt of P tokens, each size runs R times: the tree's nodes through every
-   layer and the final logits (what drafter_generate's verify does), then the cache is
-   cut back. The tree is binary (node i's parent is (i-1)/2), so attention sees the
-   depths a real tree has. stdout: one JSON object a size: n, median seconds, ratio to
+   After a prompt of P tokens, each size is timed R times (the least of 3 runs in a
+   row each time), the sizes in turn within a rep and a one-token step first: the tree's nodes through every layer and the final
+   logits (what drafter_generate's verify does), then the cache is cut back. The tree
+   is binary (node i's parent is (i-1)/2), so attention sees the depths a real tree
+   has. stdout: one JSON object a size: n, median seconds, ratio to
    n = 1. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "forward.h"
 #include "tool.h"
 
 #define MAX_N 256
+#define RUNS 6 /* in a row, per size and rep: the least counts */
 #define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]"
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("1") "\n" \
                "        + the largest size's activations and logits (n × (vocab + a few × dim) × 4 bytes).\n"
@@ -22,8 +25,8 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* median seconds of reps verifications of an n-node tree after ctx positions */
-static double time_tree(Model *m, KVCache *kv, int n, int ctx, int reps, float *hid, float *lg) {
+/* seconds of one verification of an n-node tree after ctx positions */
+static double time_tree(Model *m, KVCache *kv, int n, int ctx, float *hid, float *lg) {
     int32_t tok[MAX_N], pos[MAX_N], seq[MAX_N] = {0}, parent[MAX_N];
     for (int i = 0; i < n; i++) {
         tok[i] = (int32_t)((7 * i + 3) % m->c.vocab_size);
@@ -32,19 +35,17 @@ static double time_tree(Model *m, KVCache *kv, int n, int ctx, int reps, float *
         for (int j = i; j > 0; j = (j - 1) / 2) depth++;
         pos[i] = ctx + depth;
     }
-    double *t = malloc(sizeof(double) * reps);
-    if (!t) die("out of memory");
-    for (int r = 0; r < reps; r++) {
-        Batch b = {n, tok, seq, pos, parent, NULL};
-        double t0 = pd_now();
-        if (forward_layers(m, kv, &b, 0, m->c.n_layers, hid) || final_logits(m, hid, n, lg)) die_lib();
-        t[r] = pd_now() - t0;
-        if (kv_truncate(kv, 0, ctx)) die_lib();
-    }
-    qsort(t, reps, sizeof *t, cmp_double);
-    double med = t[reps / 2];
-    free(t);
-    return med;
+    Batch b = {n, tok, seq, pos, parent, NULL};
+    double t0 = pd_now();
+    if (forward_layers(m, kv, &b, 0, m->c.n_layers, hid) || final_logits(m, hid, n, lg)) die_lib();
+    double t = pd_now() - t0;
+    if (kv_truncate(kv, 0, ctx)) die_lib();
+    return t;
+}
+
+static double median(double *t, int n) {
+    qsort(t, n, sizeof *t, cmp_double);
+    return t[n / 2];
 }
 
 int main(int argc, char **argv) {
@@ -84,12 +85,27 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ctx; i++) prompt[i] = (int32_t)((13 * i + 1) % m.c.vocab_size), pos[i] = i;
     Batch b = {ctx, prompt, NULL, pos, NULL, NULL};
     if (forward_layers(&m, &kv, &b, 0, m.c.n_layers, hid)) die_lib();
-    time_tree(&m, &kv, most, ctx, 3, hid, lg); /* warm the caches and the workspace */
-    double base = time_tree(&m, &kv, 1, ctx, reps, hid, lg);
+    for (int r = 0; r < 3; r++) time_tree(&m, &kv, most, ctx, hid, lg); /* warm the caches and the workspace */
+    /* the sizes in turn within each rep, a plain step first, so that the machine's
+       drift falls on them alike; each the least of RUNS in a row, as decoding runs its
+       steps one after another (the first, after another size, runs colder) */
+    double *t = malloc(sizeof(double) * (size_t)(k + 1) * reps);
+    if (!t) die("out of memory");
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i <= k; i++) {
+            double least = INFINITY;
+            for (int j = 0; j < RUNS; j++) {
+                double tj = time_tree(&m, &kv, i ? n[i - 1] : 1, ctx, hid, lg);
+                least = tj < least ? tj : least;
+            }
+            t[(size_t)i * reps + r] = least;
+        }
+    double base = median(t, reps);
     for (int i = 0; i < k; i++) {
-        double t = n[i] == 1 ? base : time_tree(&m, &kv, n[i], ctx, reps, hid, lg);
-        printf("{\"n\":%d,\"seconds\":%.9f,\"ratio\":%.4f}\n", n[i], t, t / base);
+        double ti = median(t + (size_t)(i + 1) * reps, reps);
+        printf("{\"n\":%d,\"seconds\":%.9f,\"ratio\":%.4f}\n", n[i], ti, ti / base);
     }
+    free(t);
     free(hid), free(lg), free(prompt), free(pos);
     kv_free(&kv);
     model_free(&m);

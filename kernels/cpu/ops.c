@@ -90,13 +90,19 @@ float k_exp_sum(float *x, int n, float *max_out) {
     *max_out = _mm512_reduce_max_ps(mx);
     return exp_sum(x, n, *max_out);
 }
+static inline __m512 silu_ps(__m512 x) {
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
 void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 x = _mm512_maskz_loadu_ps(m, a + i);
-        __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
-                                                      _mm512_maskz_loadu_ps(m, b + i)));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(silu_ps(_mm512_maskz_loadu_ps(m, a + i)), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+void k_silu(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, silu_ps(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
 
@@ -123,6 +129,9 @@ float k_exp_sum(float *x, int n, float *max_out) {
 
 void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+}
+void k_silu(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
 int k_argmax(const float *x, int n) {

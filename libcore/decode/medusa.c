@@ -11,6 +11,7 @@
    smaller tree for the size controller to choose. With the benchmarks' oracle the
    tree is grown from the oracle's accuracies instead. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 
 #define DEFAULT_NODES 64 /* the built tree; the controller verifies a prefix */
 #define MAX_RANK 32      /* candidates a head offers at most */
+#define FEW_RANKS 8      /* top_ranks takes up to this many by repeated argmax */
 
 typedef struct {
     Model *m;
@@ -129,9 +131,17 @@ int medusa_tree_parse(MedusaTree *tr, const char *spec, int n_heads) {
 
 /* ---- a round ---- */
 
-/* the indices of the `need` largest logits, best first (ties: the lower id), in one
-   pass: an insertion into the short sorted list only when a logit beats its last */
-static void top_ranks(const float *x, int V, int need, int32_t *out) {
+/* the indices of the `need` largest logits, best first (ties: the lower id). Few: one
+   vector argmax each, the ones taken set to -inf (x is scratch); more: one pass with
+   an insertion into the short sorted list when a logit beats its last */
+static void top_ranks(float *x, int V, int need, int32_t *out) {
+    if (need <= FEW_RANKS) {
+        for (int r = 0; r < need; r++) {
+            out[r] = k_argmax(x, V);
+            x[out[r]] = -INFINITY;
+        }
+        return;
+    }
     int n = 0;
     for (int i = 0; i < V; i++) {
         if (n == need && x[i] <= x[out[n - 1]]) continue;
