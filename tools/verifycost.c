@@ -15,7 +15,7 @@
 #include "tool.h"
 
 #define MAX_N 256
-#define RUNS 6 /* in a row, per size and rep: the least counts */
+#define RUNS 3 /* in a row, per size and rep: the least counts */
 #define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]"
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("1") "\n" \
                "        + the largest size's activations and logits (n × (vocab + a few × dim) × 4 bytes).\n"
