@@ -2,11 +2,11 @@
    standard decoding step, on this machine and model (a benchmark, never a test).
    bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS]
    After a prompt of P tokens, each size is timed R times (the least of 3 runs in a
-   row each time), the sizes in turn within a rep and a one-token step first: the tree's nodes through every layer and the final
-   logits (what drafter_generate's verify does), then the cache is cut back. The tree
-   is binary (node i's parent is (i-1)/2), so attention sees the depths a real tree
-   has. stdout: one JSON object a size: n, median seconds, ratio to
-   n = 1. */
+   row each time), the sizes in turn within a rep and a one-token step last: the
+   tree's nodes through every layer and the final logits (what drafter_generate's
+   verify does), then the cache is cut back. The tree is binary (node i's parent is
+   (i-1)/2), so attention sees the depths a real tree has. stdout: one JSON object a
+   size: n, median seconds, ratio to n = 1. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -86,13 +86,15 @@ int main(int argc, char **argv) {
     Batch b = {ctx, prompt, NULL, pos, NULL, NULL};
     if (forward_layers(&m, &kv, &b, 0, m.c.n_layers, hid)) die_lib();
     for (int r = 0; r < 3; r++) time_tree(&m, &kv, most, ctx, hid, lg); /* warm the caches and the workspace */
-    /* the sizes in turn within each rep, a plain step first, so that the machine's
-       drift falls on them alike; each the least of RUNS in a row, as decoding runs its
-       steps one after another (the first, after another size, runs colder) */
+    /* the sizes in turn within each rep, so that the machine's drift falls on them
+       alike, from the last listed to the first and the one-token step at the end (the
+       smallest trees just before it, not the biggest); each the least of RUNS in a
+       row, as decoding runs its steps one after another (the first, after another
+       size, runs colder). A listed size of 1 is that step itself */
     double *t = malloc(sizeof(double) * (size_t)(k + 1) * reps);
     if (!t) die("out of memory");
     for (int r = 0; r < reps; r++)
-        for (int i = 0; i <= k; i++) {
+        for (int i = k; i >= 0; i--) {
             double least = INFINITY;
             for (int j = 0; j < RUNS; j++) {
                 double tj = time_tree(&m, &kv, i ? n[i - 1] : 1, ctx, hid, lg);
@@ -102,7 +104,7 @@ int main(int argc, char **argv) {
         }
     double base = median(t, reps);
     for (int i = 0; i < k; i++) {
-        double ti = median(t + (size_t)(i + 1) * reps, reps);
+        double ti = n[i] == 1 ? base : median(t + (size_t)(i + 1) * reps, reps);
         printf("{\"n\":%d,\"seconds\":%.9f,\"ratio\":%.4f}\n", n[i], ti, ti / base);
     }
     free(t);
