@@ -49,12 +49,11 @@ static void pack_head(MedusaHeads *h, int k) {
     else pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
 }
 
-int medusa_use_int8(MedusaHeads *h) {
+void medusa_use_int8(MedusaHeads *h) {
     if (h->dim > 4096 || k_q8_bytes(h->vocab, h->dim) > k_packed_bytes(WT_F32, h->vocab, h->dim))
-        return 0; /* tiny heads: 8 bits' padding would need more room than f32, and nothing is gained */
+        return; /* tiny heads: 8 bits' padding would need more room than f32, and nothing is gained */
     h->q8 = 1;
     for (int k = 0; k < h->n; k++) pack_head(h, k);
-    return 0;
 }
 
 int medusa_set(MedusaHeads *h, int k, const float *W, const float *b, const float *lm) {

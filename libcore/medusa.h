@@ -61,8 +61,8 @@ void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *
    where the heads and the model do not fit in cache together (stories260K's five own
    LM heads are 0.6 MiB in f32 beside a 1 MiB model and a 1 MiB L2). Heads only draft,
    so their precision changes which tokens are proposed, never what is output. Heads
-   too small to gain keep f32. Returns 0 */
-int medusa_use_int8(MedusaHeads *h);
+   too small to gain keep f32 */
+void medusa_use_int8(MedusaHeads *h);
 /* replace head k's parameters (copied and repacked); lm may be NULL when not owned */
 int medusa_set(MedusaHeads *h, int k, const float *W, const float *b, const float *lm);
 /* a `medusa-heads` file with the metadata above plus n_meta more pairs; atomic */

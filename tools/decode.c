@@ -175,8 +175,8 @@ static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh) {
             return 0;
         rc = medusa ? medusa_load_tf(mh, &m->tf, m, a->model) : heads_load_tf(eh, &m->tf, m, a->model);
     }
-    if (rc || (medusa && medusa_use_int8(mh))) die_lib();
-    if (medusa) a->opt.medusa = mh;
+    if (rc) die_lib();
+    if (medusa) medusa_use_int8(mh), a->opt.medusa = mh;
     else a->opt.heads = eh;
     return medusa ? 2 : 1;
 }

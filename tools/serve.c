@@ -324,7 +324,8 @@ static void load_methods(EngineOptions *o, const char *path, const char *draft) 
         o->opt.heads = &eh;
     }
     if (bundle_has(&S.m.tf, "medusa-heads")) {
-        if (medusa_load_tf(&mh, &S.m.tf, &S.m, path) || medusa_use_int8(&mh)) die_lib();
+        if (medusa_load_tf(&mh, &S.m.tf, &S.m, path)) die_lib();
+        medusa_use_int8(&mh);
         o->opt.medusa = &mh;
     }
     if (draft) {

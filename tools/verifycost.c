@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
     if (!t) die("out of memory");
     for (int r = 0; r < reps; r++)
         for (int i = k; i >= 0; i--) {
+            if (i && n[i - 1] == 1) continue; /* the base itself */
             double least = INFINITY;
             for (int j = 0; j < RUNS; j++) {
                 double tj = time_tree(&m, &kv, i ? n[i - 1] : 1, ctx, hid, lg);

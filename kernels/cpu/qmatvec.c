@@ -79,13 +79,21 @@ static float quantize_x(uint8_t *ux, const float *x, int cols) {
     return mx / 127;
 }
 
+#if defined(__AVX512VNNI__)
+/* one panel's rows from their integer sums a: out[QPANEL] = sx · scale · (a − 128 sum) */
+static inline void panel_out(float *out, __m512i a, float sx, const float *scale, const int32_t *sum) {
+    __m512i d = _mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_loadu_si512((const void *)sum), 7));
+    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(sx), _mm512_loadu_ps(scale)), _mm512_cvtepi32_ps(d)));
+}
+#endif
+
 /* QGROUP panels' rows from `panel` on: out[QGROUP * QPANEL] = sx · scale · (Σ − 128 sum) */
 static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int nq, float sx, const float *scale,
                        const int32_t *sum) {
     size_t stride = (size_t)nq * QPANEL * 4;
 #if defined(__AVX512VNNI__)
     _Static_assert(QGROUP == 4, "four chains, written out so that they stay in registers");
-    __m512i a[QGROUP], a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     for (int c = 0; c < nq; c++, panel += QPANEL * 4) { /* independent chains: the latency hides */
         int32_t xq;
         memcpy(&xq, ux + 4 * c, 4);
@@ -95,12 +103,10 @@ static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int n
         a2 = _mm512_dpbusd_epi32(a2, xb, _mm512_loadu_si512((const void *)(panel + 2 * stride)));
         a3 = _mm512_dpbusd_epi32(a3, xb, _mm512_loadu_si512((const void *)(panel + 3 * stride)));
     }
-    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
-    for (int i = 0; i < QGROUP; i++) {
-        __m512i d = _mm512_sub_epi32(a[i], _mm512_slli_epi32(_mm512_loadu_si512((const void *)(sum + i * QPANEL)), 7));
-        __m512 f = _mm512_mul_ps(_mm512_set1_ps(sx), _mm512_loadu_ps(scale + i * QPANEL));
-        _mm512_storeu_ps(out + i * QPANEL, _mm512_mul_ps(f, _mm512_cvtepi32_ps(d)));
-    }
+    panel_out(out, a0, sx, scale, sum);
+    panel_out(out + QPANEL, a1, sx, scale + QPANEL, sum + QPANEL);
+    panel_out(out + 2 * QPANEL, a2, sx, scale + 2 * QPANEL, sum + 2 * QPANEL);
+    panel_out(out + 3 * QPANEL, a3, sx, scale + 3 * QPANEL, sum + 3 * QPANEL);
 #else
     for (int i = 0; i < QGROUP; i++, panel += stride)
         for (int q = 0; q < QPANEL; q++) {
