@@ -155,8 +155,8 @@ decoding: {methods: [standard, adadecode], oracle: [0.5, 1], oracle_samples: 1}
 datasets:
   - {name: tinystories, samples: 2, max_new: 24}
 EOF
-same() {
-    case $1 in
+same() { # same FILE REFERENCE: judged by the reference's name (FILE may be OUT.tmpPID)
+    case $2 in
     *.png) tail -c 8 "$1" | od -An -tx1 | tr -d ' \n' | grep -q '^49454e44ae426082$' ;;
     *.csv) [ "$(wc -l <"$1")" = "$(wc -l <"$2")" ] && [ "$(tail -c 1 "$1" | od -An -tx1 | tr -d ' ')" = 0a ] ;;
     *) [ "$(wc -l <"$1")" -ge "$(wc -l <"$2")" ] && [ "$(tail -c 1 "$1" | od -An -tx1 | tr -d ' ')" = 0a ] ;;
