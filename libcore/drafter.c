@@ -9,14 +9,16 @@
 
 /* ---- the round size controller ----
    Bucket b verifies at most 2^b nodes; bucket 0 is a plain step that asks the drafter
-   for nothing. Two things decide the best bucket, both measured as the text goes:
+   for nothing (a cheap drafter is asked all the same: shadows, below). Two things decide the best bucket, both measured as the text goes:
    - what a round of each bucket yields: because the drafter orders its nodes so that
      every prefix is a tree, a round that verified n nodes also tells what any smaller
      bucket would have kept (the accepted path cut at the first node past the prefix;
      exact for greedy). Acceptance comes in streaks, so averages of each bucket's own
      yield, taken over different rounds, compare badly; what is averaged instead is
      each bucket's gain over the next smaller one within the same round, and a
-     bucket's yield is the sum of the gains up to it. A plain round yields one token;
+     bucket's yield is the sum of the gains up to it. A plain round yields one token.
+     For a cheap drafter every round, plain ones too, counts for every bucket, through
+     its shadow (below);
    - what a round costs, in plain steps: each drafting bucket's average, and for
      buckets not yet timed twice a straight line a + b·n in the nodes run, fitted to
      all drafting rounds (decaying least squares; through the one size seen and a
@@ -161,9 +163,21 @@ static double add_cost(Sizer *z, int b, int n, double u) {
     return u;
 }
 
+/* what each bucket up to b would have kept of a tree of n nodes whose kept path is
+   path[0..n_path): a prefix of 2^k nodes keeps the path up to its first node past it */
+static void sizer_gains(Sizer *z, int b, const int *path, int n_path, int n) {
+    for (int k = 1, below = 1, kept = 1; k <= b; k++, below = kept) {
+        while (kept < n_path && path[kept] < (1 << k)) kept++;
+        double w = 1.0 / ++z->seen[k], a = w > EMA_TOK ? w : EMA_TOK; /* the mean at first */
+        z->gain[k] += a * (kept - below - z->gain[k]);
+        z->size[k] += a * ((n < (1 << k) ? n : (1 << k)) - z->size[k]);
+    }
+}
+
 /* a round of bucket b (0: plain) ran n nodes (side nodes included), kept the path,
-   would have kept `best` tokens with every draft right, and took sec seconds */
-static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best, int n, double sec) {
+   would have kept `best` tokens with every draft right, and took sec seconds; its
+   gains are counted here unless a shadow counts them (below) */
+static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best, int n, double sec, int gains) {
     if (z->fixed) return;
     double u = 0; /* the round's cost in plain steps */
     if (n == 1) { /* a plain step (in a drafting bucket too, when the drafter had nothing) */
@@ -183,17 +197,73 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best,
         if (sec < z->plain) z->plain = sec; /* a tree costs at least a plain step: the unit was too high */
         u = add_cost(z, b, n, sec / z->plain);
     }
-    for (int k = 1, below = 1, kept = 1; k <= b; k++, below = kept) { /* a prefix of 2^k nodes */
-        while (kept < n_path && path[kept] < (1 << k)) kept++;
-        double w = 1.0 / ++z->seen[k], a = w > EMA_TOK ? w : EMA_TOK; /* the mean at first */
-        z->gain[k] += a * (kept - below - z->gain[k]);
-        z->size[k] += a * ((n < (1 << k) ? n : (1 << k)) - z->size[k]);
-    }
+    if (gains) sizer_gains(z, b, path, n_path, n);
     z->round++;
     int was = z->cur;
     z->cur = best_bucket(z);
     if (z->round > 2 && b > was && u > 0) /* a probe */
         z->next = z->round + probe_wait(line_cost(z, n), n_path, best, z->cur > was);
+}
+
+/* ---- shadows: what a cheap drafter's whole tree would have kept ----
+   A cheap drafter (drafter.h) proposes its biggest tree every round, plain rounds
+   included, and the round verifies the prefix its bucket allows. The whole tree waits
+   here until the tokens that follow decide its path: at each node, the child whose
+   token is the next output token. Greedy, that is exactly the path verifying the
+   whole tree would have kept (the output is standard's); sampling, with point-mass
+   drafts, a child is the next token with the probability the walk keeps it. So the
+   controller sees every bucket's yield in every round instead of probing for it, and
+   catches a text that starts repeating itself at once; only what rounds cost still
+   needs rounds of each size. */
+#define SHADOW_BUCKET 6
+#define SHADOW_NODES (1 << SHADOW_BUCKET)
+#define SHADOWS SHADOW_NODES /* a round adds one and emits a token at least, so a tree is
+                                decided within SHADOW_NODES - 1 rounds */
+
+typedef struct {
+    int start, n; /* out[start] is the token the root's children guess; nodes */
+    int32_t token[SHADOW_NODES], parent[SHADOW_NODES];
+} Shadow;
+
+typedef struct {
+    Shadow s[SHADOWS];
+    int n;
+} Shadows;
+
+static void shadow_add(Shadows *sh, const DraftTree *t, int start) {
+    if (sh->n == SHADOWS || t->n > SHADOW_NODES) return; /* neither can happen (above) */
+    Shadow *s = &sh->s[sh->n++];
+    s->start = start;
+    s->n = t->n;
+    memcpy(s->token, t->token, sizeof(int32_t) * t->n);
+    memcpy(s->parent, t->parent, sizeof(int32_t) * t->n);
+}
+
+/* the path the output took through s, its length; 0 while the output is too short to tell */
+static int shadow_path(const Shadow *s, const int32_t *out, int n_out, int *path) {
+    int node = 0, n = 1;
+    path[0] = 0;
+    for (;;) {
+        int child = -1;
+        for (int c = node + 1; c < s->n && child < 0; c++) {
+            if (s->parent[c] != node) continue;
+            if (s->start + n - 1 >= n_out) return 0;
+            if (s->token[c] == out[s->start + n - 1]) child = c;
+        }
+        if (child < 0) return n;
+        path[n++] = node = child;
+    }
+}
+
+/* the shadows the output has decided go into the controller's gains */
+static void shadows_settle(Shadows *sh, Sizer *z, const DecodeCtx *d) {
+    int path[SHADOW_NODES], left = 0;
+    for (int i = 0; i < sh->n; i++) {
+        int n_path = shadow_path(&sh->s[i], d->out, d->n_out, path);
+        if (n_path) sizer_gains(z, z->top, path, n_path, sh->s[i].n);
+        else sh->s[left++] = sh->s[i];
+    }
+    sh->n = left;
 }
 
 /* ---- one round ---- */
@@ -353,17 +423,20 @@ static void limits(const DecodeCtx *d, int P, int bucket, int *max_nodes, int *m
 int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_prompt) {
     Round r;
     Sizer z;
+    Shadows sh = {.n = 0};
     int rc = -1, V = d->m->c.vocab_size, dim = d->m->c.dim;
     if (round_init(&r, d) || decode_prefill(d, prompt, n_prompt)) goto done;
     if (dr->start && dr->start(dr, d, prompt, n_prompt, d->hidden)) goto done;
     sizer_init(&z, d->opt.fixed_tree);
+    int shadow = dr->cheap && !z.fixed;
+    if (shadow) z.top = SHADOW_BUCKET;
     double t_start = pd_now();
     int x = sampler_sample(d->sampler, d->logits), P = n_prompt;
     int stop = decode_accept(d, prompt[n_prompt - 1], x);
     while (!stop && P < d->m->c.seq_len) {
         double t0 = pd_now();
         int bucket = sizer_pick(&z), max_nodes, max_depth, next;
-        limits(d, P, bucket, &max_nodes, &max_depth);
+        limits(d, P, shadow ? z.top : bucket, &max_nodes, &max_depth);
         DraftTree *t = &r.t;
         t->n = 1;
         t->n_side = 0;
@@ -374,6 +447,10 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
             P + t->n + t->n_side > d->m->c.seq_len) {
             pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
             goto done;
+        }
+        if (shadow) { /* the whole tree waits for the output; the bucket's prefix is verified */
+            shadow_add(&sh, t, d->n_out);
+            if (t->n > 1 << bucket) t->n = 1 << bucket;
         }
         int n_path = 1;
         if (t->n == 1 && !t->n_side) { /* nothing drafted: standard's step, nothing to walk or cut */
@@ -397,7 +474,8 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
         if (!stop && dr->accepted && dr->accepted(dr, d, t, r.path, n_path, next, h, r.lg)) goto done;
         x = next;
         P += n_path;
-        sizer_update(&z, bucket, r.path, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0);
+        if (shadow) shadows_settle(&sh, &z, d);
+        sizer_update(&z, bucket, r.path, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0, !shadow);
     }
     rc = 0;
     d->t_decode += pd_now() - t_start;

@@ -16,7 +16,8 @@
    How big a tree is verified changes the speed only: the round size controller keeps
    per-size measured throughput and hill-climbs over prefixes of the proposed tree
    (1 = a plain step, with no drafting at all), so a drafter that does not pay falls
-   back to plain steps and probes again later. */
+   back to plain steps and probes again later (a cheap one is asked for its tree even
+   then, and what it would have kept is read off the tokens that follow). */
 #ifndef PD_DRAFTER_H
 #define PD_DRAFTER_H
 #include "decode.h"
@@ -56,6 +57,10 @@ typedef struct Drafter {
     int (*accepted)(struct Drafter *, DecodeCtx *, const DraftTree *t, const int *path, int n_path, int next,
                     const float *hidden, const float *logits);
     void (*free)(struct Drafter *);
+    /* proposing costs next to nothing and drafts are deterministic (prompt lookup):
+       the loop then asks for the biggest tree each round, verifies the prefix it
+       chose, and learns what the rest would have kept from the tokens that follow */
+    int cheap;
 } Drafter;
 
 /* the verify loop every drafter runs in; frees the drafter */
