@@ -41,16 +41,18 @@ static void pack(void *dst, const float *w, int rows, int cols) {
     k_pack(dst, WT_F32, cols, 1, src, r);
 }
 
-/* head k's matrices packed: W in f32; lm in f32, or in 8 bits after medusa_use_int8 */
+/* head k's matrices packed: in f32, or in 8 bits after medusa_use_int8 */
 static void pack_head(MedusaHeads *h, int k) {
-    pack(h->Wp[k], h->W[k], h->dim, h->dim);
+    if (h->q8) k_q8_pack(h->Wp[k], h->W[k], h->dim, h->dim);
+    else pack(h->Wp[k], h->W[k], h->dim, h->dim);
     if (!h->lm[k]) return;
     if (h->q8) k_q8_pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
     else pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
 }
 
 void medusa_use_int8(MedusaHeads *h) {
-    if (h->dim > 4096 || k_q8_bytes(h->vocab, h->dim) > k_packed_bytes(WT_F32, h->vocab, h->dim))
+    if (h->dim > 4096 || k_q8_bytes(h->vocab, h->dim) > k_packed_bytes(WT_F32, h->vocab, h->dim) ||
+        k_q8_bytes(h->dim, h->dim) > k_packed_bytes(WT_F32, h->dim, h->dim))
         return; /* tiny heads: 8 bits' padding would need more room than f32, and nothing is gained */
     h->q8 = 1;
     for (int k = 0; k < h->n; k++) pack_head(h, k);
@@ -95,7 +97,9 @@ void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *
     size_t D = h->dim, nd = (size_t)n * D;
     float s = h->input_scale, sz[256]; /* SiLU(z), a stretch at a time */
     for (size_t i = 0; i < nd; i++) r[i] = s * x[i]; /* u = s x (exact when s = 1) */
-    k_matmul(z, r, h->Wp[k], WT_F32, n, (int)D, (int)D);
+    if (h->q8)
+        for (int t = 0; t < n; t++) k_q8_matvec(z + t * D, r + t * D, h->Wp[k], (int)D, (int)D);
+    else k_matmul(z, r, h->Wp[k], WT_F32, n, (int)D, (int)D);
     for (int t = 0; t < n; t++) k_add(z + t * D, h->b[k], D);
     for (size_t i0 = 0; i0 < nd; i0 += 256) {
         size_t m = nd - i0 < 256 ? nd - i0 : 256;

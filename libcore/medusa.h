@@ -34,7 +34,7 @@ typedef struct {
     float *lm[MAX_MEDUSA];           /* [vocab][dim] own LM head, or NULL = the model's */
     void *Wp[MAX_MEDUSA];            /* W packed for k_matmul */
     void *lmp[MAX_MEDUSA];           /* lm packed, or NULL */
-    int q8;                          /* 1: lmp holds lm in 8 bits (k_q8_pack), for drafting */
+    int q8;                          /* 1: Wp and lmp hold W and lm in 8 bits (k_q8_pack), for drafting */
     int has_acc;                     /* rank_acc known (from the file or training) */
     float rank_acc[MAX_MEDUSA][MEDUSA_RANKS];
     char model_digest[40];
@@ -56,12 +56,13 @@ int medusa_logits(Model *m, const MedusaHeads *h, int k, const float *hidden, in
 /* head k's ResBlock on n normed states x[n][dim] (what medusa_logits and training
    share): z = W_k (s x) + b_k and r = (s x + SiLU(z)) / s, both [n][dim] */
 void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *z, float *r);
-/* from now on the own LM heads are read in 8 bits (per-row scaled; lm keeps the f32
-   values, so saving and training are unchanged): a quarter of the bytes, which matters
-   where the heads and the model do not fit in cache together (stories260K's five own
-   LM heads are 0.6 MiB in f32 beside a 1 MiB model and a 1 MiB L2). Heads only draft,
-   so their precision changes which tokens are proposed, never what is output. Heads
-   too small to gain keep f32 */
+/* from now on the ResBlocks' W and the own LM heads are read in 8 bits (per-row
+   scaled; W and lm keep the f32 values, so saving and training are unchanged): a
+   quarter of the bytes, which matters where the heads and the model do not fit in
+   cache together (stories260K's five heads are 0.7 MiB in f32 beside a 1 MiB model and
+   a 1 MiB L2; the widened 110m's ResBlocks 2.4 MB each). Heads only draft, so their
+   precision changes which tokens are proposed, never what is output. Heads too small
+   to gain keep f32 */
 void medusa_use_int8(MedusaHeads *h);
 /* replace head k's parameters (copied and repacked); lm may be NULL when not owned */
 int medusa_set(MedusaHeads *h, int k, const float *W, const float *b, const float *lm);

@@ -179,24 +179,33 @@ static void test_logits(int own, float scale) {
     CHECK(same, "own=%d: a row of a %d-row batch differs", own, big);
     CHECK(medusa_logits(&M, &mh, 3, h, n, got) == -1, "head 3 of 3 accepted");
     CHECK(medusa_logits(&M, &mh, -1, h, n, got) == -1, "head -1 accepted");
-    /* drafting in 8 bits (own LM heads only): near the reference, the same argmax */
+    /* drafting in 8 bits (the ResBlock, and the own LM head): near the reference, and
+       the top token the reference's best or within twice the error of it (a near tie) */
     medusa_use_int8(&mh);
     CHECK(mh.q8, "own=%d: not read in 8 bits", own);
     CHECK(medusa_logits(&M, &mh, 1, h, n, got) == 0, "%s", pd_errmsg());
-    double off = 0, top = 0;
-    int agree = 0;
+    double off = 0, top = 0, *lt = malloc(sizeof(double) * n * V);
     for (int t = 0; t < n; t++) {
-        ref_logits(&r, t, l);
-        int best = 0;
+        ref_logits(&r, t, lt + (size_t)t * V);
         for (int v = 0; v < V; v++) {
-            off = fmax(off, fabs(l[v] - got[(size_t)t * V + v]));
-            top = fmax(top, fabs(l[v]));
-            best = l[v] > l[best] ? v : best;
+            off = fmax(off, fabs(lt[(size_t)t * V + v] - got[(size_t)t * V + v]));
+            top = fmax(top, fabs(lt[(size_t)t * V + v]));
         }
-        agree += k_argmax(got + (size_t)t * V, V) == best;
     }
-    CHECK(off < (own ? 0.02 : 1e-5) * top && agree == n, "own=%d: 8-bit logits off by %g of %g, argmax right in %d of %d",
-          own, off, top, agree, n);
+    int agree = 0, close = 0;
+    for (int t = 0; t < n; t++) {
+        const double *lr = lt + (size_t)t * V;
+        int best = 0, pick = k_argmax(got + (size_t)t * V, V);
+        for (int v = 0; v < V; v++) best = lr[v] > lr[best] ? v : best;
+        agree += pick == best;
+        close += lr[best] - lr[pick] <= 2 * off;
+    }
+    free(lt);
+    printf("  own=%d: 8-bit logits off by %.3g of %.3g; argmax the reference's in %d of %d, a near tie in the rest\n",
+           own, off, top, agree, n);
+    CHECK(off < 0.02 * top && close == n && agree >= n / 2,
+          "own=%d: 8-bit logits off by %g of %g, argmax right in %d of %d, within the error in %d", own, off, top, agree,
+          n, close);
     medusa_logits(&M, &mh, 1, h + 5 * D, 1, one);
     CHECK(!memcmp(one, got + 5 * V, sizeof(float) * V), "own=%d: an 8-bit row depends on the batch", own);
     ref_free(&r);
