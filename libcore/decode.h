@@ -26,6 +26,8 @@ typedef struct {
                                from the heads' measured accuracies) */
     int fixed_tree;         /* drafters: verify the whole proposal every round (no size
                                controller; benchmarks and tests) */
+    int shadows;            /* the size controller's shadows (drafter.c), for a cheap
+                               drafter: 0 where a step is slow enough, 1 always (tests) */
     int ngram_max;          /* prompt-lookup: the longest tail n-gram looked up (3) */
     int window, ngram, guess; /* lookahead: Jacobi window W (3), n-gram size N (3),
                                candidate n-grams verified G (W) */

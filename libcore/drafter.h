@@ -58,8 +58,9 @@ typedef struct Drafter {
                     const float *hidden, const float *logits);
     void (*free)(struct Drafter *);
     /* proposing costs next to nothing and drafts are deterministic (prompt lookup):
-       the loop then asks for the biggest tree each round, verifies the prefix it
-       chose, and learns what the rest would have kept from the tokens that follow */
+       where a step is slow enough, the loop then asks for the biggest tree each round,
+       verifies the prefix it chose, and learns what the rest would have kept from the
+       tokens that follow */
     int cheap;
 } Drafter;
 

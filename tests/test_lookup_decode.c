@@ -1,6 +1,7 @@
 /* test_lookup_decode — prompt lookup and lookahead decoding are lossless (issue 6):
    greedy output token-identical to standard on 200 TinyStories prompts at the
-   defaults (size controller on, and the whole proposal every round), and on a quarter
+   defaults (size controller on, with and without its shadows, and the whole proposal
+   every round), and on a quarter
    of them for each setting (prompt lookup: n-gram sizes 1..4, draft lengths 1, 4, 16;
    lookahead: window, n-gram and guess sizes, --adaptive), with an oracle that drafts
    the standard continuation (long accepted paths), at the prompt's, the budget's and
@@ -50,8 +51,17 @@ static void parity_lookup(int n_small) {
             snprintf(what, sizeof what, "ngram-max %d, draft-max %d, fixed", n, k);
             parity("prompt-lookup", &o, n_small, what);
         }
-    MethodOptions big = {.ngram_max = 8, .draft_max = 64};
+    MethodOptions big = {.ngram_max = 8, .draft_max = 64}, shadow = {.shadows = 1},
+                  big_shadow = {.ngram_max = 8, .draft_max = 64, .shadows = 1};
     parity("prompt-lookup", &big, n_small, "ngram-max 8, draft-max 64, size controller");
+    /* the controller's shadows run only where a step is slow (the 110m model): here on demand */
+    parity("prompt-lookup", &shadow, n_prompts, "defaults, size controller with shadows");
+    parity("prompt-lookup", &big_shadow, n_small, "ngram-max 8, draft-max 64, size controller with shadows");
+    for (int r = 0; r < 2; r++) { /* long kept paths through the shadows' walk */
+        MethodOptions o = {.oracle_rate = r ? 1.0f : 0.8f, .shadows = 1};
+        snprintf(what, sizeof what, "oracle %.1f, size controller with shadows", o.oracle_rate);
+        parity("prompt-lookup", &o, n_small, what);
+    }
     oracles("prompt-lookup", n_small);
     parity_edges("prompt-lookup", &fixed);
     MethodOptions one = {.draft_max = 1, .ngram_max = 1, .fixed_tree = 1};
