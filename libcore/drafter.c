@@ -208,8 +208,8 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best,
 /* ---- shadows: what a cheap drafter's whole tree would have kept ----
    A cheap drafter (drafter.h), where a step is slow enough (shadows_pay), proposes
    its biggest tree every round, plain rounds included, and the round verifies the
-   prefix its bucket allows. The whole tree waits
-   here until the tokens that follow decide its path: at each node, the child whose
+   prefix its bucket allows. The whole tree waits here until the tokens that follow
+   decide its path: at each node, the child whose
    token is the next output token. Greedy, that is exactly the path verifying the
    whole tree would have kept (the output is standard's); sampling, with point-mass
    drafts, a child is the next token with the probability the walk keeps it. So the
@@ -240,18 +240,22 @@ static void shadow_add(Shadows *sh, const DraftTree *t, int start) {
     memcpy(s->parent, t->parent, sizeof(int32_t) * t->n);
 }
 
+/* the first child of node among n nodes (parents before children) whose token is tok
+   (tok < 0: any child); -1 if none */
+static int child_of(const int32_t *parent, const int32_t *token, int n, int node, int tok) {
+    for (int c = node + 1; c < n; c++)
+        if (parent[c] == node && (tok < 0 || token[c] == tok)) return c;
+    return -1;
+}
+
 /* the path the output took through s, its length; 0 while the output is too short to tell */
 static int shadow_path(const Shadow *s, const int32_t *out, int n_out, int *path) {
     int node = 0, n = 1;
     path[0] = 0;
     for (;;) {
-        int child = -1;
-        for (int c = node + 1; c < s->n && child < 0; c++) {
-            if (s->parent[c] != node) continue;
-            if (s->start + n - 1 >= n_out) return 0;
-            if (s->token[c] == out[s->start + n - 1]) child = c;
-        }
-        if (child < 0) return n;
+        int at = s->start + n - 1, child = child_of(s->parent, s->token, s->n, node, at < n_out ? out[at] : -1);
+        if (child < 0) return n; /* a leaf, or no child is the output's token */
+        if (at >= n_out) return 0;
         path[n++] = node = child;
     }
 }
@@ -328,9 +332,7 @@ static int walk_greedy(Round *r, int V, int *next) {
     int node = 0, n = 1;
     r->path[0] = 0;
     for (;;) {
-        int want = k_argmax(r->lg + (size_t)node * V, V), child = -1;
-        for (int c = node + 1; c < t->n && child < 0; c++)
-            if (t->parent[c] == node && t->token[c] == want) child = c;
+        int want = k_argmax(r->lg + (size_t)node * V, V), child = child_of(t->parent, t->token, t->n, node, want);
         if (child < 0) {
             *next = want;
             return n;
@@ -448,7 +450,7 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
         double t0 = pd_now();
         if (!decided && z.plain > 0) {
             decided = 1;
-            if (d->opt.shadows || shadows_pay(&z)) shadow = 1, z.top = z.top < SHADOW_BUCKET ? z.top : SHADOW_BUCKET;
+            if (d->opt.shadows || shadows_pay(&z)) shadow = 1, z.top = SHADOW_BUCKET;
         }
         int bucket = sizer_pick(&z), max_nodes, max_depth, next;
         limits(d, P, shadow ? z.top : bucket, &max_nodes, &max_depth);

@@ -93,13 +93,21 @@ void medusa_free(MedusaHeads *h) {
 
 /* ---- the forward ---- */
 
+/* y[n][rows] = x[n][cols] · M^T for a head's packed matrix M: in 8 bits after
+   medusa_use_int8 (a row at a time, so a row's result never depends on n) */
+static void head_matmul(const MedusaHeads *h, float *y, const float *x, const void *M, int n, int cols, int rows) {
+    if (!h->q8) {
+        k_matmul(y, x, M, WT_F32, n, cols, rows);
+        return;
+    }
+    for (int t = 0; t < n; t++) k_q8_matvec(y + (size_t)t * rows, x + (size_t)t * cols, M, rows, cols);
+}
+
 void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *z, float *r) {
     size_t D = h->dim, nd = (size_t)n * D;
     float s = h->input_scale, sz[256]; /* SiLU(z), a stretch at a time */
     for (size_t i = 0; i < nd; i++) r[i] = s * x[i]; /* u = s x (exact when s = 1) */
-    if (h->q8)
-        for (int t = 0; t < n; t++) k_q8_matvec(z + t * D, r + t * D, h->Wp[k], (int)D, (int)D);
-    else k_matmul(z, r, h->Wp[k], WT_F32, n, (int)D, (int)D);
+    head_matmul(h, z, r, h->Wp[k], n, (int)D, (int)D);
     for (int t = 0; t < n; t++) k_add(z + t * D, h->b[k], D);
     for (size_t i0 = 0; i0 < nd; i0 += 256) {
         size_t m = nd - i0 < 256 ? nd - i0 : 256;
@@ -122,9 +130,7 @@ int medusa_logits(Model *m, const MedusaHeads *h, int k, const float *hidden, in
     float *x = buf, *z = buf + (size_t)n * D, *r = z + (size_t)n * D;
     k_rmsnorm(x, hidden, m->final_norm, n, D, m->c.norm_eps);
     medusa_resblock(h, k, x, n, z, r);
-    if (h->q8 && h->lmp[k])
-        for (int t = 0; t < n; t++) k_q8_matvec(logits + (size_t)t * h->vocab, r + (size_t)t * D, h->lmp[k], h->vocab, D);
-    else if (h->lmp[k]) k_matmul(logits, r, h->lmp[k], WT_F32, n, D, h->vocab);
+    if (h->lmp[k]) head_matmul(h, logits, r, h->lmp[k], n, D, h->vocab);
     else k_matmul(logits, r, m->lm_head.p, m->lm_head.t, n, D, h->vocab);
     if (buf != small) free(buf);
     return 0;

@@ -1,7 +1,7 @@
 /* qmatvec.c — an approximate y[rows] = x[cols] · W^T in 8-bit integers, for what only
-   drafts (Medusa heads' own LM heads): a quarter of f32's bytes, so a head's matrix sits
-   in L1 and cache beside the model instead of pushing it out. Never used for what the
-   model outputs.
+   drafts (Medusa heads' ResBlocks and own LM heads): a quarter of f32's bytes, so a
+   head's matrices sit in L1 and cache beside the model instead of pushing it out.
+   Never used for what the model outputs.
 
    Each row of W keeps its own scale (max |w| / 127, rounded to the nearest integer in
    [-127, 127]); x is quantized the same way per call, then offset by 128 to unsigned,
