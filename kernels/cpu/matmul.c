@@ -214,11 +214,11 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
    one token's memory time plus their FMA time; the tiles therefore prefetch the next
    chunk (or the next block's first: blocks lie one after another) as they go, each
    its share, which lets the two overlap. Were the first tile to fetch it all, memory
-   would idle while the others compute (4 tokens then cost 1.31 plain steps on the
-   widened 110m instead of 1.11). Prefetches never fault, even past the end (the addresses are integers until
-   then, so no pointer points past the weights). A small matrix stays in cache from
-   one call to the next: there chunks and prefetches would cost more than they save,
-   so it is one chunk. */
+   would idle while the others compute (4 tokens then cost 1.3 plain steps on the
+   widened 110m instead of 1.1). Prefetches never fault, even past the end (the
+   addresses are integers until then, so no pointer points past the weights). A
+   small matrix stays in cache from one call to the next: there chunks and prefetches
+   would cost more than they save, so it is one chunk. */
 static int tile_size(int left) { return left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1; }
 
 static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
