@@ -9,7 +9,8 @@
 
 /* ---- the round size controller ----
    Bucket b verifies at most 2^b nodes; bucket 0 is a plain step that asks the drafter
-   for nothing (a cheap drafter is asked all the same: shadows, below). Two things decide the best bucket, both measured as the text goes:
+   for nothing (a cheap drafter is asked all the same: shadows, below). Two things
+   decide the best bucket, both measured as the text goes:
    - what a round of each bucket yields: because the drafter orders its nodes so that
      every prefix is a tree, a round that verified n nodes also tells what any smaller
      bucket would have kept (the accepted path cut at the first node past the prefix;
@@ -166,6 +167,7 @@ static double add_cost(Sizer *z, int b, int n, double u) {
 /* what each bucket up to b would have kept of a tree of n nodes whose kept path is
    path[0..n_path): a prefix of 2^k nodes keeps the path up to its first node past it */
 static void sizer_gains(Sizer *z, int b, const int *path, int n_path, int n) {
+    if (z->fixed) return;
     for (int k = 1, below = 1, kept = 1; k <= b; k++, below = kept) {
         while (kept < n_path && path[kept] < (1 << k)) kept++;
         double w = 1.0 / ++z->seen[k], a = w > EMA_TOK ? w : EMA_TOK; /* the mean at first */
@@ -174,10 +176,10 @@ static void sizer_gains(Sizer *z, int b, const int *path, int n_path, int n) {
     }
 }
 
-/* a round of bucket b (0: plain) ran n nodes (side nodes included), kept the path,
-   would have kept `best` tokens with every draft right, and took sec seconds; its
-   gains are counted here unless a shadow counts them (below) */
-static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best, int n, double sec, int gains) {
+/* a round of bucket b (0: plain) ran n nodes (side nodes included), kept n_path
+   tokens, would have kept `best` with every draft right, and took sec seconds (what
+   it tells of each bucket's yield went in first: sizer_gains, or its shadows) */
+static void sizer_update(Sizer *z, int b, int n_path, int best, int n, double sec) {
     if (z->fixed) return;
     double u = 0; /* the round's cost in plain steps */
     if (n == 1) { /* a plain step (in a drafting bucket too, when the drafter had nothing) */
@@ -197,7 +199,6 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best,
         if (sec < z->plain) z->plain = sec; /* a tree costs at least a plain step: the unit was too high */
         u = add_cost(z, b, n, sec / z->plain);
     }
-    if (gains) sizer_gains(z, b, path, n_path, n);
     z->round++;
     int was = z->cur;
     z->cur = best_bucket(z);
@@ -209,13 +210,12 @@ static void sizer_update(Sizer *z, int b, const int *path, int n_path, int best,
    A cheap drafter (drafter.h), where a step is slow enough (shadows_pay), proposes
    its biggest tree every round, plain rounds included, and the round verifies the
    prefix its bucket allows. The whole tree waits here until the tokens that follow
-   decide its path: at each node, the child whose
-   token is the next output token. Greedy, that is exactly the path verifying the
-   whole tree would have kept (the output is standard's); sampling, with point-mass
-   drafts, a child is the next token with the probability the walk keeps it. So the
-   controller sees every bucket's yield in every round instead of probing for it, and
-   catches a text that starts repeating itself at once; only what rounds cost still
-   needs rounds of each size. */
+   decide its path: at each node, the child whose token is the next output token.
+   Greedy, that is exactly the path verifying the whole tree would have kept (the
+   output is standard's); sampling, with point-mass drafts, a child is the next token
+   with the probability the walk keeps it. So the controller sees every bucket's yield
+   in every round instead of probing for it, and catches a text that starts repeating
+   itself at once; only what rounds cost still needs rounds of each size. */
 #define SHADOW_BUCKET 6
 #define SHADOW_NODES (1 << SHADOW_BUCKET)
 #define SHADOWS SHADOW_NODES /* a round adds one and emits a token at least, so a tree is
@@ -492,7 +492,8 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
         x = next;
         P += n_path;
         if (shadow) shadows_settle(&sh, &z, d);
-        sizer_update(&z, bucket, r.path, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0, !shadow);
+        else sizer_gains(&z, bucket, r.path, n_path, t->n + t->n_side);
+        sizer_update(&z, bucket, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0);
     }
     rc = 0;
     d->t_decode += pd_now() - t_start;
