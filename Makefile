@@ -21,6 +21,11 @@ endif
 CFLAGS += -std=c11 $(OPT) -ffp-contract=off -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
 LDLIBS += -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm
 
+# what --version prints; a tool is rebuilt when the commit it would name changes
+PD_VERSION := 0.21
+PD_COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+COMMIT_STAMP := $(BUILD)/.commit-$(PD_COMMIT)
+
 LIB_SRC  := $(wildcard libcore/*.c libcore/decode/*.c kernels/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libcore.a
@@ -42,9 +47,12 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 $(LIB): $(LIB_OBJ)
 	$(AR) rcs $@ $^
 
-$(BIN)/%: tools/%.c $(LIB) | $(DEPS_OK)
+$(COMMIT_STAMP): | $(DEPS_OK)
+	@rm -f $(BUILD)/.commit-* && touch $@
+
+$(BIN)/%: tools/%.c $(LIB) $(COMMIT_STAMP) | $(DEPS_OK)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/obj/tool-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -DPD_VERSION='"$(PD_VERSION)"' -DPD_COMMIT='"$(PD_COMMIT)"' -MMD -MP -MF $(BUILD)/obj/tool-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
 
 $(BIN)/serve: LDLIBS += -lmicrohttpd
 

@@ -12,6 +12,10 @@ typedef enum { WT_F32, WT_BF16 } WType; /* weight storage the matmul reads direc
 /* thread pool; n_threads ≥ 1 (the caller's thread counts as one) */
 int k_init(int n_threads);
 int k_threads(void);
+/* what --version says: the backends compiled in ("cpu"), the instruction sets the
+   kernels were compiled for ("avx512f avx512bw ..." or "scalar") */
+const char *k_backends(void);
+const char *k_cpu_features(void);
 
 /* weights repacked into the layout k_matmul reads (the backend's choice); W is
    row-major [rows][cols], as Hugging Face stores Linear */

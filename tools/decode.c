@@ -154,7 +154,9 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: decode %s)", f, USAGE);
     }
-    if (!a.model || !a.prompt || a.n < 0) usage(USAGE);
+    if (!a.model) usage("-m MODEL");
+    if (!a.prompt) usage("-p PROMPT");
+    if (a.n < 0) usage("-n N");
     return a;
 }
 

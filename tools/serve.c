@@ -366,7 +366,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
         else die("unknown flag %s (usage: serve %s)", f, USAGE);
     }
-    if (!model) usage(USAGE);
+    if (!model) usage("-m MODEL");
     /* signals are taken by sigwait at the end, in no other thread: blocked before any starts */
     sigset_t sigs;
     sigemptyset(&sigs);

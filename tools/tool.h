@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "util.h"
 
 static const char *tool_name = "paradec";
@@ -25,9 +26,23 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void die(const cha
 /* libcore's last message */
 __attribute__((noreturn)) static inline void die_lib(void) { die("%s", pd_errmsg()); }
 
-__attribute__((noreturn)) static inline void usage(const char *text) {
-    fprintf(stderr, "usage: %s %s\n", tool_name, text);
-    exit(2);
+/* a required argument is missing: one line naming it, exit 1 (the usage is --help's) */
+__attribute__((noreturn)) static inline void usage(const char *missing) {
+    die("%s is required (%s --help lists the flags)", missing, tool_name);
+}
+
+#ifndef PD_VERSION
+#define PD_VERSION "unknown"
+#endif
+#ifndef PD_COMMIT
+#define PD_COMMIT "unknown"
+#endif
+/* --version: the release, the commit it was built from, the backends compiled in and
+   the CPU features the kernels were built for */
+__attribute__((noreturn)) static inline void version_exit(void) {
+    printf("%s (paradec) %s, commit %s\nbackends: %s\ncpu features: %s\n", tool_name, PD_VERSION, PD_COMMIT,
+           k_backends(), k_cpu_features());
+    exit(0);
 }
 
 static inline long arg_int(const char *flag, const char *s, long lo, long hi) {

@@ -102,3 +102,28 @@ void pool_run(PoolFn fn, void *ctx, int n, int align, int min_per_thread) {
     if (b < e) fn(ctx, b, e);
     while (atomic_load_explicit(&P.done, memory_order_acquire) < P.n - 1) _mm_pause();
 }
+
+const char *k_backends(void) { return "cpu"; }
+
+const char *k_cpu_features(void) {
+    return ""
+#ifdef __AVX512F__
+           "avx512f "
+#endif
+#ifdef __AVX512BW__
+           "avx512bw "
+#endif
+#ifdef __AVX512VNNI__
+           "avx512vnni "
+#endif
+#ifdef __AVX512BF16__
+           "avx512bf16 "
+#endif
+#ifdef __AVX2__
+           "avx2 "
+#endif
+#ifdef __FMA__
+           "fma "
+#endif
+           "(scalar paths always)";
+}
