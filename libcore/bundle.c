@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "util.h"
 
 #define HEAD_KINDS "exit-heads, medusa-heads"
@@ -91,7 +92,7 @@ static int add_prefixed(TfWriter *w, const TensorFile *h, const char *prefix) {
 /* the head files, opened and checked against the model's digest */
 static int open_heads(TensorFile *hs, const char *const *heads, int n, const char *digest, const char *model) {
     for (int i = 0; i < n; i++) {
-        if (tf_open(&hs[i], heads[i])) return -1;
+        if (tf_open(&hs[i], heads[i]) || tf_verify(&hs[i], NULL)) return -1;
         const char *kind = tf_meta(&hs[i], "paradec.kind"), *dig = tf_meta(&hs[i], "paradec.model_digest");
         if (!is_head_kind(kind))
             return pd_error("%s: not a head set (paradec.kind is '%s'; a bundle takes %s)", heads[i],
@@ -115,6 +116,7 @@ int bundle_write(const char *out, const char *model, const char *const *heads, i
         rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", model, kind ? kind : "missing");
     else if (!digest)
         rc = pd_error("%s: the model records no digest (convert it again)", model);
+    rc = rc ? rc : model_verify(&m); /* a damaged model would travel on with its digest */
     rc = rc ? rc : open_heads(hs, heads, n_heads, digest, model);
     json_t *list = json_array();
     char prefix[32];

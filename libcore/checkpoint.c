@@ -120,20 +120,10 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);               /* round to nearest even */
 }
 
-/* canonical tensor order: embedding, layers in order, the rest by name — so the
-   same weights give the same file and digest whatever order an importer used */
-static int order_key(const char *name, int *layer) {
-    if (!strcmp(name, NAME_EMBED)) return 0;
-    if (sscanf(name, "model.layers.%d.", layer) == 1) return 1;
-    return 2;
-}
-
+/* canonical tensor order (model_tensor_order): the same weights give the same file
+   and digest whatever order an importer used */
 static int by_canonical_order(const void *a, const void *b) {
-    const CkTensor *x = a, *y = b;
-    int lx = 0, ly = 0, gx = order_key(x->name, &lx), gy = order_key(y->name, &ly);
-    if (gx != gy) return gx - gy;
-    if (lx != ly) return lx - ly;
-    return strcmp(x->name, y->name);
+    return model_tensor_order(((const CkTensor *)a)->name, ((const CkTensor *)b)->name);
 }
 
 /* small vectors stay F32 whatever the weights are stored as */
@@ -146,10 +136,12 @@ int mw_begin(ModelWriter *mw, const char *path, DType dt) {
     mw->hash = XXH3_createState();
     if (!mw->hash) return pd_error("%s: out of memory", path);
     XXH3_128bits_reset(mw->hash);
-    if (!(mw->w = tfw_begin(path, -1))) {
+    if (!(mw->path = pd_strdup(path)) || !(mw->w = tfw_begin(path, -1))) {
         XXH3_freeState(mw->hash);
+        free(mw->path);
         return -1;
     }
+    tfw_record_digests(mw->w);
     return 0;
 }
 
@@ -157,7 +149,28 @@ static void mw_free(ModelWriter *mw) {
     for (int i = 0; i < mw->n_owned; i++) free(mw->owned[i]);
     free(mw->owned);
     XXH3_freeState(mw->hash);
+    free(mw->path);
     memset(mw, 0, sizeof *mw);
+}
+
+/* a NaN or infinity in a weight is refused when the file is written: the digest then
+   vouches for finite weights, and loading need not scan them */
+static int check_finite(const ModelWriter *mw, const char *name, const void *bytes, DType dt, size_t count) {
+    int bad = 0;
+    if (dt == DT_F32) {
+        const uint32_t *u = bytes;
+        for (size_t j = 0; j < count; j++) bad |= (u[j] & 0x7f800000u) == 0x7f800000u;
+    } else {
+        const uint16_t *u = bytes;
+        for (size_t j = 0; j < count; j++) bad |= (u[j] & 0x7f80u) == 0x7f80u;
+    }
+    if (!bad) return 0;
+    size_t j = 0;
+    while (dt == DT_F32 ? (((const uint32_t *)bytes)[j] & 0x7f800000u) != 0x7f800000u
+                        : (((const uint16_t *)bytes)[j] & 0x7f80u) != 0x7f80u)
+        j++;
+    return pd_error("%s: tensor '%s' element %zu is not finite%s: refusing to write it", mw->path, name, j,
+                    dt == DT_BF16 ? " in bf16" : "");
 }
 
 int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data) {
@@ -175,10 +188,8 @@ int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], 
         for (size_t j = 0; j < count; j++) b[j] = f32_to_bf16(data[j]);
         bytes = mw->owned[mw->n_owned++] = b;
     }
-    XXH3_128bits_update(mw->hash, name, strlen(name) + 1);
-    XXH3_128bits_update(mw->hash, &dt, sizeof dt);
-    XXH3_128bits_update(mw->hash, shape, 2 * sizeof(int64_t));
-    XXH3_128bits_update(mw->hash, bytes, count * dtype_size(dt));
+    if (check_finite(mw, name, bytes, dt, count)) return -1;
+    model_digest_update(mw->hash, name, dt, shape, bytes, count * dtype_size(dt));
     return tfw_add(mw->w, name, dt, ndim, shape, bytes);
 }
 

@@ -38,9 +38,11 @@ int ck_check_tokenizer(const Checkpoint *ck, const void *bytes, size_t n, const 
 
 /* a model file written one tensor at a time (what ck_write_model and widen share):
    weights go out in dt (F32 or BF16; norm gains stay F32), each hashed into the
-   digest. F32 data is referenced until commit; BF16 copies are the writer's. */
+   digest (and into paradec.digests, one per tensor); a weight that is not finite is
+   refused. F32 data is referenced until commit; BF16 copies are the writer's. */
 typedef struct {
     TfWriter *w;
+    char *path;
     struct XXH3_state_s *hash;
     DType dt;
     void **owned; /* converted copies */
@@ -57,8 +59,9 @@ int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t
 void mw_abort(ModelWriter *mw);
 
 /* write a model file: weights in dt (F32 or BF16; norm gains stay F32), metadata
-   paradec.kind=model, paradec.config, paradec.digest (of the tensors as written),
-   paradec.chat_template when the checkpoint has one */
+   paradec.kind=model, paradec.config, paradec.digest (of the tensors as written,
+   model_digest_update), paradec.digests (tfw_record_digests), paradec.chat_template
+   when the checkpoint has one */
 int ck_write_model(const Checkpoint *ck, const char *path, DType dt);
 /* read a model file back into f32 tensors (for widen) */
 int ck_read_model(Checkpoint *ck, const char *path);

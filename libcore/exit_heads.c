@@ -107,6 +107,10 @@ int heads_load(ExitHeads *h, const char *path, const Model *m) {
 int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const char *path) {
     memset(h, 0, sizeof *h);
     if (bundle_view(file, "exit-heads", &h->tf, path)) return -1;
+    if (tf_verify(&h->tf, NULL)) {
+        tf_close(&h->tf);
+        return -1;
+    }
     const char *kind = tf_meta(&h->tf, "paradec.kind"), *ls = tf_meta(&h->tf, "paradec.exit.layers");
     const char *norm = tf_meta(&h->tf, "paradec.exit.norm"), *dig = tf_meta(&h->tf, "paradec.model_digest");
     int layers[MAX_EXIT_HEADS], n = 0, rc = 0;
@@ -160,6 +164,7 @@ int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n,
 int heads_save(const ExitHeads *h, const char *path, const char *const *meta, int n_meta) {
     TfWriter *w = tfw_begin(path, -1);
     if (!w) return -1;
+    tfw_record_digests(w);
     char layers[16 * MAX_EXIT_HEADS] = "", name[MAX_EXIT_HEADS][32], dim[16];
     int64_t shape[2] = {h->dim, h->dim};
     int rc = 0;

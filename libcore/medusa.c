@@ -243,6 +243,10 @@ int medusa_load_tf(MedusaHeads *h, const TensorFile *file, const Model *m, const
     memset(h, 0, sizeof *h);
     TensorFile view, *tf = &view;
     if (bundle_view(file, "medusa-heads", &view, what)) return -1;
+    if (tf_verify(&view, NULL)) {
+        tf_close(&view);
+        return -1;
+    }
     long K = 0;
     float scale = 1;
     int own[MAX_MEDUSA] = {0}, rc = check_meta(tf, m, &K, &scale, what);
@@ -278,6 +282,7 @@ int medusa_load(MedusaHeads *h, const char *path, const Model *m) {
 int medusa_save(const MedusaHeads *h, const char *path, const char *const *meta, int n_meta) {
     TfWriter *w = tfw_begin(path, -1);
     if (!w) return -1;
+    tfw_record_digests(w);
     char name[64], num[3][32], *acc = NULL;
     int64_t sq[2] = {h->dim, h->dim}, vec[1] = {h->dim}, lm[2] = {h->vocab, h->dim};
     int rc = 0;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* per-layer tensor suffixes, Hugging Face names */
 static const char *const LAYER_NAMES[] = {
@@ -308,6 +309,106 @@ static int pack_weights(Model *m) {
     return rc;
 }
 
+/* ---- checked weights ---- */
+
+static int order_key(const char *name, int *layer) {
+    if (!strcmp(name, NAME_EMBED)) return 0;
+    if (sscanf(name, "model.layers.%d.", layer) == 1) return 1;
+    return 2;
+}
+
+int model_tensor_order(const char *a, const char *b) {
+    int la = 0, lb = 0, ga = order_key(a, &la), gb = order_key(b, &lb);
+    if (ga != gb) return ga - gb;
+    if (la != lb) return la - lb;
+    return strcmp(a, b);
+}
+
+static int by_tensor_order(const void *a, const void *b) {
+    return model_tensor_order((*(const Tensor *const *)a)->name, (*(const Tensor *const *)b)->name);
+}
+
+void model_digest_update(XXH3_state_t *s, const char *name, DType dt, const int64_t shape[2], const void *bytes,
+                         size_t n) {
+    int32_t d = (int32_t)dt;
+    XXH3_128bits_update(s, name, strlen(name) + 1);
+    XXH3_128bits_update(s, &d, sizeof d);
+    XXH3_128bits_update(s, shape, 2 * sizeof(int64_t));
+    XXH3_128bits_update(s, bytes, n);
+}
+
+/* paradec.digest of these tensors in this order, as hex */
+static int digest_of(const Tensor *const *t, int n, char hex[33]) {
+    XXH3_state_t *s = XXH3_createState();
+    if (!s) return pd_error("out of memory");
+    XXH3_128bits_reset(s);
+    for (int i = 0; i < n; i++) {
+        /* what a writer's [rows][cols] says; no writer makes another rank */
+        int64_t shape[2] = {t[i]->ndim >= 1 ? t[i]->shape[0] : -1, t[i]->ndim == 2 ? t[i]->shape[1] : t[i]->ndim == 1 ? 1 : -1};
+        model_digest_update(s, t[i]->name, t[i]->dtype, shape, t[i]->data, t[i]->nbytes);
+    }
+    XXH128_hash_t d = XXH3_128bits_digest(s);
+    XXH3_freeState(s);
+    snprintf(hex, 33, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
+    return 0;
+}
+
+/* what paradec.digest covers: every tensor but the tokenizer and a bundle's head sets */
+static int is_weight(const Tensor *t, int bundle) {
+    return strcmp(t->name, "tokenizer.bytes") && !(bundle && !strncmp(t->name, "heads.", 6));
+}
+
+int model_verify(const TensorFile *tf) {
+    if (!pd_verify_weights) return 0;
+    const char *path = tf->path ? tf->path : "?", *want = tf_meta(tf, "paradec.digest"), *kind = tf_meta(tf, "paradec.kind");
+    if (!want)
+        return pd_error("%s: records no paradec.digest, so its weights cannot be checked (convert it again, or "
+                        "--no-verify loads it anyway)", path);
+    int bundle = kind && !strcmp(kind, "bundle"), nd = 0, n = 0, rc = 0;
+    TfDigest *d = NULL;
+    if (tf_digests(tf, &d, &nd)) return -1;
+    const Tensor **w = pd_alloc(sizeof *w * (tf->n + 1)); /* the weights, in the order they were hashed */
+    if (!w) {
+        free(d);
+        return -1;
+    }
+    if (d) { /* the writer's order; every weight must be in it */
+        for (int i = 0; i < nd; i++)
+            if (is_weight(d[i].t, bundle)) w[n++] = d[i].t;
+        for (int i = 0; i < tf->n && !rc; i++) {
+            int listed = !is_weight(&tf->t[i], bundle);
+            for (int j = 0; j < n && !listed; j++) listed = w[j] == &tf->t[i];
+            if (!listed)
+                rc = pd_error("%s: tensor '%s' has no digest in %s: not as written", path, tf->t[i].name, TF_DIGESTS_KEY);
+        }
+    } else { /* an older file: convert's and widen's order */
+        for (int i = 0; i < tf->n; i++)
+            if (is_weight(&tf->t[i], bundle)) w[n++] = &tf->t[i];
+        qsort(w, (size_t)n, sizeof *w, by_tensor_order);
+    }
+    char got[33];
+    rc = rc ? rc : digest_of(w, n, got);
+    if (!rc && !d && strcmp(got, want)) { /* else the file's own (older drafts and random models) */
+        n = 0;
+        for (int i = 0; i < tf->n; i++)
+            if (is_weight(&tf->t[i], bundle)) w[n++] = &tf->t[i];
+        rc = digest_of(w, n, got);
+    }
+    if (!rc && strcmp(got, want)) {
+        if (!d)
+            rc = pd_error("%s: the weights do not match paradec.digest: the file is damaged (it predates per-tensor "
+                          "digests, so the damaged tensor cannot be named; --no-verify loads it anyway)", path);
+        else if (!(rc = tf_check_digests(tf, d, nd)))
+            rc = pd_error("%s: the weights do not match paradec.digest though every tensor matches its own digest: "
+                          "the header (a tensor's name, dtype or shape) was changed (--no-verify loads it anyway)", path);
+    }
+    for (int i = 0; i < nd && !rc; i++) /* what the whole digest leaves out: the tokenizer */
+        if (!is_weight(d[i].t, bundle)) rc = tf_check_digests(tf, &d[i], 1);
+    free(w);
+    free(d);
+    return rc;
+}
+
 int model_load(Model *m, const char *path) {
     memset(m, 0, sizeof *m);
     if (tf_open(&m->tf, path)) return -1;
@@ -318,6 +419,7 @@ int model_load(Model *m, const char *path) {
         rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", path, kind ? kind : "missing");
     else if (!cfg)
         rc = pd_error("%s: paradec.config is missing", path);
+    rc = rc ? rc : model_verify(&m->tf);
     rc = rc ? rc : config_from_json(&m->c, cfg, path);
     if (!rc) snprintf(m->digest, sizeof m->digest, "%s", dig ? dig : "");
     size_t rope = pd_mul(pd_mul((size_t)m->c.seq_len, m->c.head_dim), sizeof(float));

@@ -69,8 +69,24 @@ typedef struct {
 } Model;
 
 /* load a model file written by convert/widen (validated: config, every tensor's
-   dtype and shape, tokenizer vocabulary = model vocabulary) */
+   dtype and shape, tokenizer vocabulary = model vocabulary; the weights checked
+   against their digests, model_verify, unless pd_verify_weights is 0) */
 int model_load(Model *m, const char *path);
+/* a model file's (or a bundle's) weights against paradec.digest, the whole-model
+   digest, and the per-tensor paradec.digests when the file records them (those name a
+   damaged tensor; an older file without them is refused naming only the file) */
+int model_verify(const TensorFile *tf);
+
+/* paradec.digest is XXH3-128 (hex: high 64 bits, then low) over the weights in the
+   order they were written, every tensor but tokenizer.bytes: per tensor its name and
+   its NUL, its dtype (DType as a little-endian int32), its shape as two int64 (a
+   vector [n] as [n, 1]) and its bytes as stored */
+struct XXH3_state_s;
+/* the order convert and widen write weights in: the embedding, the layers in order
+   (by name within one), the rest by name (qsort-style) */
+int model_tensor_order(const char *a, const char *b);
+void model_digest_update(struct XXH3_state_s *s, const char *name, DType dt, const int64_t shape[2],
+                         const void *bytes, size_t n);
 void model_free(Model *m);
 /* bytes of weights one decode step reads (every matrix once; one embedding row) */
 double model_weight_bytes(const Model *m);

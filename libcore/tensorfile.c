@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #define TF_MAX_HEADER 100000000ull         /* the reference reader's limit */
@@ -511,6 +512,91 @@ int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const 
     return 0;
 }
 
+/* ---- checked weights ---- */
+
+int pd_verify_weights = 1;
+
+uint64_t tf_tensor_digest(const Tensor *t) { return XXH3_64bits(t->nbytes ? t->data : "", t->nbytes); }
+
+static int parse_hex64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    int i = 0;
+    for (; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (s[i]) return -1;
+    *out = v;
+    return 0;
+}
+
+int tf_digests(const TensorFile *tf, TfDigest **d, int *n) {
+    const char *path = tf->path ? tf->path : "?", *list = tf_meta(tf, TF_DIGESTS_KEY);
+    *d = NULL;
+    *n = 0;
+    if (!list) return 0;
+    json_t *a = json_loads(list, 0, NULL), *e;
+    if (!json_is_array(a)) {
+        json_decref(a);
+        return pd_error("%s: %s is not a JSON array of [name, digest] pairs", path, TF_DIGESTS_KEY);
+    }
+    TfDigest *out = pd_alloc(sizeof *out * (json_array_size(a) + 1));
+    size_t i;
+    int rc = out ? 0 : -1;
+    json_array_foreach(a, i, e) {
+        const char *name = json_string_value(json_array_get(e, 0)), *hex = json_string_value(json_array_get(e, 1));
+        if (rc) break;
+        if (!json_is_array(e) || json_array_size(e) != 2 || !name || !hex || parse_hex64(hex, &out[i].digest)) {
+            rc = pd_error("%s: %s entry %zu is not a [name, 16 hex digits] pair", path, TF_DIGESTS_KEY, i + 1);
+        } else if (!(out[i].t = tf_get(tf, name))) {
+            rc = pd_error("%s: tensor '%s' is missing (%s lists it)", path, name, TF_DIGESTS_KEY);
+        } else {
+            for (size_t j = 0; j < i && !rc; j++)
+                if (out[j].t == out[i].t) rc = pd_error("%s: %s lists tensor '%s' twice", path, TF_DIGESTS_KEY, name);
+        }
+    }
+    if (!rc) {
+        *d = out;
+        *n = (int)json_array_size(a);
+    } else
+        free(out);
+    json_decref(a);
+    return rc;
+}
+
+int tf_check_digests(const TensorFile *tf, const TfDigest *d, int n) {
+    for (int i = 0; i < n; i++) {
+        uint64_t got = tf_tensor_digest(d[i].t);
+        if (got != d[i].digest)
+            return pd_error("%s: tensor '%s' is damaged: its bytes hash to %016llx, not the %016llx recorded when "
+                            "it was written (--no-verify loads it anyway)",
+                            tf->path ? tf->path : "?", d[i].t->name, (unsigned long long)got,
+                            (unsigned long long)d[i].digest);
+    }
+    return 0;
+}
+
+int tf_verify(const TensorFile *tf, int *recorded) {
+    TfDigest *d;
+    int n;
+    if (recorded) *recorded = 0;
+    if (!pd_verify_weights) return 0;
+    if (tf_digests(tf, &d, &n)) return -1;
+    if (recorded) *recorded = d != NULL;
+    int rc = d ? tf_check_digests(tf, d, n) : 0;
+    for (int i = 0; d && !rc && i < tf->n; i++) { /* a tensor the writer never hashed */
+        int listed = 0;
+        for (int j = 0; j < n && !listed; j++) listed = d[j].t == &tf->t[i];
+        if (!listed)
+            rc = pd_error("%s: tensor '%s' has no digest in %s: not as written", tf->path ? tf->path : "?",
+                          tf->t[i].name, TF_DIGESTS_KEY);
+    }
+    free(d);
+    return rc;
+}
+
 /* ---- writing ---- */
 
 typedef struct {
@@ -530,6 +616,7 @@ struct TfWriter {
     int n, cap;
     char **mkey, **mval;
     int n_meta, cap_meta;
+    int digests; /* record paradec.digests at commit */
 };
 
 static int is_utf8(const char *s) { /* jansson refuses invalid UTF-8; find out now, not at commit */
@@ -632,6 +719,28 @@ static void writer_free(TfWriter *w) {
     free(w->mval);
     free(w->path);
     free(w);
+}
+
+void tfw_record_digests(TfWriter *w) {
+    if (w) w->digests = 1;
+}
+
+/* paradec.digests: [[name, xxh3-64 hex], ...] in add order */
+static int put_digests(TfWriter *w) {
+    json_t *a = json_array();
+    int bad = !a;
+    for (int i = 0; !bad && i < w->n; i++) {
+        const WEntry *e = &w->e[i];
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(e->nbytes ? e->data : "", e->nbytes));
+        bad |= json_array_append_new(a, json_pack("[s, s]", e->name, hex));
+    }
+    char *s = bad ? NULL : json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    if (!s) return pd_error("%s: out of memory writing %s", w->path, TF_DIGESTS_KEY);
+    int rc = tfw_meta(w, TF_DIGESTS_KEY, s);
+    free(s);
+    return rc;
 }
 
 void tfw_abort(TfWriter *w) {
@@ -790,7 +899,7 @@ int tfw_commit(TfWriter *w) {
     size_t hlen = 0;
     Sink s = {0};
     int rc = -1;
-    if (!order) goto out;
+    if (!order || (w->digests && put_digests(w))) goto out;
     if (!(hdr = build_header(w, order, &hlen))) goto out;
     uint64_t total = 8 + hlen;
     for (int i = 0; i < w->n; i++) total += w->e[i].nbytes;

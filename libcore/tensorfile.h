@@ -59,6 +59,29 @@ const char *tf_meta(const TensorFile *tf, const char *key);     /* NULL when abs
 int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const int64_t *shape,
               const Tensor **out);
 
+/* ---- checked weights: per-tensor digests ----
+   A writer asked to (tfw_record_digests) stores metadata "paradec.digests": a JSON
+   array of [name, XXH3-64 of the tensor's bytes as stored, 16 hex digits], one pair per
+   tensor in the order they were added. Loaders check them (model_load also checks the
+   whole-model paradec.digest) unless pd_verify_weights is 0 (the tools' --no-verify);
+   a tool sets it once, before loading anything. */
+extern int pd_verify_weights;
+#define TF_DIGESTS_KEY "paradec.digests"
+typedef struct {
+    const Tensor *t;
+    uint64_t digest; /* as recorded */
+} TfDigest;
+uint64_t tf_tensor_digest(const Tensor *t);
+/* the recorded list, its tensors looked up: *d = NULL, *n = 0 when the file records
+   none; -1 + message when it is malformed or names a tensor the file lacks. free(*d) */
+int tf_digests(const TensorFile *tf, TfDigest **d, int *n);
+/* -1 + "path: tensor 'x' is damaged ..." for the first whose bytes do not match */
+int tf_check_digests(const TensorFile *tf, const TfDigest *d, int n);
+/* all of it for a file that is just its tensors (a head set, or a view of one):
+   0 when nothing is recorded (*recorded = 0) or everything matches and every tensor
+   is listed; a no-op when pd_verify_weights is 0. recorded may be NULL */
+int tf_verify(const TensorFile *tf, int *recorded);
+
 /* ---- writing: atomic (temp file, rename on commit); "-" streams to stdout ---- */
 typedef struct TfWriter TfWriter;
 /* compress: 1 = zstd, 0 = plain, -1 = decide by name (".zst" suffix or "-" → zstd) */
@@ -67,6 +90,8 @@ int tfw_meta(TfWriter *w, const char *key, const char *value);
 /* data is referenced, not copied: it must stay valid until tfw_commit */
 int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *shape,
             const void *data);
+/* at commit, hash every tensor into paradec.digests (above), replacing any set before */
+void tfw_record_digests(TfWriter *w);
 int tfw_commit(TfWriter *w); /* writes everything, renames; frees w */
 void tfw_abort(TfWriter *w); /* leaves no output; frees w */
 

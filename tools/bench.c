@@ -69,6 +69,7 @@ static Args parse(int argc, char **argv) {
         else if (!strcmp(f, "--out")) a.out = arg_next(argc, argv, &i);
         else if (!strcmp(f, "-t")) a.threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
         else if (!strcmp(f, "--model")) a.model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(f, "--exit-heads")) a.exit = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--medusa")) a.medusa = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--draft")) a.draft = arg_next(argc, argv, &i);

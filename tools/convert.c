@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) tok = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "--heads")) heads = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(argv[i], "--layers")) layers = (int)arg_int(argv[i], arg_next(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(argv[i], "-o")) out = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "--dtype")) dtype = arg_next(argc, argv, &i);

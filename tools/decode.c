@@ -121,6 +121,7 @@ static Args parse(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "-m")) a.model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(f, "-p")) a.prompt = arg_next(argc, argv, &i);
         else if (!strcmp(f, "-n")) a.n = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 30);
         else if (!strcmp(f, "--temp")) a.temp = arg_num(f, arg_next(argc, argv, &i), 0, 1e6);

@@ -82,6 +82,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(a, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(a, "--data")) data = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--fields")) fields = arg_next(argc, argv, &i);
         else if (!strcmp(a, "--special")) special = 1;

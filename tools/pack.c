@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(f, "-o")) out = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--list")) list = arg_next(argc, argv, &i);
         else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);

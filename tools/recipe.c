@@ -300,6 +300,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out")) out = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "--stamps")) stamps = arg_next(argc, argv, &i);
         else if (!strcmp(argv[i], "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(argv[i], "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(argv[i], "-t")) threads = (int)arg_int("-t", arg_next(argc, argv, &i), 1, 64);
         else die("unknown flag %s (usage: recipe %s)", argv[i], USAGE);
     }

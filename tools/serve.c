@@ -351,6 +351,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "-m") || !strcmp(f, "--model")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(f, "--host")) host = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--port")) port = (int)arg_int(f, arg_next(argc, argv, &i), 0, 65535);
         else if (!strcmp(f, "--parallel")) o.parallel = (int)arg_int(f, arg_next(argc, argv, &i), 1, 256);

@@ -80,6 +80,7 @@ static Args parse(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-m")) a.model = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(s, "--data")) a.data = arg_next(argc, argv, &i);
         else if (!strcmp(s, "--fields")) a.fields = arg_next(argc, argv, &i);
         else if (!strcmp(s, "--special")) a.special = 1;

@@ -55,6 +55,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "-m")) model = arg_next(argc, argv, &i);
+        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(f, "--sizes")) sizes = arg_next(argc, argv, &i);
         else if (!strcmp(f, "--ctx")) ctx = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(f, "--reps")) reps = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);

@@ -53,6 +53,7 @@ static Args parse(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-m")) a.model = arg_next(argc, argv, &i);
+        else if (!strcmp(s, "--no-verify")) pd_verify_weights = 0;
         else if (!strcmp(s, "--preset")) a.preset = arg_next(argc, argv, &i);
         else if (!strcmp(s, "--dtype")) dtype = arg_next(argc, argv, &i);
         else if (!strcmp(s, "--seed")) a.seed = (uint64_t)arg_int(s, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
