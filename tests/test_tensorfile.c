@@ -665,6 +665,87 @@ static void test_big(void) {
     free(d);
 }
 
+/* ---- checked weights: paradec.digests (golden values from Python's xxhash and xxhsum,
+   XXH3-64 of the bytes) ---- */
+
+static int write_digested(const char *path, const char *list) {
+    static const char abc[3] = {'a', 'b', 'c'};
+    int64_t s15[1] = {15}, s3[1] = {3}, s0[2] = {0, 7};
+    TfWriter *w = tfw_begin(path, -1);
+    if (!w) return -1;
+    if (list) tfw_meta(w, TF_DIGESTS_KEY, list); /* a hand-made list */
+    else tfw_record_digests(w);
+    if (tfw_add(w, "w", DT_F32, 1, s15, w_f32) || tfw_add(w, "abc", DT_U8, 1, s3, abc) ||
+        tfw_add(w, "empty", DT_F32, 2, s0, NULL)) {
+        tfw_abort(w);
+        return -1;
+    }
+    return tfw_commit(w);
+}
+
+static void verify_refuses(const char *what, const char *list, const char *msg) {
+    char *p = tmp_path("dl.safetensors");
+    TensorFile tf;
+    int ok = write_digested(p, list) == 0 && tf_open(&tf, p) == 0;
+    CHECK(ok, "%s: write/open: %s", what, pd_errmsg());
+    if (!ok) return;
+    int rec = -1, rc = tf_verify(&tf, &rec);
+    CHECK(rc == -1 && strstr(pd_errmsg(), msg) && strstr(pd_errmsg(), p), "%s: rc %d: %s", what, rc, pd_errmsg());
+    tf_close(&tf);
+    remove(p);
+}
+
+static void test_digests(void) {
+    /* the writer's order, not the file's ("empty" is stored first, "abc" last) */
+    const char *want = "[[\"w\",\"6e4c91b5c404ca96\"],[\"abc\",\"78af5f94892f3950\"],[\"empty\",\"2d06800538d394c2\"]]";
+    for (int z = 0; z < 2; z++) {
+        char *p = tmp_path(z ? "d.safetensors.zst" : "d.safetensors");
+        TensorFile tf;
+        CHECK(write_digested(p, NULL) == 0 && tf_open(&tf, p) == 0, "digests %d: %s", z, pd_errmsg());
+        const char *got = tf_meta(&tf, TF_DIGESTS_KEY);
+        CHECK(got && !strcmp(got, want), "digests %d: recorded %s", z, got ? got : "(none)");
+        CHECK(tf.n == 3 && !strcmp(tf.t[0].name, "empty") && !strcmp(tf.t[2].name, "abc"), "digests %d: file order", z);
+        int rec = -1;
+        CHECK(tf_verify(&tf, &rec) == 0 && rec == 1, "digests %d: verify: %s", z, pd_errmsg());
+        tf_close(&tf);
+        /* one byte of "abc" changed, in memory: refused naming it, unless verification is off */
+        size_t n = 0;
+        char *bytes = read_bytes(tmp_path("d.safetensors"), &n);
+        if (z && bytes) {
+            char *c = memmem(bytes, n, "abc", 3); /* its data: the header holds "abc" only quoted */
+            while (c && c > bytes && c[-1] == '"') c = memmem(c + 1, n - (size_t)(c + 1 - bytes), "abc", 3);
+            CHECK(c != NULL, "abc's bytes not found");
+            if (c) c[1] = 'B';
+            CHECK(tf_parse(&tf, bytes, n, "mem") == 0, "parse: %s", pd_errmsg());
+            int rc = tf_verify(&tf, NULL);
+            CHECK(rc == -1 && strstr(pd_errmsg(), "mem: tensor 'abc' is damaged"), "damage: %d %s", rc, pd_errmsg());
+            pd_verify_weights = 0;
+            CHECK(tf_verify(&tf, &rec) == 0 && rec == 0, "--no-verify: %s", pd_errmsg());
+            pd_verify_weights = 1;
+            tf_close(&tf);
+        }
+        free(bytes);
+        if (z) {
+            remove(p);
+            remove(tmp_path("d.safetensors"));
+        }
+    }
+    TensorFile tf;
+    CHECK(write_specs(tmp_path("n.safetensors"), 0) == 0 && tf_open(&tf, tmp_path("n.safetensors")) == 0, "%s", pd_errmsg());
+    int rec = -1;
+    CHECK(tf_verify(&tf, &rec) == 0 && rec == 0, "no digests recorded: %s", pd_errmsg());
+    tf_close(&tf);
+    remove(tmp_path("n.safetensors"));
+    verify_refuses("not JSON", "[[", "is not a JSON array");
+    verify_refuses("not hex", "[[\"w\",\"6e4c91b5c404ca9g\"]]", "entry 1 is not a [name, 16 hex digits] pair");
+    verify_refuses("short hex", "[[\"w\",\"6e4c91b5c404ca9\"]]", "entry 1 is not");
+    verify_refuses("a tensor the file lacks", "[[\"nope\",\"0000000000000000\"]]", "tensor 'nope' is missing");
+    verify_refuses("twice", "[[\"w\",\"6e4c91b5c404ca96\"],[\"w\",\"6e4c91b5c404ca96\"]]", "lists tensor 'w' twice");
+    verify_refuses("a wrong digest", "[[\"w\",\"6e4c91b5c404ca97\"]]", "tensor 'w' is damaged");
+    verify_refuses("a tensor left out", "[[\"w\",\"6e4c91b5c404ca96\"],[\"abc\",\"78af5f94892f3950\"]]",
+                   "tensor 'empty' has no digest");
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/test_tensorfile.XXXXXX");
     if (!mkdtemp(dir)) {
@@ -681,6 +762,7 @@ int main(void) {
     test_writer();
     test_expect();
     test_big();
+    test_digests();
     remove(tmp_path("m.safetensors"));
     remove(tmp_path("m.safetensors.zst"));
     CHECK(dir_count(dir) == 0, "files left in %s", dir);
