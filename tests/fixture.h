@@ -1,14 +1,17 @@
 /* fixture.h — what the model tests share: the test model ($MODEL, else the default
-   model `make` converts) and half-precision conversions written the test's own way
-   (independent of libcore's). Include after check.h. */
+   model `make` converts), data files that may be absent (test_data), and half-precision
+   conversions written the test's own way (independent of libcore's). Include after
+   check.h. */
 #ifndef PD_FIXTURE_H
 #define PD_FIXTURE_H
+#include <errno.h> /* program_invocation_short_name */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "util.h"
 
 static inline const char *test_model_path(void) {
     const char *path = getenv("MODEL");
@@ -21,6 +24,20 @@ static inline int test_model_load(Model *m) {
     fprintf(stderr, "%s\n", pd_errmsg());
     CHECK(0, "model");
     return -1;
+}
+
+/* the path of data file `rel` (pd_data_path's order), or NULL after one line "SKIP
+   test_x: what: needs rel ..." that run.sh passes on: in a clone without the shared
+   data the parts that need it skip, and say so. A file found but unreadable is the
+   caller's failure, not a skip. */
+static inline const char *test_data(const char *what, const char *rel) {
+    static char path[8][4096];
+    static int k;
+    char *p = path[k++ % 8];
+    if (pd_data_path(rel, p, sizeof path[0]) == 0) return p;
+    printf("SKIP %s: %s: needs %s (not under $PARADEC_DATA, data/ or ../shared/data)\n",
+           program_invocation_short_name, what, rel);
+    return NULL;
 }
 
 /* a half's value by the definition, with ldexp */

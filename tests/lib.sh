@@ -19,6 +19,20 @@ data() { # data REL → path under $PARADEC_DATA, data/ or ../shared/data
     echo "missing-data/$1"
 }
 
+# need WHAT REL...: 0 when every REL is found by `data`; else one line "SKIP test: WHAT:
+# needs REL ..." (run.sh passes SKIP lines on) and 1. A clone without the shared data
+# runs what it can: `need ... || { finish NAME; exit 0; }` skips a whole test,
+# `if need ...; then ... fi` a part of one.
+need() {
+    what=$1; shift
+    for r; do
+        case $(data "$r") in missing-data/*)
+            echo "SKIP $(basename "$0" .sh): $what: needs $r (not under \$PARADEC_DATA, data/ or ../shared/data)"
+            return 1 ;;
+        esac
+    done
+}
+
 # refuses DESCRIPTION OUTFILE COMMAND... : exit ≠ 0, exactly one line on stderr that
 # names the tool, nothing on stdout, and OUTFILE (if not "") does not exist
 refuses() {

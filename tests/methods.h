@@ -307,6 +307,8 @@ static void chi2_method(const char *method, const MethodOptions *o, const char *
 /* the model, the prompts and standard's greedy continuations; 0 when all is there */
 static int methods_setup(void) {
     k_init(1);
+    if (!test_data("every check (its 200 prompts are TinyStories openings)", "datasets/tinystories/tinystories_val_sample.txt.gz"))
+        return -1;
     if (model_load(&M, test_model_path()) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) || load_prompts()) {
         fprintf(stderr, "%s\n", pd_errmsg());
         CHECK(0, "setup");

@@ -5,6 +5,7 @@
 # bad recipes and bad arguments are refused with one line and nothing left behind, by
 # bench, by recipe and by `make recipe=...`.
 . tests/lib.sh
+need "every check (its recipes use TinyStories, GSM8K and the Llama 3 tokenizer)" datasets/tinystories/tinystories_val_sample.txt.gz datasets/gsm8k/test.jsonl.gz tokenizers/llama3/tokenizer.json.gz tokenizers/llama3/tokenizer_config.json || { finish bench_tool; exit 0; }
 DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
 gzip -dc "$DATA" | head -c 20000 >"$TMP/small.txt"
 H=$TMP/exit.safetensors.zst MH=$TMP/medusa.safetensors.zst DR=$TMP/draft.safetensors

@@ -5,24 +5,30 @@
 
 #include "chat.h"
 #include "check.h"
+#include "fixture.h"
 #include "tokenizer.h"
 #include "util.h"
 
 /* tokenizer_config.json's chat_template, the Llama 3 one in shared data */
 static char *llama3_template(void) {
-    char path[4096], *json;
+    const char *path = test_data("Llama 3's own template", "tokenizers/llama3/tokenizer_config.json");
+    char *json;
     size_t n;
-    if (pd_data_path("tokenizers/llama3/tokenizer_config.json", path, sizeof path) || pd_read_file(path, &json, &n))
+    if (!path) return NULL;
+    if (pd_read_file(path, &json, &n)) {
+        CHECK(0, "%s", pd_errmsg());
         return NULL;
+    }
     char *a = strstr(json, "\"chat_template\": \"");
     char *out = a ? strndup(a + 18, 400) : NULL;
     free(json);
+    CHECK(out, "%s: no chat_template", path);
     return out;
 }
 
 static void test_detect(void) {
     char *l3 = llama3_template();
-    CHECK(l3 && chat_format_detect(l3) == CHAT_LLAMA3, "Llama 3's own template");
+    if (l3) CHECK(chat_format_detect(l3) == CHAT_LLAMA3, "Llama 3's own template");
     /* SmolLM2's template, as its GGUF carries it (the start of it) */
     const char *smol = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
                        "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
@@ -73,9 +79,10 @@ static void test_turns(void) {
 /* Meta's model card: <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n...
    = 128000 128006 882 128007 271 ... 128009 128006 78191 128007 271 */
 static void test_llama3_ids(void) {
-    char path[4096];
+    const char *path = test_data("Llama 3's header ids", "tokenizers/llama3/tokenizer.json.gz");
     Tokenizer *t;
-    if (pd_data_path("tokenizers/llama3/tokenizer.json.gz", path, sizeof path) || tok_load_file(&t, path)) {
+    if (!path) return;
+    if (tok_load_file(&t, path)) {
         CHECK(0, "%s", pd_errmsg());
         return;
     }

@@ -3,6 +3,7 @@
 # training facts, is the same for the same seed, streams to stdout; jsonl on stdin
 # works; every kind of bad input is refused with one line and no output file.
 . tests/lib.sh
+need "every check (its heads train on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz || { finish distill_tool; exit 0; }
 DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
 # a small slice keeps this quick: ~9k tokens, 10 % held out
 gzip -dc "$DATA" | head -c 20000 >"$TMP/small.txt"

@@ -24,9 +24,14 @@ static int replay(const FuzzTarget *t, const char *dir, int *files) {
         CHECK(pd_read_file(path, &data, &n) == 0, "%s", pd_errmsg());
         if (!data) continue;
         int ok = t->run((const uint8_t *)data, n);
+        free(data);
+        /* a seed (a recipe) naming data this machine lacks: skipped, saying which */
+        if (!ok && strstr(dir, "/corpus/") && (strstr(pd_errmsg(), "does not exist") || strstr(pd_errmsg(), "not found under"))) {
+            printf("SKIP test_fuzz_regress: seed %s: needs data: %s\n", path, pd_errmsg());
+            continue;
+        }
         if (!ok && strstr(dir, "/corpus/")) fprintf(stderr, "%s: %s\n", path, pd_errmsg());
         accepted += ok;
-        free(data);
         (*files)++;
     }
     closedir(d);

@@ -189,6 +189,9 @@ static char ROOT[256];
 /* read back: config, every tensor as stored, the tokenizer; then load and run it */
 static void check_good(const Spec *s, const char *what, int want_seq_len) {
     char dir[512];
+    if (s->tokenizer && !strcmp(s->tokenizer, "llama3") &&
+        (!test_data(what, "tokenizers/llama3/tokenizer.json.gz") || !test_data(what, "tokenizers/llama3/tokenizer_config.json")))
+        return;
     snprintf(dir, sizeof dir, "%s/%s", ROOT, what);
     make_tensors(s);
     CHECK(write_dir(s, dir) == 0, "%s: writing: %s", what, pd_errmsg());

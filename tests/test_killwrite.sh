@@ -11,6 +11,7 @@
 #   there, no handler runs: as abrupt as SIGKILL, and surely mid-write.
 # Under the sanitizer build (PARADEC_SAN=1, tools ~10× slower) fewer delays are tried.
 . tests/lib.sh
+need "every check (the writers it kills train on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz || { finish killwrite; exit 0; }
 DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
 S=$(dirname "$(data models/stories260K/stories260K.bin)")
 gzip -dc "$DATA" | head -c 20000 >"$TMP/small.txt"

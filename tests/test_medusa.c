@@ -384,11 +384,12 @@ static void test_targets(void) {
 }
 
 /* text for training: the first 60 kB of the TinyStories sample */
-static int story_text(TextSet *ts) {
-    char path[1024], *bytes;
+static int story_text(TextSet *ts, const char *what) {
+    const char *path = test_data(what, "datasets/tinystories/tinystories_val_sample.txt.gz");
+    char *bytes;
     size_t n;
-    if (pd_data_path("datasets/tinystories/tinystories_val_sample.txt.gz", path, sizeof path) ||
-        pd_read_file_gz(path, &bytes, &n)) {
+    if (!path) return -1;
+    if (pd_read_file_gz(path, &bytes, &n)) {
         CHECK(0, "%s", pd_errmsg());
         return -1;
     }
@@ -401,7 +402,7 @@ static int story_text(TextSet *ts) {
 static void test_training(void) {
     TextSet ts;
     Sequences tr, ho;
-    if (story_text(&ts)) return;
+    if (story_text(&ts, "training (test_training)")) return;
     CHECK(dataset_sequences(&ts, M.tok, 64, 0.1, 0, &tr, &ho, "tinystories") == 0, "%s", pd_errmsg());
     MedusaHeads mh, plain;
     MedusaTrain t, u;
@@ -475,7 +476,7 @@ static int greedy(const int32_t *prefix, int p, int len, int32_t *out) {
 static void test_generate(void) {
     TextSet ts;
     Sequences tr, ho, g1, g5;
-    if (story_text(&ts)) return;
+    if (story_text(&ts, "self-generated targets (test_generate)")) return;
     dataset_sequences(&ts, M.tok, 40, 0.5, 0, &tr, &ho, "tinystories"); /* 40: not whole KV blocks */
     int n = ho.n < 11 ? ho.n : 11;
     ho.n = n; /* the first 11 held-out sequences are enough */

@@ -5,6 +5,7 @@
 # every kind of bad input (to convert and to decode) is refused with one line and no
 # output file.
 . tests/lib.sh
+need "every check (its drafts fold heads trained on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz || { finish speculative_tool; exit 0; }
 S=$(data models/stories260K)
 DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
 gzip -dc "$DATA" | head -c 20000 >"$TMP/small.txt"

@@ -2,6 +2,7 @@
    Llama 2 vocabulary, against a slow reference (an O(n^2) merge loop written here from
    the file itself), round trips on random bytes, and malformed tokenizer.bin files. */
 #include "check.h"
+#include "fixture.h"
 #include "vocab_vectors.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -19,9 +20,10 @@ static uint32_t rnd(void) { /* xorshift64*: fixed seed, same strings every run *
 }
 
 static Tokenizer *load(const char *rel) {
-    char path[1024];
+    const char *path = test_data("this vocabulary's tests", rel);
     Tokenizer *t = NULL;
-    if (pd_data_path(rel, path, sizeof path) || tok_load_file(&t, path)) {
+    if (!path) return NULL;
+    if (tok_load_file(&t, path)) {
         CHECK(0, "%s", pd_errmsg());
         return NULL;
     }
@@ -65,16 +67,16 @@ static void check_case(void *ctx, const VocabCase *c, int i) {
 }
 
 static void test_reference_vectors(const Tokenizer *t) {
-    char pi[1024], po[1024];
+    const char *pi = test_data("llama.cpp's reference vectors", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp"),
+               *po = pi ? test_data("llama.cpp's reference vectors", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.out") : NULL;
     char *inp, *out;
     size_t ni, no;
-    if (pd_data_path("tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp", pi, sizeof pi) ||
-        pd_read_file(pi, &inp, &ni)) {
+    if (!po) return;
+    if (pd_read_file(pi, &inp, &ni)) {
         CHECK(0, "%s", pd_errmsg());
         return;
     }
-    if (pd_data_path("tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.out", po, sizeof po) ||
-        pd_read_file(po, &out, &no)) {
+    if (pd_read_file(po, &out, &no)) {
         CHECK(0, "%s", pd_errmsg());
         free(inp);
         return;
@@ -338,11 +340,10 @@ static void test_llama2(void) {
     test_roundtrip_random(t, "llama2");
 
     /* speed, for information only (a test never asserts a time) */
-    char path[1024];
     char *story;
     size_t sn;
-    if (pd_data_path("datasets/tinystories/tinystories_val_sample.txt.gz", path, sizeof path) == 0 &&
-        pd_read_file_gz(path, &story, &sn) == 0) {
+    const char *sp = test_data("TinyStories' round trip (and its speed)", "datasets/tinystories/tinystories_val_sample.txt.gz");
+    if (sp && pd_read_file_gz(sp, &story, &sn) == 0) {
         size_t n100k = sn < 100000 ? sn : 100000;
         double t0 = pd_now();
         CHECK(tok_encode(t, story, n100k, 1, &ids, &n) == 0, "%s", pd_errmsg());
@@ -507,12 +508,13 @@ static void test_malformed(void) {
     CHECK(tok_load_file(&t, "/nonexistent/tok.bin") == -1 &&
               strstr(pd_errmsg(), "/nonexistent/tok.bin: "),
           "%s", pd_errmsg());
-    if (pd_data_path("tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp", path, sizeof path) == 0)
-        CHECK(tok_load_file(&t, path) == -1 && strstr(pd_errmsg(), "not a tokenizer paradec knows"),
+    const char *vp = test_data("a file that is no tokenizer", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp");
+    if (vp)
+        CHECK(tok_load_file(&t, vp) == -1 && strstr(pd_errmsg(), "not a tokenizer paradec knows"),
               "%s", pd_errmsg());
     /* a GGUF vocabulary is a tokenizer file too (when the copy found is intact) */
-    if (pd_data_path("tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf", path, sizeof path) == 0 &&
-        tok_load_file(&t, path) == 0) {
+    vp = test_data("a GGUF vocabulary as a tokenizer", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf");
+    if (vp && tok_load_file(&t, vp) == 0) {
         CHECK(tok_vocab_size(t) == 32000, "llama-spm GGUF: %d pieces", tok_vocab_size(t));
         tok_free(t);
     }

@@ -4,6 +4,7 @@
    their vectors, round trips, special tokens, a hand-made SentencePiece-style
    tokenizer.json whose ids are derived by hand in the comments, and bad inputs. */
 #include "check.h"
+#include "fixture.h"
 #include "vocab_vectors.h"
 #include "gguf.h"
 #include "tokenizer.h"
@@ -60,9 +61,10 @@ static int encodes_to(const Tokenizer *t, const char *s, int flags, const int32_
 }
 
 static char *read_data(const char *rel, size_t *n) {
-    char path[1024];
+    const char *path = test_data("the checks that read it", rel);
     char *d;
-    if (pd_data_path(rel, path, sizeof path) || pd_read_file_gz(path, &d, n)) {
+    if (!path) return NULL;
+    if (pd_read_file_gz(path, &d, n)) {
         CHECK(0, "%s", pd_errmsg());
         return NULL;
     }
@@ -260,8 +262,8 @@ static void test_llama3_json(void) {
     /* speed, for information only */
     char *story;
     size_t sn;
-    if (pd_data_path("datasets/tinystories/tinystories_val_sample.txt.gz", path, sizeof path) == 0 &&
-        pd_read_file_gz(path, &story, &sn) == 0) {
+    const char *sp = test_data("TinyStories through the Llama 3 tokenizer", "datasets/tinystories/tinystories_val_sample.txt.gz");
+    if (sp && pd_read_file_gz(sp, &story, &sn) == 0) {
         size_t n100k = sn < 100000 ? sn : 100000;
         t0 = pd_now();
         CHECK(tok_encode(t, story, n100k, 1, &ids, &k) == 0, "%s", pd_errmsg());
@@ -771,12 +773,10 @@ static void test_written_gguf(void) {
 
 /* llama.cpp's own vocab-only files, when the shared copies are intact */
 static void test_shared_gguf(const char *vocab, TokKind kind) {
-    char rel[256], path[1024];
+    char rel[256];
     snprintf(rel, sizeof rel, "tokenizers/ggml-vocab/ggml-vocab-%s.gguf", vocab);
-    if (pd_data_path(rel, path, sizeof path)) {
-        CHECK(0, "%s", pd_errmsg());
-        return;
-    }
+    const char *path = test_data("llama.cpp's vocab-only file", rel);
+    if (!path) return;
     char *d;
     size_t n;
     if (pd_read_file(path, &d, &n)) {

@@ -4,6 +4,7 @@
 # streams to stdout; own LM heads, data targets, self-generated text and jsonl on stdin
 # work; every kind of bad input is refused with one line and no output file.
 . tests/lib.sh
+need "every check (its heads train on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz || { finish train_medusa_tool; exit 0; }
 DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
 # a small slice keeps this quick: ~9k tokens, 10 % held out
 gzip -dc "$DATA" | head -c 20000 >"$TMP/small.txt"
