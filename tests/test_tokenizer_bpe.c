@@ -60,8 +60,8 @@ static int encodes_to(const Tokenizer *t, const char *s, int flags, const int32_
     return ok;
 }
 
-static char *read_data(const char *rel, size_t *n) {
-    const char *path = test_data("the checks that read it", rel);
+static char *read_data(const char *what, const char *rel, size_t *n) {
+    const char *path = test_data(what, rel);
     char *d;
     if (!path) return NULL;
     if (pd_read_file_gz(path, &d, n)) {
@@ -99,9 +99,9 @@ static void test_vectors(const Tokenizer *t, const char *name, const char *vocab
     char rel[256];
     size_t ni, no;
     snprintf(rel, sizeof rel, "tokenizers/ggml-vocab/ggml-vocab-%s.gguf.inp", vocab);
-    char *inp = read_data(rel, &ni);
+    char *inp = read_data("llama.cpp's reference vectors", rel, &ni);
     snprintf(rel, sizeof rel, "tokenizers/ggml-vocab/ggml-vocab-%s.gguf.out", vocab);
-    char *out = read_data(rel, &no);
+    char *out = inp ? read_data("llama.cpp's reference vectors", rel, &no) : NULL;
     if (!inp || !out) {
         free(inp);
         free(out);
@@ -193,7 +193,7 @@ static void test_roundtrip_random(const Tokenizer *t, const char *what, int full
 
 static void test_llama3_json(void) {
     size_t n;
-    char *json = read_data("tokenizers/llama3/tokenizer.json.gz", &n);
+    char *json = read_data("the Llama 3 tokenizer.json", "tokenizers/llama3/tokenizer.json.gz", &n);
     if (!json) return;
     char path[1024];
     pd_data_path("tokenizers/llama3/tokenizer.json.gz", path, sizeof path);
@@ -558,7 +558,7 @@ static Tokenizer *load_gguf_bytes(const unsigned char *p, size_t n, const char *
 /* Llama 2's vocabulary as llama.cpp's convert writes it: pieces with "▁", types, scores */
 static unsigned char *spm_gguf(size_t *out_n) {
     size_t n;
-    unsigned char *d = (unsigned char *)read_data("tokenizers/llama2/tokenizer.bin", &n);
+    unsigned char *d = (unsigned char *)read_data("Llama 2's vocabulary as a GGUF", "tokenizers/llama2/tokenizer.bin", &n);
     if (!d) return NULL;
     int cap = 40000, k = 0;
     char **tok = calloc((size_t)cap, sizeof *tok);
@@ -607,7 +607,7 @@ static unsigned char *spm_gguf(size_t *out_n) {
    writes them, the added tokens as control pieces, merges, pre "llama-bpe" */
 static unsigned char *bpe_gguf(size_t *out_n, const char *pre, const char *model, int drop_types) {
     size_t n;
-    char *d = read_data("tokenizers/llama3/tokenizer.json.gz", &n);
+    char *d = read_data("the Llama 3 vocabulary as a GGUF", "tokenizers/llama3/tokenizer.json.gz", &n);
     if (!d) return NULL;
     json_t *root = json_loadb(d, n, 0, NULL);
     free(d);
@@ -872,7 +872,7 @@ static void test_smollm2(void) {
 
 static void test_kinds(void) {
     size_t n;
-    char *d = read_data("tokenizers/llama2/tokenizer.bin", &n);
+    char *d = read_data("tokenizer kinds told by their bytes", "tokenizers/llama2/tokenizer.bin", &n);
     if (!d) return;
     Tokenizer *t = NULL;
     CHECK(tok_load_bytes(&t, d, n, "llama2c", "tokenizer.bin") == 0 && tok_vocab_size(t) == 32000,
