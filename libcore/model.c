@@ -343,8 +343,9 @@ static int digest_of(const Tensor *const *t, int n, char hex[33]) {
     if (!s) return pd_error("out of memory");
     XXH3_128bits_reset(s);
     for (int i = 0; i < n; i++) {
-        /* what a writer's [rows][cols] says; no writer makes another rank */
-        int64_t shape[2] = {t[i]->ndim >= 1 ? t[i]->shape[0] : -1, t[i]->ndim == 2 ? t[i]->shape[1] : t[i]->ndim == 1 ? 1 : -1};
+        /* a writer's [rows][cols] ([n, 1] for a vector); no writer makes another rank */
+        int nd = t[i]->ndim;
+        int64_t shape[2] = {nd >= 1 ? t[i]->shape[0] : -1, nd == 2 ? t[i]->shape[1] : nd == 1 ? 1 : -1};
         model_digest_update(s, t[i]->name, t[i]->dtype, shape, t[i]->data, t[i]->nbytes);
     }
     XXH128_hash_t d = XXH3_128bits_digest(s);
@@ -360,7 +361,8 @@ static int is_weight(const Tensor *t, int bundle) {
 
 int model_verify(const TensorFile *tf) {
     if (!pd_verify_weights) return 0;
-    const char *path = tf->path ? tf->path : "?", *want = tf_meta(tf, "paradec.digest"), *kind = tf_meta(tf, "paradec.kind");
+    const char *path = tf->path ? tf->path : "?", *want = tf_meta(tf, "paradec.digest");
+    const char *kind = tf_meta(tf, "paradec.kind");
     if (!want)
         return pd_error("%s: records no paradec.digest, so its weights cannot be checked (convert it again, or "
                         "--no-verify loads it anyway)", path);

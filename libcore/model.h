@@ -77,14 +77,14 @@ int model_load(Model *m, const char *path);
    damaged tensor; an older file without them is refused naming only the file) */
 int model_verify(const TensorFile *tf);
 
-/* paradec.digest is XXH3-128 (hex: high 64 bits, then low) over the weights in the
-   order they were written, every tensor but tokenizer.bytes: per tensor its name and
-   its NUL, its dtype (DType as a little-endian int32), its shape as two int64 (a
-   vector [n] as [n, 1]) and its bytes as stored */
-struct XXH3_state_s;
 /* the order convert and widen write weights in: the embedding, the layers in order
    (by name within one), the rest by name (qsort-style) */
 int model_tensor_order(const char *a, const char *b);
+/* paradec.digest is XXH3-128 (hex: high 64 bits, then low) over the weights in the
+   order they were written, every tensor but tokenizer.bytes: per tensor its name and
+   its NUL, its dtype (DType as a little-endian int32), its shape as two int64 (a
+   vector [n] as [n, 1]) and its bytes as stored; this feeds one weight in */
+struct XXH3_state_s;
 void model_digest_update(struct XXH3_state_s *s, const char *name, DType dt, const int64_t shape[2],
                          const void *bytes, size_t n);
 void model_free(Model *m);

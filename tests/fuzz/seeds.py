@@ -63,6 +63,25 @@ def safetensors_seeds():
          ("small", "I8", [2], b"\x80\x7f")],
         {"paradec.kind": "medusa-heads", "paradec.medusa.heads": "1",
          "paradec.bundle": '[{"prefix":"heads.0/","kind":"exit-heads"}]'})
+    # the same model with its digests (docs/formats.md, "Checked weights"), right when the
+    # xxhash module is there, else placeholders (the mismatch path)
+    try:
+        import xxhash
+        h64, h128 = xxhash.xxh3_64_hexdigest, xxhash.xxh3_128_hexdigest
+    except ImportError:
+        h64, h128 = (lambda b: "0" * 16), (lambda b: "0" * 32)
+    t = [("model.embed_tokens.weight", "F32", [6, 4], f(24, 1)),
+         ("model.norm.weight", "BF16", [4], struct.pack("<4H", 0x3f80, 0x3f80, 0x4000, 0xbf80)),
+         ("tokenizer.bytes", "U8", [5], b"\x01\x02\x03\x04\x05")]
+    codes, stream = {"F32": 0, "BF16": 2}, b""
+    for name, dt, shape, raw in t[:2]:
+        stream += name.encode() + b"\0" + struct.pack("<iqq", codes[dt], shape[0], shape[1] if len(shape) == 2 else 1) + raw
+    digested = safetensors(
+        t, {"paradec.kind": "model", "paradec.version": "1", "paradec.config": json.dumps(CONFIG),
+            "paradec.tokenizer": "llama2c", "paradec.digest": h128(stream),
+            "paradec.digests": json.dumps([[n, h64(r)] for n, _, _, r in t], separators=(",", ":"))})
+    put("safetensors", "digests.safetensors", digested)
+    put("safetensors_zst", "digests.safetensors", digested)
     for name, data in (("model.safetensors", model), ("heads.safetensors", heads)):
         put("safetensors", name, data)
         put("safetensors_zst", name, data)
