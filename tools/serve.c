@@ -733,10 +733,10 @@ static void *stop_daemon(void *d) {
    did not come back (the process exits anyway). */
 static int stop(struct MHD_Daemon *d, double grace, const sigset_t *sigs, int sig) {
     atomic_store(&S.stopping, 1);
-    MHD_socket ls = MHD_quiesce_daemon(d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
-    fprintf(stderr, "serve: %s: stopping (%d requests open, %g s to finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", busy(),
-            grace);
+    MHD_socket ls = MHD_quiesce_daemon(d); /* shut down, not closed: its number stays taken while MHD may look at it */
+    if (ls != MHD_INVALID_SOCKET) shutdown(ls, SHUT_RDWR); /* new clients are refused at once */
+    fprintf(stderr, "serve: %s: stopping (open requests: %d; %g s to finish them)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            busy(), grace);
     struct timespec tick = {0, 20000000};
     for (double end = pd_now() + grace; busy() && pd_now() < end;) {
         int again = sigtimedwait(sigs, NULL, &tick);
@@ -744,18 +744,19 @@ static int stop(struct MHD_Daemon *d, double grace, const sigset_t *sigs, int si
     }
     int n = busy();
     if (n) {
-        fprintf(stderr, "serve: ending %d open requests\n", n);
+        fprintf(stderr, "serve: ending the open requests (%d)\n", n);
         engine_abort(S.e);
         for (double end = pd_now() + 1; busy() && pd_now() < end;) nanosleep(&tick, NULL);
     }
     pthread_t t; /* a thread stuck in a request would hold MHD_stop_daemon forever */
-    if (pthread_create(&t, NULL, stop_daemon, d)) return stop_daemon(d), engine_free(S.e), 0;
+    if (pthread_create(&t, NULL, stop_daemon, d)) return stop_daemon(d), close(ls), engine_free(S.e), 0;
     for (double end = pd_now() + 3; !atomic_load(&stopped) && pd_now() < end;) nanosleep(&tick, NULL);
     if (!atomic_load(&stopped)) {
-        fprintf(stderr, "serve: %d requests did not end; exiting without them\n", busy());
+        fprintf(stderr, "serve: requests that did not end (%d): exiting without them\n", busy());
         return 1;
     }
     pthread_join(t, NULL);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
     engine_free(S.e);
     return 0;
 }
