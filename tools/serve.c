@@ -746,7 +746,14 @@ static int stop(struct MHD_Daemon *d, double grace, const sigset_t *sigs, int si
     if (n) {
         fprintf(stderr, "serve: ending the open requests (%d)\n", n);
         engine_abort(S.e);
-        for (double end = pd_now() + 1; busy() && pd_now() < end;) nanosleep(&tick, NULL);
+        /* the jobs end after the step under way (a big model's may take seconds); then
+           their handlers have a second to send the last chunks */
+        double idle = 0;
+        for (double end = pd_now() + 60; busy() && pd_now() < end && (!idle || pd_now() < idle + 1);) {
+            EngineStats es = engine_stats(S.e);
+            if (!idle && !es.running && !es.queued) idle = pd_now();
+            nanosleep(&tick, NULL);
+        }
     }
     pthread_t t; /* a thread stuck in a request would hold MHD_stop_daemon forever */
     if (pthread_create(&t, NULL, stop_daemon, d)) return stop_daemon(d), close(ls), engine_free(S.e), 0;
