@@ -40,6 +40,7 @@ struct Engine {
     Job *baton;
     pthread_t thread;
     int quit;
+    int aborting;             /* engine_abort: every job ends, new ones end at once */
     Job *head, *tail;         /* the queue */
     Job *run[MAX_PARALLEL];   /* the running batch */
     int n_run, committed;     /* blocks held back for the running jobs */
@@ -111,7 +112,7 @@ static int job_over(const Job *j) { return j->cancelled || j->finish || j->n_ctx
 static void reap(Engine *e) {
     for (int i = e->n_run - 1; i >= 0; i--) {
         Job *j = e->run[i];
-        if (j->cancelled) retire(e, i, "cancelled");
+        if (j->cancelled) retire(e, i, e->aborting ? "abort" : "cancelled");
         else if (j->finish) retire(e, i, j->finish);
         else if (j->n_ctx - j->n_prompt >= j->max_new) retire(e, i, "length");
     }
@@ -390,6 +391,12 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, 
         return pd_error("the request needs %d KV blocks; the pool has %d (start serve with more --kv-blocks)", b, e->kv.n_blocks), NULL;
     }
     pthread_mutex_lock(&e->mu);
+    if (e->aborting) { /* the server is stopping: the job is over before it starts */
+        j->state = JOB_DONE, j->finish = "abort";
+        job_unref(j);
+        pthread_mutex_unlock(&e->mu);
+        return j;
+    }
     if (e->tail) e->tail->next = j;
     else e->head = j;
     e->tail = j;
@@ -428,6 +435,22 @@ void job_cancel(Engine *e, Job *j) {
     } else
         j->cancelled = 1;
     pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_abort(Engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->aborting = 1;
+    while (e->head) { /* queued: out at once, as job_cancel does */
+        Job *j = e->head;
+        e->head = j->next;
+        j->state = JOB_DONE, j->finish = "abort";
+        job_unref(j);
+    }
+    e->tail = NULL;
+    for (int i = 0; i < e->n_run; i++) e->run[i]->cancelled = 1; /* reap retires them as "abort" */
+    pthread_cond_signal(&e->work);
+    pthread_cond_broadcast(&e->out);
     pthread_mutex_unlock(&e->mu);
 }
 

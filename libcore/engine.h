@@ -50,12 +50,15 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, 
                    float top_p, uint64_t seed, const char *method);
 /* waits until the job has more than `have` generated tokens or has ended, or the
    timeout passes; returns how many it has. *finish: NULL while it runs, then "stop"
-   (an end token), "length" (max_new or the context) or "error" */
+   (an end token), "length" (max_new or the context), "error", or "abort" (engine_abort) */
 int job_wait(Engine *e, Job *j, int have, double timeout_s, const char **finish);
 const int32_t *job_tokens(const Job *j); /* [n_prompt + generated]: stable once reported */
 int job_prompt_len(const Job *j);
 void job_cancel(Engine *e, Job *j);      /* the client is gone: stop, free its blocks */
 void job_release(Engine *e, Job *j);     /* the caller is done with j (after the end or a cancel) */
+/* the server is stopping: every job, queued, running or submitted later, ends with
+   finish "abort" (what it generated so far stays readable) */
+void engine_abort(Engine *e);
 EngineStats engine_stats(Engine *e);
 
 #endif

@@ -1,39 +1,103 @@
 /* serve — an OpenAI-style HTTP server over the continuous-batching engine.
-   bin/serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size C]
-             [--kv-blocks B] [--draft MODEL] [--chat-format F] [-t THREADS] ...
+   bin/serve -m MODEL [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] ... (--help lists them)
    POST /v1/completions, POST /v1/chat/completions ("stream": true gives server-sent
-   events), GET /health, GET /metrics (Prometheus text). A request may name its
-   "method" among those the loaded bundle supports. libmicrohttpd runs a thread per
-   connection: a handler may block on its request's tokens. */
+   events), GET /v1/models, GET /health, GET /metrics (Prometheus text). A request may
+   name its "method" among those the loaded bundle supports. libmicrohttpd runs a thread
+   per connection (a handler may block on its request's tokens) and polls with poll(),
+   so descriptors past FD_SETSIZE are fine; --max-connections bounds the threads. */
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "bundle.h"
 #include "engine.h"
 #include "serve_request.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL [--host ADDR] [--port P] [--parallel N] [--ctx-size C] [--kv-blocks B] " \
-              "[--draft MODEL] [--chat-format llama3|llama2|chatml] [--max-body BYTES] [-t THREADS] " \
-              "[--no-continuous] [--spec-max-batch N | --no-speculation]"
+#define USAGE "-m MODEL [flags]"
+#define FLAGS \
+    "  -m,  --model FILE          the model, bundle (bin/pack), GGUF file or Hugging Face directory (required)\n" \
+    "       --no-verify           skip checking the weights against their recorded digests (off)\n" \
+    "       --host ADDR           address or host name to listen on (127.0.0.1; ::1 for IPv6, :: or 0.0.0.0 for all)\n" \
+    "       --port P              port (8080; 0 takes a free one, named in the first line on stderr)\n" \
+    "  -a,  --alias NAME          the model's name in answers and /v1/models (the model's file name)\n" \
+    "  -np, --parallel N          requests in the running batch at most; the rest queue (16)\n" \
+    "  -c,  --ctx-size C          positions per request, prompt and answer together (the model's context, also the most)\n" \
+    "       --kv-blocks B         the paged KV pool in blocks of 16 positions (N x C / 16)\n" \
+    "  -t,  --threads T           threads for the forward pass (every core)\n" \
+    "       --draft MODEL         a draft model for the speculative method (none)\n" \
+    "       --chat-format F       llama3, llama2 or chatml (recognised from the model's template)\n" \
+    "       --spec-max-batch N    a request's method runs while the batch holds at most N requests (1)\n" \
+    "       --no-speculation      standard steps only (same as --spec-max-batch 0)\n" \
+    "       --no-continuous       static batching: a batch forms when none runs (the load benchmark's baseline)\n" \
+    "       --max-body BYTES      larger request bodies get 413 (1048576)\n" \
+    "       --max-connections N   open connections at most; past it the longest-idle one is closed, or 503 (256)\n" \
+    "  -to, --timeout S           a connection that sends or takes nothing for S seconds is closed (30)\n" \
+    "       --shutdown-grace S    on SIGTERM or SIGINT, open requests have S seconds to finish (5)\n" \
+    "       --api-key KEY         /v1/* needs \"Authorization: Bearer KEY\", else 401 (none: open)\n" \
+    "       --cors ORIGIN         answers allow that browser origin, or * for any (none)\n" \
+    "  -h,  --help                this text\n" \
+    "       --version             the version, commit, backends and CPU features\n\n"
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n" \
                "        N × ctx / 16 by default) + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the\n" \
                "        answer's text per open connection; --draft adds the draft model's weights twice.\n"
 
+/* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
+#define HIST_MAX 20
+typedef struct {
+    const double *le;
+    int n;
+    int64_t in[HIST_MAX + 1], count;
+    double sum;
+} Hist;
+static const double LATENCY_LE[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+static const double TTFT_LE[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+/* one open connection (MHD's socket context): what the connection limit, the access
+   log and the shutdown need */
+typedef struct Link {
+    int fd;
+    int busy;           /* a request is being answered (its whole body has arrived) */
+    int closing;        /* shut down to make room; no longer counted */
+    double idle_since;  /* opened, or its last request ended */
+    double t_start;     /* the current request's headers arrived */
+    int denied;         /* the current request lacks the API key */
+    char method[12], path[96];
+    struct Link *prev, *next;
+} Link;
+
 typedef struct {
     Model m;
     Engine *e;
-    const char *name;   /* the model's name in answers: its file name */
+    const char *name;   /* the model's name in answers: --alias, or its file name */
     int chat_format;    /* -1: chat requests are refused with chat_why */
     char chat_why[256];
     size_t max_body;
-    atomic_long next_id;
+    atomic_long next_id; /* starts at a random number: ids differ across restarts */
+    /* operations */
+    long created;       /* the model file's time, for /v1/models */
+    const char *api_key, *cors;
+    int max_conn;
+    unsigned timeout;   /* seconds a connection may be idle */
+    atomic_int stopping;
+    pthread_mutex_t mu; /* the links, their counts and the histograms */
+    Link *head, *tail;
+    int n_open, n_busy;
+    int64_t made_room, refused;
+    Hist latency, ttft;
 } Server;
 
 typedef struct { /* one HTTP request */
@@ -53,16 +117,43 @@ typedef struct { /* one HTTP request */
     char *sse;              /* the event being sent */
     size_t sse_n, sse_off;
     int first, done;
+    struct MHD_Connection *mc; /* to re-arm its idle timer while the answer is made */
+    double t_first;         /* when the first token's text was made (pd_now), 0 before */
 } Conn;
 
 static Server S;
 
 /* ---- answers ---- */
 
+static Link *link_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* every answer's own headers: CORS, and a close while the server stops */
+static void answer_headers(struct MHD_Response *r, int close) {
+    if (S.cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", S.cors);
+        if (strcmp(S.cors, "*")) MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (close || atomic_load(&S.stopping)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* the idle timer starts again: time spent making an answer is not the client's */
+static void rearm(struct MHD_Connection *c) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* from 0, setting it resets the timer */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, S.timeout);
+}
+
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, char *body) {
     if (!body) body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}"), status = 500;
+    if (!body) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", type);
+    if (!r) return free(body), MHD_NO;
+    if (*type) MHD_add_response_header(r, "Content-Type", type);
+    answer_headers(r, status == 503); /* busy or stopping: this connection goes */
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result rc = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return rc;
@@ -72,6 +163,36 @@ static enum MHD_Result fail(struct MHD_Connection *c, unsigned status, const cha
     const char *type = status == 404 ? "not_found_error" : status == 413 ? "request_too_large" : status >= 500 ? "server_error"
                                                                                                            : "invalid_request_error";
     return reply(c, status, "application/json", serve_error(message, type));
+}
+
+/* an error in OpenAI's whole shape, with its code (model_not_found, invalid_api_key) */
+static enum MHD_Result fail_code(struct MHD_Connection *c, unsigned status, const char *type, const char *code,
+                                 const char *message) {
+    size_t n;
+    char *m = utf8_clean(message, strlen(message), &n);
+    json_t *j = json_pack("{s:{s:s%, s:s, s:n, s:s?}}", "error", "message", m ? m : "", m ? n : 0, "type", type, "param",
+                          "code", code);
+    free(m);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return reply(c, status, "application/json", body);
+}
+
+static void hist_add(Hist *h, double v) {
+    int i = 0;
+    while (i < h->n && v > h->le[i]) i++;
+    h->in[i]++, h->count++, h->sum += v;
+}
+
+static void hist_put(Str *b, const char *name, const char *help, const Hist *h) {
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    int64_t below = 0;
+    for (int i = 0; i <= h->n; i++) {
+        below += h->in[i];
+        if (i < h->n) put(b, "%s_bucket{le=\"%g\"} %lld\n", name, h->le[i], (long long)below);
+        else put(b, "%s_bucket{le=\"+Inf\"} %lld\n", name, (long long)below);
+    }
+    put(b, "%s_sum %.6f\n%s_count %lld\n", name, h->sum, name, (long long)h->count);
 }
 
 static char *metrics(void) {
@@ -99,6 +220,19 @@ static char *metrics(void) {
             "paradec_kv_blocks_used %d\n", s.kv_used);
     put(&b, "# HELP paradec_kv_blocks_free KV cache blocks free.\n# TYPE paradec_kv_blocks_free gauge\n"
             "paradec_kv_blocks_free %d\n", s.kv_free);
+    pthread_mutex_lock(&S.mu);
+    put(&b, "# HELP paradec_connections_open Open client connections.\n# TYPE paradec_connections_open gauge\n"
+            "paradec_connections_open %d\n", S.n_open);
+    put(&b, "# HELP paradec_connections_closed_for_room_total Idle connections closed to make room for a new one "
+            "(--max-connections).\n# TYPE paradec_connections_closed_for_room_total counter\n"
+            "paradec_connections_closed_for_room_total %lld\n", (long long)S.made_room);
+    put(&b, "# HELP paradec_requests_refused_total Requests answered 503: every connection was busy.\n"
+            "# TYPE paradec_requests_refused_total counter\nparadec_requests_refused_total %lld\n", (long long)S.refused);
+    hist_put(&b, "paradec_request_latency_seconds",
+             "Completion requests, from their headers' arrival to their answer's last byte.", &S.latency);
+    hist_put(&b, "paradec_time_to_first_token_seconds",
+             "Completion requests, from their headers' arrival to their first token's text.", &S.ttft);
+    pthread_mutex_unlock(&S.mu);
     return b.s;
 }
 
@@ -177,6 +311,7 @@ static size_t advance(Conn *k) {
         memcpy(k->text + k->text_n, p, len);
         k->text_n += len;
     }
+    if (k->text_n && !k->t_first) k->t_first = pd_now(); /* time to first token (metrics) */
     k->info.n_gen = n;
     size_t hold, stop = find_stop(k, from, &hold);
     if (stop < k->text_n) { /* a stop string: the text ends before it */
@@ -224,6 +359,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     Conn *k = cls;
     if (k->sse_off == k->sse_n && !next_event(k)) return MHD_CONTENT_READER_END_OF_STREAM;
+    rearm(k->mc); /* waiting for tokens is not the client's idle time */
     size_t n = k->sse_n - k->sse_off < max ? k->sse_n - k->sse_off : max;
     memcpy(buf, k->sse + k->sse_off, n);
     k->sse_off += n;
@@ -249,6 +385,7 @@ static enum MHD_Result complete(struct MHD_Connection *c, Conn *k, RequestKind k
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, k, NULL);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        answer_headers(r, 0);
         enum MHD_Result rc = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return rc;
@@ -256,28 +393,95 @@ static enum MHD_Result complete(struct MHD_Connection *c, Conn *k, RequestKind k
     while (!k->finish) advance(k);
     if (!strcmp(k->finish, "cancelled")) return MHD_NO; /* nobody to answer */
     if (!strcmp(k->finish, "error")) return fail(c, 500, "the model failed on this request (see the server's log)");
+    if (!strcmp(k->finish, "abort")) return fail(c, 503, "the server is shutting down; this request was ended");
     return reply(c, 200, "application/json", serve_response(&k->req, &k->info, k->text, k->text_n, k->finish));
 }
 
 /* ---- routing ---- */
+
+/* "Authorization: Bearer KEY", compared in constant time */
+static int authorized(struct MHD_Connection *c) {
+    if (!S.api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    for (h += 7; *h == ' ';) h++;
+    size_t n = strlen(h), m = strlen(S.api_key);
+    unsigned char d = n != m;
+    for (size_t i = 0; i < n; i++) d |= (unsigned char)(h[i] ^ S.api_key[i % m]);
+    return !d;
+}
+
+static json_t *model_object(void) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", S.name, "object", "model", "created", (json_int_t)S.created, "owned_by",
+                     "paradec");
+}
+
+/* GET /v1/models and /v1/models/{id}: the one model this server holds */
+static enum MHD_Result models(struct MHD_Connection *c, const char *url) {
+    json_t *j;
+    if (!strcmp(url, "/v1/models")) j = json_pack("{s:s, s:[o]}", "object", "list", "data", model_object());
+    else if (!strcmp(url + strlen("/v1/models/"), S.name)) j = model_object();
+    else {
+        char m[400];
+        snprintf(m, sizeof m, "The model '%.200s' does not exist (this server serves '%.100s')", url + strlen("/v1/models/"),
+                 S.name);
+        return fail_code(c, 404, "invalid_request_error", "model_not_found", m);
+    }
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return reply(c, 200, "application/json", body);
+}
+
+/* OPTIONS: a browser's CORS preflight. The headers it asks for are allowed, and always
+   Authorization and Content-Type (a wildcard would not cover Authorization). */
+static enum MHD_Result preflight(struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+    if (S.cors) {
+        char h[512] = "Authorization, Content-Type";
+        const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        if (want && strlen(want) < sizeof h - 40 && strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                 "0123456789-_, ") == strlen(want))
+            snprintf(h + strlen(h), sizeof h - strlen(h), ", %s", want);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", h);
+        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    }
+    answer_headers(r, 0);
+    enum MHD_Result rc = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return rc;
+}
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *data, size_t *data_size, void **con_cls) {
     (void)cls, (void)version;
     int post = !strcmp(method, "POST");
     int kind = !strcmp(url, "/v1/completions") ? REQ_COMPLETION : !strcmp(url, "/v1/chat/completions") ? REQ_CHAT : -1;
+    Link *l = link_of(c);
     if (!*con_cls) { /* the headers have arrived */
         Conn *k = calloc(1, sizeof *k);
         if (!k) return MHD_NO;
         k->fd = -1;
+        k->mc = c;
         *con_cls = k;
+        if (l) {
+            l->t_start = pd_now();
+            l->denied = strcmp(method, "OPTIONS") && !strncmp(url, "/v1/", 4) && !authorized(c);
+            snprintf(l->method, sizeof l->method, "%s", method);
+            size_t i = 0; /* the log gets printable ASCII only */
+            for (; url[i] && i + 1 < sizeof l->path; i++) l->path[i] = url[i] > ' ' && url[i] < 127 ? url[i] : '?';
+            l->path[i] = 0;
+        }
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (post && kind >= 0 && len && strtoull(len, NULL, 10) > S.max_body) k->too_big = 1;
         return MHD_YES;
     }
     Conn *k = *con_cls;
     if (*data_size) { /* a piece of the body */
-        if (k->too_big || k->n + *data_size > S.max_body) k->too_big = 1;
+        if (l && l->denied) { /* answered 401 at the end: the body is not kept */
+        } else if (k->too_big || k->n + *data_size > S.max_body) k->too_big = 1;
         else {
             if (k->n + *data_size + 1 > k->cap) {
                 k->cap = 2 * (k->n + *data_size + 1);
@@ -291,18 +495,75 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *data_size = 0;
         return MHD_YES;
     }
-    if (!strcmp(url, "/health")) return reply(c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    /* the whole request has arrived */
+    int over = 0, stopping = atomic_load(&S.stopping);
+    if (l) {
+        pthread_mutex_lock(&S.mu);
+        l->busy = 1;
+        over = ++S.n_busy > S.max_conn;
+        pthread_mutex_unlock(&S.mu);
+    }
+    if (!strcmp(method, "OPTIONS")) return preflight(c);
+    if (!strcmp(url, "/health"))
+        return reply(c, stopping ? 503 : 200, "application/json", strdup(stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}"));
     if (!strcmp(url, "/metrics")) return reply(c, 200, "text/plain; version=0.0.4", metrics());
-    if (kind < 0) return fail(c, 404, "no such path (paths: /v1/completions, /v1/chat/completions, /health, /metrics)");
+    if (l && l->denied)
+        return fail_code(c, 401, "invalid_request_error", "invalid_api_key",
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")
+                             ? "Incorrect API key provided"
+                             : "You didn't provide an API key: send it as 'Authorization: Bearer KEY'");
+    if (stopping) return fail(c, 503, "the server is shutting down");
+    if (over) {
+        pthread_mutex_lock(&S.mu);
+        S.refused++;
+        pthread_mutex_unlock(&S.mu);
+        char m[160];
+        snprintf(m, sizeof m, "the server is busy: all %d connections (--max-connections) have a request running; try again",
+                 S.max_conn);
+        return fail(c, 503, m);
+    }
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", strlen("/v1/models/")))
+        return strcmp(method, "GET") ? fail(c, 405, "use GET") : models(c, url);
+    if (kind < 0)
+        return fail(c, 404, "no such path (paths: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)");
     if (!post) return fail(c, 405, "use POST");
-    return complete(c, k, (RequestKind)kind);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* making the answer is not idling */
+    enum MHD_Result rc = complete(c, k, (RequestKind)kind);
+    rearm(c);
+    return rc;
+}
+
+/* one line per request on stderr: method, path, status, tokens, milliseconds */
+static void access_log(const Link *l, struct MHD_Connection *c, int tokens, double now, enum MHD_RequestTerminationCode why) {
+    const union MHD_ConnectionInfo *st = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+    char status[12] = "-"; /* no answer was queued */
+    if (st) snprintf(status, sizeof status, "%u", st->http_status);
+    const char *end = why == MHD_REQUEST_TERMINATED_COMPLETED_OK         ? ""
+                      : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED    ? ", timed out"
+                      : why == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN    ? ", closed by the shutdown"
+                      : why == MHD_REQUEST_TERMINATED_WITH_ERROR && st   ? ", cut short"
+                                                                         : ", client left";
+    fprintf(stderr, "serve: %s %s %s %d tok %.0f ms%s\n", l->method, l->path, status, tokens, (now - l->t_start) * 1e3, end);
 }
 
 /* the request is over (answered, or the client left): its job goes */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
-    (void)cls, (void)c, (void)why;
+    (void)cls;
     Conn *k = *con_cls;
     if (!k) return;
+    Link *l = link_of(c);
+    if (l) {
+        double now = pd_now();
+        access_log(l, c, k->job ? k->info.n_gen : 0, now, why);
+        pthread_mutex_lock(&S.mu);
+        if (k->job) {
+            hist_add(&S.latency, now - l->t_start);
+            if (k->t_first) hist_add(&S.ttft, k->t_first - l->t_start);
+        }
+        if (l->busy) S.n_busy--;
+        l->busy = 0, l->idle_since = now;
+        pthread_mutex_unlock(&S.mu);
+    }
     if (k->job) {
         job_cancel(S.e, k->job);
         job_release(S.e, k->job);
@@ -310,6 +571,54 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     serve_request_free(&k->req);
     free(k->body), free(k->text), free(k->sse), free(k);
     *con_cls = NULL;
+}
+
+/* past --max-connections: the connection idle the longest (no request running: a slow
+   or stalled client, or a kept-alive one) is shut down to make room; MHD then closes
+   it. Under S.mu. */
+static void make_room(const Link *newcomer) {
+    Link *oldest = NULL;
+    for (Link *l = S.head; l; l = l->next)
+        if (l != newcomer && !l->busy && !l->closing && l->fd >= 0 && (!oldest || l->idle_since < oldest->idle_since)) oldest = l;
+    if (!oldest) return; /* all busy: the newcomer gets 503 when its request is in */
+    shutdown(oldest->fd, SHUT_RDWR); /* the descriptor stays MHD's until it reports the close */
+    oldest->closing = 1;
+    S.n_open--, S.made_room++;
+}
+
+static void notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+    (void)cls;
+    Link *l = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (!(l = *socket_context = calloc(1, sizeof *l))) return; /* untracked, never refused */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        l->fd = ci ? ci->connect_fd : -1;
+        l->idle_since = pd_now();
+        pthread_mutex_lock(&S.mu);
+        l->prev = S.tail;
+        *(S.tail ? &S.tail->next : &S.head) = l;
+        S.tail = l;
+        if (++S.n_open > S.max_conn) make_room(l);
+        pthread_mutex_unlock(&S.mu);
+    } else if (l) { /* closed: MHD closes the descriptor after this */
+        pthread_mutex_lock(&S.mu);
+        *(l->prev ? &l->prev->next : &S.head) = l->next;
+        *(l->next ? &l->next->prev : &S.tail) = l->prev;
+        if (!l->closing) S.n_open--;
+        pthread_mutex_unlock(&S.mu);
+        free(l);
+        *socket_context = NULL;
+    }
+}
+
+/* libmicrohttpd's own messages, in the same log */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char m[512];
+    vsnprintf(m, sizeof m, fmt, ap);
+    size_t n = strlen(m);
+    while (n && (m[n - 1] == '\n' || m[n - 1] == '\r')) m[--n] = 0;
+    fprintf(stderr, "serve: http: %s\n", m);
 }
 
 /* ---- the model ---- */
@@ -342,64 +651,208 @@ static void chat_setup(const char *format) {
     if (S.chat_format < 0) snprintf(S.chat_why, sizeof S.chat_why, "chat: %s", pd_errmsg());
 }
 
+/* ---- the daemon ---- */
+
+/* a listening socket on host:port (a name, an IPv4 or an IPv6 address, [brackets] or
+   not); *shown: "addr:port" as bound. Names try their IPv4 addresses first. */
+static int listen_on(const char *host, int port, char *shown, size_t shown_n) {
+    char h[256], ps[16], at[INET6_ADDRSTRLEN + 16] = "";
+    size_t hl = strlen(host);
+    snprintf(h, sizeof h, "%.*s", host[0] == '[' && hl > 2 && host[hl - 1] == ']' ? (int)hl - 2 : (int)hl,
+             host + (host[0] == '[' && hl > 2 && host[hl - 1] == ']'));
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
+    int rc = getaddrinfo(h, ps, &hints, &res), err = 0;
+    if (rc) die("--host %s: %s", host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    for (int pass = 0; pass < 2; pass++)
+        for (struct addrinfo *a = res; a; a = a->ai_next) {
+            if ((a->ai_family == AF_INET) != (pass == 0)) continue;
+            char num[INET6_ADDRSTRLEN] = "?";
+            void *ip = a->ai_family == AF_INET ? (void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr
+                                               : (void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
+            inet_ntop(a->ai_family, ip, num, sizeof num);
+            if (!*at) snprintf(at, sizeof at, a->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d", num, port);
+            int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+            if (fd < 0) {
+                err = errno;
+                continue;
+            }
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on); /* a restart need not wait out TIME_WAIT */
+            if (a->ai_family == AF_INET6) { /* "::" takes IPv4 too */
+                int only = !IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only);
+            }
+            if (bind(fd, a->ai_addr, a->ai_addrlen) || listen(fd, SOMAXCONN)) {
+                err = errno;
+                snprintf(at, sizeof at, a->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d", num, port);
+                close(fd);
+                continue;
+            }
+            struct sockaddr_storage got;
+            socklen_t gl = sizeof got;
+            int bound = port;
+            if (!getsockname(fd, (struct sockaddr *)&got, &gl))
+                bound = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                        : ((struct sockaddr_in *)&got)->sin_port);
+            snprintf(shown, shown_n, a->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d", num, bound);
+            freeaddrinfo(res);
+            return fd;
+        }
+    freeaddrinfo(res);
+    die("cannot listen on %s: %s", *at ? at : host, strerror(err ? err : EADDRNOTAVAIL));
+}
+
+/* room for every connection MHD may hold, and some for the model's files */
+static void raise_open_files(unsigned hard_limit) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)hard_limit + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= need) return;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need ? rl.rlim_max : need;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur < need)
+        die("--max-connections %d: needs %llu open files, and this process may open %llu (ulimit -n)", S.max_conn,
+            (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+}
+
+static int busy(void) {
+    pthread_mutex_lock(&S.mu);
+    int n = S.n_busy;
+    pthread_mutex_unlock(&S.mu);
+    return n;
+}
+
+static atomic_int stopped;
+static void *stop_daemon(void *d) {
+    MHD_stop_daemon(d);
+    atomic_store(&stopped, 1);
+    return NULL;
+}
+
+/* SIGTERM or SIGINT: no new connections; open requests have the grace to finish; then
+   the rest end (a stream with a last chunk, finish_reason "abort", and [DONE]; a plain
+   answer with 503). A second signal ends them at once. 0, or 1 when a request's thread
+   did not come back (the process exits anyway). */
+static int stop(struct MHD_Daemon *d, double grace, const sigset_t *sigs, int sig) {
+    atomic_store(&S.stopping, 1);
+    MHD_socket ls = MHD_quiesce_daemon(d); /* shut down, not closed: its number stays taken while MHD may look at it */
+    if (ls != MHD_INVALID_SOCKET) shutdown(ls, SHUT_RDWR); /* new clients are refused at once */
+    fprintf(stderr, "serve: %s: stopping (open requests: %d; %g s to finish them)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            busy(), grace);
+    struct timespec tick = {0, 20000000};
+    for (double end = pd_now() + grace; busy() && pd_now() < end;) {
+        int again = sigtimedwait(sigs, NULL, &tick);
+        if (again == SIGINT || again == SIGTERM) break;
+    }
+    int n = busy();
+    if (n) {
+        fprintf(stderr, "serve: ending the open requests (%d)\n", n);
+        engine_abort(S.e);
+        /* the jobs end after the step under way (a big model's may take seconds); then
+           their handlers have a second to send the last chunks */
+        double idle = 0;
+        for (double end = pd_now() + 60; busy() && pd_now() < end && (!idle || pd_now() < idle + 1);) {
+            EngineStats es = engine_stats(S.e);
+            if (!idle && !es.running && !es.queued) idle = pd_now();
+            nanosleep(&tick, NULL);
+        }
+    }
+    pthread_t t; /* a thread stuck in a request would hold MHD_stop_daemon forever */
+    if (pthread_create(&t, NULL, stop_daemon, d)) return stop_daemon(d), close(ls), engine_free(S.e), 0;
+    for (double end = pd_now() + 3; !atomic_load(&stopped) && pd_now() < end;) nanosleep(&tick, NULL);
+    if (!atomic_load(&stopped)) {
+        fprintf(stderr, "serve: requests that did not end (%d): exiting without them\n", busy());
+        return 1;
+    }
+    pthread_join(t, NULL);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    engine_free(S.e);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     tool_name = "serve";
-    const char *model = NULL, *host = "127.0.0.1", *draft = NULL, *format = NULL;
+    const char *model = NULL, *host = "127.0.0.1", *draft = NULL, *format = NULL, *alias = NULL;
     int port = 8080, threads = 0, kv_blocks = 0;
+    double grace = 5;
     EngineOptions o = {.parallel = 16, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
-    S.max_body = 1 << 20;
+    S.max_body = 1 << 20, S.max_conn = 256, S.timeout = 30;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) model = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(f, "--host")) host = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--port")) port = (int)arg_int(f, arg_next(argc, argv, &i), 0, 65535);
-        else if (!strcmp(f, "--parallel")) o.parallel = (int)arg_int(f, arg_next(argc, argv, &i), 1, 256);
-        else if (!strcmp(f, "--ctx-size")) o.ctx = (int)arg_int(f, arg_next(argc, argv, &i), 2, 1 << 24);
-        else if (!strcmp(f, "--kv-blocks")) kv_blocks = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(f, "--draft")) draft = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--chat-format")) format = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--max-body")) S.max_body = (size_t)arg_int(f, arg_next(argc, argv, &i), 1, 1L << 30);
-        else if (!strcmp(f, "-t")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1024);
-        else if (!strcmp(f, "--no-continuous")) o.continuous = 0;
-        else if (!strcmp(f, "--no-speculation")) o.spec_max_batch = 0;
-        else if (!strcmp(f, "--spec-max-batch")) o.spec_max_batch = (int)arg_int(f, arg_next(argc, argv, &i), 0, 256);
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
-        else die("unknown flag %s (usage: serve %s)", f, USAGE);
+#define IS(a, b) (!strcmp(f, a) || (*(b) && !strcmp(f, b)))
+        if (IS("-m", "--model")) model = arg_next(argc, argv, &i);
+        else if (IS("--no-verify", "")) pd_verify_weights = 0;
+        else if (IS("--host", "")) host = arg_next(argc, argv, &i);
+        else if (IS("--port", "")) port = (int)arg_int(f, arg_next(argc, argv, &i), 0, 65535);
+        else if (IS("-a", "--alias")) alias = arg_next(argc, argv, &i);
+        else if (IS("-np", "--parallel")) o.parallel = (int)arg_int(f, arg_next(argc, argv, &i), 1, 256);
+        else if (IS("-c", "--ctx-size")) o.ctx = (int)arg_int(f, arg_next(argc, argv, &i), 2, 1 << 24);
+        else if (IS("--kv-blocks", "")) kv_blocks = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 24);
+        else if (IS("--draft", "")) draft = arg_next(argc, argv, &i);
+        else if (IS("--chat-format", "")) format = arg_next(argc, argv, &i);
+        else if (IS("--max-body", "")) S.max_body = (size_t)arg_int(f, arg_next(argc, argv, &i), 1, 1L << 30);
+        else if (IS("-t", "--threads")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1024);
+        else if (IS("--no-continuous", "")) o.continuous = 0;
+        else if (IS("--no-speculation", "")) o.spec_max_batch = 0;
+        else if (IS("--spec-max-batch", "")) o.spec_max_batch = (int)arg_int(f, arg_next(argc, argv, &i), 0, 256);
+        else if (IS("--max-connections", "")) S.max_conn = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);
+        else if (IS("-to", "--timeout")) S.timeout = (unsigned)arg_int(f, arg_next(argc, argv, &i), 1, 86400);
+        else if (IS("--shutdown-grace", "")) grace = arg_num(f, arg_next(argc, argv, &i), 0, 3600);
+        else if (IS("--api-key", "")) S.api_key = arg_next(argc, argv, &i);
+        else if (IS("--cors", "")) S.cors = arg_next(argc, argv, &i);
+        else if (IS("-h", "--help")) help_exit(USAGE, FLAGS MEMORY);
+        else if (IS("--version", "")) version_exit();
+        else if (*f == '-') die("unknown flag %s (serve --help lists the flags)", f);
+        else die("unexpected argument '%s' (the model goes after -m)", f);
+#undef IS
     }
     if (!model) usage("-m MODEL");
+    if (S.api_key && (!*S.api_key || strpbrk(S.api_key, "\r\n"))) die("--api-key: must be a non-empty line");
+    if (S.cors && (!*S.cors || strpbrk(S.cors, "\r\n"))) die("--cors: must be an origin such as https://example.com, or *");
     /* signals are taken by sigwait at the end, in no other thread: blocked before any starts */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT), sigaddset(&sigs, SIGTERM), sigaddset(&sigs, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, !strcmp(host, "localhost") ? "127.0.0.1" : host, &addr.sin_addr) != 1)
-        die("--host: '%s' is not an IPv4 address", host);
+    unsigned hard_limit = (unsigned)S.max_conn + (unsigned)S.max_conn / 4 + 16; /* room to answer 503 past the limit */
+    raise_open_files(hard_limit);
+    char shown[INET6_ADDRSTRLEN + 16];
+    int ls = listen_on(host, port, shown, sizeof shown); /* before the model: a port in use fails at once */
     if (model_load(&S.m, model)) die_lib();
-    const char *slash = strrchr(model, '/');
-    S.name = slash ? slash + 1 : model;
+    if (o.ctx > S.m.c.seq_len) die("--ctx-size %d: the model's context is %d positions, the most a request can hold", o.ctx, S.m.c.seq_len);
+    size_t e = strlen(model), b, nl; /* the name: --alias, or the file's (or directory's) own name */
+    while (e > 1 && model[e - 1] == '/') e--;
+    for (b = e; b && model[b - 1] != '/';) b--;
+    char *name = alias ? utf8_clean(alias, strlen(alias), &nl) : utf8_clean(model + b, e - b, &nl);
+    if (!name) die("out of memory");
+    S.name = name;
+    struct stat st;
+    S.created = !stat(model, &st) ? (long)st.st_mtime : (long)time(NULL);
+    uint64_t r;
+    if (getrandom(&r, sizeof r, 0) != sizeof r) r = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+    atomic_store(&S.next_id, (long)(r >> 2)); /* ids differ across restarts; the counter never overflows */
     load_methods(&o, model, draft);
     chat_setup(format);
     if (k_init(threads)) die("cannot start %d threads", threads);
-    int ctx = o.ctx >= 2 && o.ctx <= S.m.c.seq_len ? o.ctx : S.m.c.seq_len;
+    int ctx = o.ctx >= 2 ? o.ctx : S.m.c.seq_len;
     o.kv_blocks = kv_blocks ? kv_blocks : (o.parallel * ctx + o.block_size - 1) / o.block_size;
+    pthread_mutex_init(&S.mu, NULL);
+    S.latency = (Hist){.le = LATENCY_LE, .n = sizeof LATENCY_LE / sizeof *LATENCY_LE};
+    S.ttft = (Hist){.le = TTFT_LE, .n = sizeof TTFT_LE / sizeof *TTFT_LE};
     if (!(S.e = engine_new(&S.m, &o))) die_lib();
 
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                            0, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, &addr,
-                                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                                            (unsigned)600, MHD_OPTION_END);
-    if (!d) die("cannot listen on %s:%d (in use?)", host, port);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "serve: listening on http://%s:%d (%s, %d parallel, context %d, %d KV blocks of %d, methods: standard%s%s%s%s)\n",
-            host, di ? di->port : port, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ", prompt-lookup, lookahead",
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle,
+        NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)ls,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_CONNECTION_TIMEOUT, S.timeout, MHD_OPTION_END);
+    if (!d) die("cannot start the HTTP server on %s", shown);
+    fprintf(stderr, "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: standard%s%s%s%s)\n",
+            shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ", prompt-lookup, lookahead",
             o.opt.heads ? ", adadecode, self-speculative" : "", o.opt.medusa ? ", medusa" : "", o.opt.draft ? ", speculative" : "");
     int sig;
     do sigwait(&sigs, &sig);
     while (sig == SIGPIPE);
-    fprintf(stderr, "serve: stopping\n");
-    MHD_stop_daemon(d);
-    engine_free(S.e);
+    int rc = stop(d, grace, &sigs, sig);
+    if (rc) _exit(rc); /* a stuck thread may hold what exit's handlers would take */
     return 0;
 }
