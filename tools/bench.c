@@ -358,7 +358,7 @@ static void csv_row(Str *c, const char *kind, const char *ds, const char *method
                     const Stats *ref, const char *figures) {
     char r[16] = "";
     if (rate >= 0) snprintf(r, sizeof r, "%.2f", rate);
-    put(c, "%s,%s,%s,%.3f,%s,%d,%lld,%.6f,%.3f,%.4f,%.4f,%.4f,%.4f,%d,%d,%s\n", kind, ds, method, gamma, r, s->prompts,
+    put(c, "%s,%s,%s,%.2f,%s,%d,%lld,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%d,%d,%s\n", kind, ds, method, gamma, r, s->prompts,
         (long long)s->tokens, s->t_decode, tok_s(s), tok_s(s) / (tok_s(ref) + 1e-12), by_layers(method) ? 0 : tau(s),
         passes_per_token(s), s->drafted ? (double)s->rejected / s->drafted : 0, s->prompts - s->mismatches,
         s->prompts, figures);
