@@ -82,6 +82,22 @@ check "--stop of several tokens: held back until it completes" cmp -s "$TMP/stop
 $D -p "$P" --temp 0 --stop "Lily?" >"$TMP/stop3.txt" 2>/dev/null # "Lily" is held back each time, then printed
 check "--stop begun but never completed: the text whole" cmp -s "$TMP/stop3.txt" "$TMP/all.txt"
 refuses "--stop ''" "" $D -p "$P" --stop ""
+# stop strings cut from the text at fixed random places (1-12 bytes, across tokens and
+# lines): what is printed is the prompt and the text up to the string's first place
+python3 - "$TMP/all.json" $D -p "$P" --temp 0 >"$TMP/stops" <<'PY'
+import json, random, subprocess, sys
+full = json.load(open(sys.argv[1]))["text"]
+cmd, rng, bad = sys.argv[2:], random.Random(21), 0
+for _ in range(8):
+    at = rng.randrange(len(full) - 12)
+    s = full[at:at + rng.randint(1, 12)]
+    out = subprocess.run(cmd + ["--stop", s], capture_output=True, text=True).stdout
+    if out != cmd[cmd.index("-p") + 1] + full[:full.find(s)] + "\n":
+        bad += 1
+        print("--stop %r printed %r" % (s, out[-80:]))
+print("mismatches", bad)
+PY
+check "--stop at 8 random places: printed up to the first ($(tail -n 1 "$TMP/stops"))" grep -qx "mismatches 0" "$TMP/stops"
 
 # ---- the seed: random by default (getrandom), printed, reproducible with --seed ----
 $D -p Once -n 30 --temp 1 --json >"$TMP/r1.json" 2>"$TMP/r1.err"
