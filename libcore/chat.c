@@ -72,14 +72,23 @@ __attribute__((format(printf, 2, 3))) static char *add(char *s, const char *fmt,
 static int is_role(const ChatTurn *t, const char *role) { return !strcmp(t->role, role); }
 
 /* Meta's Llama 2 format: the system prompt inside the first [INST], each answer closed
-   by EOS and the next turn opened by BOS (both written as text) */
+   by EOS and the next turn opened by BOS (both written as text); every content trimmed
+   as the reference strips it (the system prompt and the first user turn as one), so an
+   answer that began with a space renders as the tokens that were generated */
 static char *llama2(const ChatTurn *t, int n) {
     char *out = pd_strdup("");
     const char *system = n && is_role(&t[0], "system") ? t[0].content : NULL;
     for (int i = system ? 1 : 0; out && i < n; i++) {
-        if (is_role(&t[i], "assistant")) out = add(out, " %s </s><s>", t[i].content);
-        else if (system) out = add(out, "[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", system, t[i].content), system = NULL;
-        else out = add(out, "[INST] %s [/INST]", t[i].content);
+        char *c = NULL;
+        if (system && !is_role(&t[i], "assistant")) {
+            char *m = add(pd_strdup(""), "<<SYS>>\n%s\n<</SYS>>\n\n%s", system, t[i].content);
+            c = trimmed(m), system = NULL;
+            free(m);
+        } else
+            c = trimmed(t[i].content);
+        if (!c) return free(out), NULL;
+        out = is_role(&t[i], "assistant") ? add(out, " %s </s><s>", c) : add(out, "[INST] %s [/INST]", c);
+        free(c);
     }
     return out;
 }

@@ -62,6 +62,27 @@ void decode_free(DecodeCtx *d) {
     memset(d, 0, sizeof *d);
 }
 
+int decode_continue(DecodeCtx *d, int max_new, int keep) {
+    if (kv_truncate(d->kv, d->seq, keep)) return -1;
+    int32_t *out = pd_realloc(d->out, sizeof(int32_t) * (max_new > 0 ? max_new : 1));
+    if (!out) return -1;
+    DecodeCtx was = *d; /* the model, cache, sequence, sampler, options, callback and scratch stay */
+    memset(d, 0, sizeof *d);
+    d->m = was.m, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt;
+    d->emit = was.emit, d->emit_ctx = was.emit_ctx, d->hidden = was.hidden, d->logits = was.logits, d->cap = was.cap;
+    d->out = out, d->max_new = max_new, d->reuse = keep;
+    return 0;
+}
+
+int decode_kept(const DecodeCtx *d, int n_prompt) {
+    int k = n_prompt + d->n_out;
+    for (int l = 0; l < d->m->c.n_layers; l++) {
+        int len = kv_len(d->kv, d->seq, l);
+        if (len < k) k = len;
+    }
+    return k;
+}
+
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) {
     if (forward_layers(d->m, d->kv, b, lb, le, hidden)) return -1;
     d->layer_passes += le - lb;
@@ -80,9 +101,11 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     if (n < 1) return pd_error("empty prompt (it needs at least BOS)");
     if (n >= d->m->c.seq_len)
         return pd_error("prompt of %d tokens does not fit the context of %d", n, d->m->c.seq_len);
+    int from = d->reuse < n ? d->reuse : n - 1; /* the last token runs again for its logits */
+    if (from < d->reuse && kv_truncate(d->kv, d->seq, from)) return -1;
     int32_t pos[PREFILL_CHUNK];
     int take = 0;
-    for (int at = 0; at < n; at += take) {
+    for (int at = from; at < n; at += take) {
         take = n - at < d->cap ? n - at : d->cap;
         for (int i = 0; i < take; i++) pos[i] = at + i;
         int32_t seq[PREFILL_CHUNK];
@@ -93,6 +116,7 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     size_t dim = d->m->c.dim;
     memmove(d->hidden, d->hidden + (take - 1) * dim, sizeof(float) * dim);
     if (final_logits(d->m, d->hidden, 1, d->logits)) return -1;
+    d->n_prefilled = n - from;
     d->prefill_passes = d->target_passes;
     d->prefill_token_layers = d->token_layers;
     d->t_prefill += pd_now() - t0;

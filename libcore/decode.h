@@ -57,6 +57,9 @@ typedef struct DecodeCtx {
     int64_t pending_sum, pending_n; /* for the mean pending depth */
     int64_t rounds_by_nodes[MAX_ROUND_NODES + 1]; /* drafters: rounds that ran n nodes */
     int64_t prefill_passes, prefill_token_layers; /* what the prompt took, to leave out */
+    int reuse;              /* leading prompt tokens the KV sequence already holds (a
+                               conversation's earlier turns): prefill starts after them */
+    int n_prefilled;        /* prompt tokens the prefill ran */
     double t_prefill, t_decode;
     /* streaming: called for every accepted token in order; non-zero stops */
     int (*emit)(void *ctx, int prev, int token);
@@ -82,8 +85,15 @@ void decode_free(DecodeCtx *d);
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden);
 /* one token at pos through the whole model: hidden[dim] after the last layer, logits[vocab] */
 int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits);
-/* runs the prompt through the model; leaves the last position's logits in d->logits
-   and its hidden state after the last layer in d->hidden[0..dim) */
+/* the next turn of a conversation on the same sequence: output and statistics start
+   afresh, the KV sequence is cut to its first `keep` slots (a prefix the next prompt
+   shares with the last prompt and its output), and the next prefill starts there */
+int decode_continue(DecodeCtx *d, int max_new, int keep);
+/* how many leading tokens of the last prompt and its output the KV sequence holds,
+   complete in every layer (what decode_continue may keep) */
+int decode_kept(const DecodeCtx *d, int n_prompt);
+/* runs the prompt through the model (from d->reuse on); leaves the last position's
+   logits in d->logits and its hidden state after the last layer in d->hidden[0..dim) */
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* does this token end the text? (EOS, and BOS for llama2.c-style models, as run.c) */
 int token_ends_text(const Model *m, int token);

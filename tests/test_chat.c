@@ -72,6 +72,14 @@ static void test_turns(void) {
                           "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"),
           "ChatML conversation: %s", s);
     free(s);
+    /* Llama 2 trims as the Hugging Face template does: content.strip() per turn, the system
+       prompt and the first user turn as one ('[INST] ' + content.strip() + ' [/INST]',
+       ' ' + content.strip() + ' ' + eos_token) */
+    ChatTurn ws[4] = {{"system", " Be brief. "}, {"user", " Hi \n"}, {"assistant", " Hello. "}, {"user", "Bye "}};
+    s = chat_apply_turns(CHAT_LLAMA2, NULL, ws, 4, &bos);
+    CHECK(s && bos && !strcmp(s, "[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\n Hi [/INST] Hello. </s><s>[INST] Bye [/INST]"),
+          "Llama 2 trims the turns: %s", s);
+    free(s);
     ChatTurn bad = {"tool", "x"};
     CHECK(!chat_apply_turns(CHAT_CHATML, NULL, &bad, 1, &bos) && strstr(pd_errmsg(), "role 'tool'"), "unknown role refused");
 }

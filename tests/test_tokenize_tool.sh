@@ -109,8 +109,9 @@ else
     printf 'x' | "$tool" --tokenizer "$tok" --frobnicate >/dev/null 2>&1
     check "unknown flag: non-zero exit" [ $? -ne 0 ]
     printf 'x' | "$tool" >/dev/null 2>"$tmp/err"
-    check "no --tokenizer: exit 2" [ $? -eq 2 ]
-    check "no --tokenizer: usage line" grep -q "^usage: tokenize" "$tmp/err"
+    # issue 21: bad arguments exit 1 with one line naming what is wrong (no usage dump)
+    check "no --tokenizer: exit 1" [ $? -eq 1 ]
+    check "no --tokenizer: one line naming it" sh -c "[ \$(wc -l <'$tmp/err') = 1 ] && grep -q '^tokenize: --tokenizer PATH is required' '$tmp/err'"
 fi
 
 echo "tokenize_tool: $pass passed, $fail failed"

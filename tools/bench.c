@@ -20,7 +20,7 @@
 #include "recipe.h"
 #include "tool.h"
 
-#define USAGE "--recipe FILE [--methods a,b] [--samples N] [--out DIR] [-t N] [--model M] [--exit-heads H] " \
+#define USAGE "--recipe FILE [--methods A,B] [--samples N] [--out DIR] [-t N] [-m MODEL] [--exit-heads H] " \
               "[--medusa H] [--draft D] [--no-oracle]"
 
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
@@ -61,23 +61,21 @@ typedef struct {
 
 static Args parse(int argc, char **argv) {
     Args a = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--recipe")) a.recipe = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--methods")) a.methods = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--samples")) a.samples = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);
-        else if (!strcmp(f, "--out")) a.out = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "-t")) a.threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(f, "--model")) a.model = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(f, "--exit-heads")) a.exit = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--medusa")) a.medusa = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--draft")) a.draft = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--no-oracle")) a.no_oracle = 1;
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
-        else die("unknown flag %s (usage: bench %s)", f, USAGE);
-    }
-    if (!a.recipe) usage(USAGE);
+    Flag t[] = {
+        {"--recipe", "FILE", "required", "the recipe (recipes/*.yaml): model, datasets, methods, options", F_STR(&a.recipe)},
+        {"--methods", "A,B", "the recipe's", "the methods to run (standard always runs first)", F_STR(&a.methods)},
+        {"--samples", "N", "the recipe's", "prompts per dataset at most", F_INT(&a.samples, 1, 100000)},
+        {"--out", "DIR", "out/NAME", "where the tables (markdown, CSV) and plots go", F_STR(&a.out)},
+        {"-t, --threads", "N", "the recipe's", "threads", F_INT(&a.threads, 1, 64)},
+        {"-m, --model", "FILE", "the recipe's", "the model", F_STR(&a.model)},
+        MODEL_FLAGS
+        {"--exit-heads", "FILE", "the recipe's", "exit heads (adadecode, self-speculative)", F_STR(&a.exit)},
+        {"--medusa", "FILE", "the recipe's", "Medusa heads", F_STR(&a.medusa)},
+        {"--draft", "FILE", "the recipe's", "the draft model (speculative)", F_STR(&a.draft)},
+        {"--no-oracle", NULL, NULL, "leave out the oracle table", F_SWITCH(&a.no_oracle)},
+    };
+    flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, USAGE, MEMORY);
+    if (!a.recipe) usage("--recipe");
     return a;
 }
 
@@ -126,7 +124,7 @@ static void load(Bench *b, const Args *a, const char *out) {
     int need = 0;
     for (int i = 0; i < b->n_methods; i++) need |= recipe_method_needs(b->methods[i]);
     char *path = file_of(b->r, a->model, out, RECIPE_MODEL, "--model");
-    if (model_load(&b->m, path)) die_lib();
+    tool_model_load(&b->m, path);
     free(path);
     if (need & RECIPE_NEEDS_EXIT) {
         path = file_of(b->r, a->exit, out, RECIPE_EXIT, "--exit-heads");
@@ -142,7 +140,7 @@ static void load(Bench *b, const Args *a, const char *out) {
     if (need & RECIPE_NEEDS_DRAFT) {
         char why[160];
         path = file_of(b->r, a->draft, out, RECIPE_DRAFT, "--draft");
-        if (model_load(&b->draft, path)) die_lib();
+        tool_model_load(&b->draft, path);
         if (!tok_same_vocab(b->m.tok, b->draft.tok, why, sizeof why)) die("%s: %s", path, why);
         b->has_draft = 1, free(path);
     }
@@ -360,7 +358,7 @@ static void csv_row(Str *c, const char *kind, const char *ds, const char *method
                     const Stats *ref, const char *figures) {
     char r[16] = "";
     if (rate >= 0) snprintf(r, sizeof r, "%.2f", rate);
-    put(c, "%s,%s,%s,%.3f,%s,%d,%lld,%.6f,%.3f,%.4f,%.4f,%.4f,%.4f,%d,%d,%s\n", kind, ds, method, gamma, r, s->prompts,
+    put(c, "%s,%s,%s,%.2f,%s,%d,%lld,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%d,%d,%s\n", kind, ds, method, gamma, r, s->prompts,
         (long long)s->tokens, s->t_decode, tok_s(s), tok_s(s) / (tok_s(ref) + 1e-12), by_layers(method) ? 0 : tau(s),
         passes_per_token(s), s->drafted ? (double)s->rejected / s->drafted : 0, s->prompts - s->mismatches,
         s->prompts, figures);

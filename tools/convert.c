@@ -10,27 +10,22 @@
 #include "draftmodel.h"
 #include "tool.h"
 
-#define USAGE "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT   ('-o -' writes to stdout); " \
-              "a draft: MODEL --layers L --heads EXIT_HEADS [--dtype f32|bf16] -o DRAFT"
+#define USAGE "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT\n" \
+              "       convert MODEL --layers L --heads EXIT_HEADS [--dtype f32|bf16] -o DRAFT   (a draft model)"
 
-static void help(void) {
-    printf("usage: convert %s\n\n"
-           "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n"
-           "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n"
-           "     a llama.cpp GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1, dequantised; its tokenizer inside),\n"
-           "     or a llama2.c .bin checkpoint (needs --tokenizer).\n"
-           "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n"
-           "     it replaces the source's own.\n"
-           "--layers L --heads EXIT_HEADS: MODEL (a paradec model file) becomes a draft model for\n"
-           "     --method speculative: its first L layers, and the exit head at layer L (trained with\n"
-           "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n"
-           "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n"
-           "        GGUF) + the model as f32 (4 bytes a parameter, whatever the source's type); with --dtype\n"
-           "        bf16, at least 6 bytes a parameter (the f32 model and its bf16 copy). A draft holds MODEL\n"
-           "        as f32 and the exit heads.\n",
-           USAGE);
-    exit(0);
-}
+#define NOTES "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n" \
+              "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n" \
+              "     a llama.cpp GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1, dequantised; its tokenizer inside),\n" \
+              "     or a llama2.c .bin checkpoint (needs --tokenizer); - reads stdin.\n" \
+              "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n" \
+              "     it replaces the source's own.\n" \
+              "--layers L --heads EXIT_HEADS: MODEL (a paradec model file) becomes a draft model for\n" \
+              "     --method speculative: its first L layers, and the exit head at layer L (trained with\n" \
+              "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n" \
+              "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n" \
+              "        GGUF) + the model as f32 (4 bytes a parameter, whatever the source's type); with --dtype\n" \
+              "        bf16, at least 6 bytes a parameter (the f32 model and its bf16 copy). A draft holds MODEL\n" \
+              "        as f32 and the exit heads.\n"
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -65,19 +60,20 @@ int main(int argc, char **argv) {
     tool_name = "convert";
     const char *src = NULL, *tok = NULL, *out = NULL, *dtype = "f32", *heads = NULL;
     int layers = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer")) tok = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--heads")) heads = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(argv[i], "--layers")) layers = (int)arg_int(argv[i], arg_next(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(argv[i], "-o")) out = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--dtype")) dtype = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) help();
-        else if (argv[i][0] == '-' && argv[i][1]) die("unknown flag %s (usage: convert %s)", argv[i], USAGE);
-        else if (!src) src = argv[i];
-        else die("more than one source: %s and %s", src, argv[i]);
-    }
-    if (!src || !out) usage(USAGE);
+    Flag t[] = {
+        {"-o, --output", "OUT", "required", "the model file to write (.safetensors[.zst]); - is stdout", F_STR(&out)},
+        {"--tokenizer", "TOK", "the source's", "the tokenizer (needed for a llama2.c checkpoint)", F_STR(&tok)},
+        {"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},
+        MODEL_FLAGS
+        {"--layers", "L", NULL, "a draft model: the source's first L layers (with --heads)", F_INT(&layers, 1, 1 << 20)},
+        {"--heads", "EXIT_HEADS", NULL, "a draft model: the exit head at layer L folded into its lm_head", F_STR(&heads)},
+    };
+    const char *pos[2];
+    int n_pos = flags_parse(t, N_FLAGS(t), argc, argv, pos, 2, USAGE, NOTES);
+    if (n_pos == 2) die("%s: a second source (%s is the first)", pos[1], pos[0]);
+    src = n_pos ? pos[0] : NULL;
+    if (!src) usage("SRC (the checkpoint)");
+    if (!out) usage("-o OUT");
     DType dt = !strcmp(dtype, "f32") ? DT_F32 : !strcmp(dtype, "bf16") ? DT_BF16 : (DType)-1;
     if ((int)dt < 0) die("--dtype: '%s' is not f32 or bf16", dtype);
     double t0 = pd_now();

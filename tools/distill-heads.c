@@ -18,8 +18,7 @@
 #include "distill.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL --data FILE [--fields F1,F2] [--special] [--layers L1,L2,...|auto] [--steps N] [--lr X] " \
-              "[--batch B] [--seq-len S] [--seed S] [--norm 0|1|auto] [--init HEADS] [--heldout F] [-t N] -o HEADS"
+#define USAGE "-m MODEL --data FILE [--layers L1,L2,...|auto] [--steps N] ... -o HEADS"
 
 #define MEMORY "memory: about " MEMORY_MODEL "\n" \
                "        + the lm_head once more (transposed, for the gradient) + 20 × dim² bytes a head (the head, its\n" \
@@ -76,35 +75,35 @@ static void print_table(const ExitHeads *h, const HeadStats *before, const HeadS
 int main(int argc, char **argv) {
     tool_name = "distill-heads";
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;
-    long special = 0, steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
+    int special = 0;
+    long steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
     double lr = 0, heldout = 0.1; /* lr 0: 2/dim (docs/distill.md) */
-    int seq_len_given = 0, norm_given = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m")) model = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(a, "--data")) data = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--fields")) fields = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--special")) special = 1;
-        else if (!strcmp(a, "-o")) out = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--layers")) layer_arg = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--steps")) steps = arg_int(a, arg_next(argc, argv, &i), 0, 100000000);
-        else if (!strcmp(a, "--lr")) lr = arg_num(a, arg_next(argc, argv, &i), 1e-9, 10);
-        else if (!strcmp(a, "--batch")) batch = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 16);
-        else if (!strcmp(a, "--seq-len")) seq_len = arg_int(a, arg_next(argc, argv, &i), 1, 1 << 20), seq_len_given = 1;
-        else if (!strcmp(a, "--seed")) seed = arg_int(a, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
-        else if (!strcmp(a, "--init")) init = arg_next(argc, argv, &i);
-        else if (!strcmp(a, "--norm")) {
-            const char *v = arg_next(argc, argv, &i);
-            norm = !strcmp(v, "auto") ? -1 : arg_int(a, v, 0, 1);
-            norm_given = 1;
-        }
-        else if (!strcmp(a, "--heldout")) heldout = arg_num(a, arg_next(argc, argv, &i), 1e-6, 0.9);
-        else if (!strcmp(a, "-t")) threads = arg_int(a, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) help_exit(USAGE, MEMORY);
-        else die("unknown flag %s (usage: distill-heads %s)", a, USAGE);
-    }
-    if (!model || !data || !out) usage(USAGE);
+    const char *norm_arg = NULL;
+    Flag t[] = {
+        {"-m, --model", "FILE", "required", "the model (frozen)", F_STR(&model)},
+        MODEL_FLAGS
+        {"--data", "FILE", "required", "the training text: plain (.gz or not) or jsonl; - is stdin", F_STR(&data)},
+        {"--fields", "F1,F2", "text", "jsonl: the fields whose text is joined into a record", F_STR(&fields)},
+        {"--special", NULL, NULL, "control tokens written in the text (chat-formatted data) are tokens", F_SWITCH(&special)},
+        {"-o, --output", "HEADS", "required", "the heads file to write; - is stdout", F_STR(&out)},
+        {"--layers", "L1,L2,...", "auto", "the layers that get a head, or auto", F_STR(&layer_arg)},
+        {"--steps", "N", "600", "training steps", F_LONG(&steps, 0, 100000000)},
+        {"--lr", "X", "2/dim", "Adam's learning rate (cosine decay)", F_NUM(&lr, 1e-9, 10)},
+        {"--batch", "B", "8", "sequences a step", F_LONG(&batch, 1, 1 << 16)},
+        {"--seq-len", "S", "256", "tokens a sequence (at most the model's context)", F_LONG(&seq_len, 1, 1 << 20)},
+        {"-s, --seed", "S", "1", "the order of the sequences", F_LONG(&seed, 0, 1e19)},
+        {"--norm", "0|1|auto", "auto", "the final RMSNorm before the head: off, on, or the lower held-out KL", F_STR(&norm_arg)},
+        {"--init", "HEADS", NULL, "go on from trained heads (their layers and norm)", F_STR(&init)},
+        {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&heldout, 1e-6, 0.9)},
+        {"-t, --threads", "N", "1", "threads", F_LONG(&threads, 1, 64)},
+    };
+    int n_t = N_FLAGS(t);
+    flags_parse(t, n_t, argc, argv, NULL, 0, USAGE, MEMORY);
+    int seq_len_given = flag_given(t, n_t, "--seq-len") != NULL, norm_given = norm_arg != NULL;
+    if (norm_arg) norm = !strcmp(norm_arg, "auto") ? -1 : arg_int("--norm", norm_arg, 0, 1);
+    if (!model) usage("-m MODEL");
+    if (!data) usage("--data FILE");
+    if (!out) usage("-o HEADS");
     if (!strcmp(model, "-") && !strcmp(data, "-")) die("-m and --data cannot both be stdin");
     if (strcmp(out, "-")) { /* a bad output path fails now, not after the training */
         AtomicFile af;
@@ -113,7 +112,7 @@ int main(int argc, char **argv) {
     }
 
     Model m;
-    if (model_load(&m, model)) die_lib();
+    tool_model_load(&m, model);
     if (k_init((int)threads)) die("cannot start %ld threads", threads);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */

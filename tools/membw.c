@@ -7,13 +7,12 @@
 int main(int argc, char **argv) {
     tool_name = "membw";
     long threads = 1, mib = 1024;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-t")) threads = arg_int("-t", arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(argv[i], "--mib")) mib = arg_int("--mib", arg_next(argc, argv, &i), 64, 1 << 16);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-            help_exit("[-t THREADS] [--mib SIZE]", "prints the read bandwidth in GB/s.\nmemory: about --mib MiB (default 1024), the array it streams.\n");
-        else usage("[-t THREADS] [--mib SIZE]   (prints read GB/s)");
-    }
+    Flag t[] = {
+        {"-t, --threads", "N", "1", "threads streaming", F_LONG(&threads, 1, 64)},
+        {"--mib", "SIZE", "1024", "MiB of the array streamed (larger than the last-level cache)", F_LONG(&mib, 64, 1 << 16)},
+    };
+    flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, "[-t THREADS] [--mib SIZE]",
+                "prints the read bandwidth in GB/s.\nmemory: about --mib MiB, the array it streams.\n");
     size_t n = (size_t)mib << 18; /* floats */
     Arena a; /* the same kind of memory the packed weights live in (huge pages) */
     if (arena_init(&a, n * sizeof(float))) die_lib();

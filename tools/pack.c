@@ -13,24 +13,21 @@
 int main(int argc, char **argv) {
     tool_name = "pack";
     const char *model = NULL, *out = NULL, *list = NULL, *heads[256];
-    int n = 0, stdin_uses = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-m")) model = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(f, "-o")) out = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--list")) list = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
-        else if (f[0] == '-' && f[1]) die("unknown flag %s (usage: pack %s)", f, USAGE);
-        else if (n == 256) die("more than 256 head sets");
-        else heads[n++] = f;
-    }
+    int stdin_uses = 0;
+    Flag t[] = {
+        {"-m, --model", "MODEL", "required", "the model file; - is stdin", F_STR(&model)},
+        {"-o, --output", "BUNDLE", "required", "the bundle to write; - is stdout", F_STR(&out)},
+        MODEL_FLAGS
+        {"--list", "FILE", NULL, "say what a bundle (or any paradec file) holds, and stop", F_STR(&list)},
+    };
+    int n = flags_parse(t, N_FLAGS(t), argc, argv, heads, 256, USAGE, MEMORY);
     if (list) {
-        if (model || out || n) usage(USAGE);
+        if (model || out || n) die("--list: only the file to list, with nothing to pack");
         if (bundle_list(list, stdout)) die_lib();
         return 0;
     }
-    if (!model || !out) usage(USAGE);
+    if (!model) usage("-m MODEL");
+    if (!out) usage("-o BUNDLE");
     stdin_uses = !strcmp(model, "-");
     for (int i = 0; i < n; i++) stdin_uses += !strcmp(heads[i], "-");
     if (stdin_uses > 1) die("only one input can be stdin (\"-\")");

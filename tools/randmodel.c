@@ -70,17 +70,18 @@ int main(int argc, char **argv) {
     tool_name = "randmodel";
     const char *cfg_path = NULL, *tok = NULL, *tmpl_path = NULL, *out = NULL, *dtype = "f32";
     long seed = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--config")) cfg_path = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--tokenizer")) tok = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--chat-template")) tmpl_path = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--seed")) seed = arg_int("--seed", arg_next(argc, argv, &i), 0, 0x7fffffffL);
-        else if (!strcmp(argv[i], "--dtype")) dtype = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "-o")) out = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) help_exit(USAGE, MEMORY);
-        else die("unknown flag %s (usage: randmodel %s)", argv[i], USAGE);
-    }
-    if (!cfg_path || !tok || !out) usage(USAGE);
+    Flag t[] = {
+        {"--config", "CONFIG.json", "required", "the shape (Hugging Face config key names)", F_STR(&cfg_path)},
+        {"--tokenizer", "TOK", "required", "a tokenizer.json (.gz), tokenizer.bin or GGUF of vocab_size tokens", F_STR(&tok)},
+        {"--chat-template", "TOKENIZER_CONFIG.json", NULL, "the chat template to carry", F_STR(&tmpl_path)},
+        {"-s, --seed", "S", "1", "the weights' seed", F_LONG(&seed, 0, 0x7fffffffL)},
+        {"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},
+        {"-o, --output", "OUT", "required", "the model file to write; - is stdout", F_STR(&out)},
+    };
+    flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, USAGE, MEMORY);
+    if (!cfg_path) usage("--config CONFIG.json");
+    if (!tok) usage("--tokenizer TOK");
+    if (!out) usage("-o OUT");
     DType dt = !strcmp(dtype, "f32") ? DT_F32 : !strcmp(dtype, "bf16") ? DT_BF16 : (DType)-1;
     if ((int)dt < 0) die("--dtype: '%s' is not f32 or bf16", dtype);
     char *json;

@@ -233,7 +233,7 @@ static void utf8_clean(char *s) {
 static void answers(const Recipe *r, const char *model, int threads, const char *path) {
     if (!r->answers.on) die("%s: the recipe has no 'answers' section", r->file);
     Model m;
-    if (model_load(&m, model)) die_lib();
+    tool_model_load(&m, model);
     if (k_init(threads)) die("cannot start %d threads", threads);
     char **prompts[RECIPE_MAX_DATASETS];
     int n[RECIPE_MAX_DATASETS], total = 0, written = 0;
@@ -291,19 +291,25 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
 
 int main(int argc, char **argv) {
     tool_name = "recipe";
-    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) help_exit(USAGE, MEMORY);
-    if (argc < 3) usage(USAGE);
-    const char *cmd = argv[1], *file = argv[2], *o = NULL, *out = NULL, *stamps = NULL, *model = NULL;
+    const char *o = NULL, *out = NULL, *stamps = NULL, *model = NULL, *pos[2];
     int threads = 0;
-    for (int i = 3; i < argc; i++) {
-        if (!strcmp(argv[i], "-o")) o = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--out")) out = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--stamps")) stamps = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "-m")) model = arg_next(argc, argv, &i);
-        else if (!strcmp(argv[i], "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(argv[i], "-t")) threads = (int)arg_int("-t", arg_next(argc, argv, &i), 1, 64);
-        else die("unknown flag %s (usage: recipe %s)", argv[i], USAGE);
-    }
+    Flag t[] = {
+        {"-o, --output", "FILE", "required by rules and answers", "rules: the make rules; answers: the jsonl", F_STR(&o)},
+        {"--out", "DIR", "out/NAME", "rules: where the pipeline's outputs go", F_STR(&out)},
+        {"--stamps", "DIR", "build/recipe/NAME", "rules: the stages' settings stamps", F_STR(&stamps)},
+        {"-m, --model", "MODEL", "required by answers", "answers: the model that answers", F_STR(&model)},
+        MODEL_FLAGS
+        {"-t, --threads", "N", "the recipe's", "answers: threads", F_INT(&threads, 1, 64)},
+    };
+    int n_pos = flags_parse(t, N_FLAGS(t), argc, argv, pos, 2, USAGE, MEMORY);
+    if (n_pos < 1) usage("a command (check, rules or answers)");
+    if (strcmp(pos[0], "check") && strcmp(pos[0], "rules") && strcmp(pos[0], "answers"))
+        die("%s: unknown command (check, rules or answers)", pos[0]);
+    if (n_pos < 2) usage("RECIPE");
+    const char *cmd = pos[0], *file = pos[1];
+    if (strcmp(cmd, "answers") && (model || threads)) die("%s: only answers takes a model", model ? "-m" : "-t");
+    if (!strcmp(cmd, "check") && (o || out || stamps)) die("check: it writes nothing (no -o, --out or --stamps)");
+    if (!strcmp(cmd, "answers") && (out || stamps)) die("answers: --out and --stamps are for rules");
     Recipe r;
     if (recipe_load(&r, file)) die_lib();
     char dflt_out[512], dflt_stamps[512];
@@ -314,10 +320,11 @@ int main(int argc, char **argv) {
                r.answers.on ? "answers, " : "", r.exit.on ? "exit heads, " : "", r.draft.on ? "draft, " : "",
                r.medusa.on ? "medusa heads, " : "", r.dec.n_methods, r.n_datasets);
     } else if (!strcmp(cmd, "rules")) {
-        if (!o) usage(USAGE);
+        if (!o) usage("-o FILE");
         rules(&r, out ? out : dflt_out, stamps ? stamps : dflt_stamps, o);
     } else if (!strcmp(cmd, "answers")) {
-        if (!o || !model) usage(USAGE);
+        if (!o) usage("-o FILE");
+        if (!model) usage("-m MODEL");
         answers(&r, model, threads ? threads : r.threads, o);
     } else
         die("unknown command '%s' (usage: recipe %s)", cmd, USAGE);

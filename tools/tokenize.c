@@ -6,14 +6,7 @@
    (<|begin_of_text|>, <|im_start|>, ...). Decoding reads whitespace-separated ids and
    prints exactly the text they make; with --special control tokens print their text. */
 #include "tokenizer.h"
-#include "util.h"
-
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
-static const char *usage =
-    "usage: tokenize --tokenizer PATH [--bos] [--special] [--decode] < input\n";
+#include "tool.h"
 
 static int fail(const char *msg) {
     fprintf(stderr, "tokenize: %s\n", msg);
@@ -72,32 +65,19 @@ static int decode(const Tokenizer *t, char *in, int flags) {
 }
 
 int main(int argc, char **argv) {
+    tool_name = "tokenize";
     const char *path = NULL;
     int bos = 0, dec = 0, special = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer")) {
-            if (i + 1 == argc) {
-                fprintf(stderr, "tokenize: --tokenizer needs a PATH\n%s", usage);
-                return 2;
-            }
-            path = argv[++i];
-        } else if (!strcmp(argv[i], "--bos")) bos = 1;
-        else if (!strcmp(argv[i], "--special")) special = 1;
-        else if (!strcmp(argv[i], "--decode")) dec = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage, stdout);
-            fputs("\nmemory: about the tokenizer (a few times its file's size: pieces, their map, the merges; a GGUF\n"
-                  "        file is mapped) + the input twice and 4 bytes a token.\n", stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "tokenize: unknown argument '%s'\n%s", argv[i], usage);
-            return 2;
-        }
-    }
-    if (!path) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    Flag fl[] = {
+        {"--tokenizer", "PATH", "required", "a llama2.c tokenizer.bin, a tokenizer.json (.gz) or a GGUF file", F_STR(&path)},
+        {"--bos", NULL, NULL, "encode: BOS first", F_SWITCH(&bos)},
+        {"--special", NULL, NULL, "control tokens written in the text are tokens (and decode to their text)", F_SWITCH(&special)},
+        {"--decode", NULL, NULL, "read whitespace-separated ids, print the text they make", F_SWITCH(&dec)},
+    };
+    flags_parse(fl, N_FLAGS(fl), argc, argv, NULL, 0, "--tokenizer PATH [--bos] [--special] [--decode] < input",
+                "memory: about the tokenizer (a few times its file's size: pieces, their map, the merges; a GGUF\n"
+                "        file is mapped) + the input twice and 4 bytes a token.\n");
+    if (!path) usage("--tokenizer PATH");
     Tokenizer *t;
     if (tok_load_file(&t, path)) return fail(pd_errmsg());
     char *in;

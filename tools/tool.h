@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "model.h"
 #include "util.h"
 
 static const char *tool_name = "paradec";
@@ -119,5 +120,142 @@ __attribute__((noreturn)) static inline void help_exit(const char *usage_text, c
 static inline const char *arg_next(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) die("%s needs a value", argv[*i]);
     return argv[++*i];
+}
+
+/* ---- flags: each tool lists its flags in one table, which flags_parse reads argv with
+   and --help prints, one line a flag with its default, so every tool parses alike ---- */
+typedef struct {
+    const char *v[64];
+    int n;
+} StrList; /* a flag that may be given several times (--stop) */
+
+typedef struct {
+    const char *names; /* every spelling, comma-separated: "-m, --model" */
+    const char *value; /* the value's name for --help ("FILE"); NULL: a switch */
+    const char *dflt;  /* what holds without the flag, as --help says it; "required"; NULL:
+                          "off" for a switch, "none" otherwise */
+    const char *help;  /* one line */
+    char type;         /* s text, l repeatable text, i int, L long, I long long, d double, f float, b switch */
+    void *dst;
+    double lo, hi;     /* a number's range */
+    int seen;          /* times given */
+    char as[32];       /* the spelling last given, for messages */
+} Flag;
+
+#define F_STR(p) 's', (p), 0, 0, 0, {0}
+#define F_LIST(p) 'l', (p), 0, 0, 0, {0}
+#define F_INT(p, lo, hi) 'i', (p), (lo), (hi), 0, {0}
+#define F_LONG(p, lo, hi) 'L', (p), (lo), (hi), 0, {0}
+#define F_I64(p, lo, hi) 'I', (p), (lo), (hi), 0, {0}
+#define F_NUM(p, lo, hi) 'd', (p), (lo), (hi), 0, {0}
+#define F_FLOAT(p, lo, hi) 'f', (p), (lo), (hi), 0, {0}
+#define F_SWITCH(p) 'b', (p), 0, 0, 0, {0}
+#define N_FLAGS(t) (int)(sizeof(t) / sizeof(t)[0])
+
+/* flags every tool that loads a model takes beside -m: such a tool lists MODEL_FLAGS in
+   its table, so a loading option added here (one table row ending in a comma) reaches
+   all of them; tool_model_load is where such an option takes effect */
+static int tool_no_verify;
+#define MODEL_FLAGS                                                                                      \
+    {"--no-verify", NULL, NULL, "skip checking the weights against their recorded digests", F_SWITCH(&tool_no_verify)},
+
+static inline void tool_model_load(Model *m, const char *path) {
+    if (model_load(m, path)) die_lib();
+}
+
+/* does `names` (comma-separated spellings) hold arg[0..len)? */
+static inline int flag_named(const char *names, const char *arg, size_t len) {
+    for (const char *s = names; *s;) {
+        size_t k = strcspn(s, ",");
+        if (k == len && !memcmp(s, arg, len)) return 1;
+        s += k;
+        while (*s == ',' || *s == ' ') s++;
+    }
+    return 0;
+}
+
+/* the table's flag with this spelling when it was given, else NULL */
+static inline const Flag *flag_given(const Flag *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (t[i].seen && flag_named(t[i].names, name, strlen(name))) return &t[i];
+    return NULL;
+}
+
+__attribute__((noreturn)) static inline void flags_help(const Flag *t, int n, const char *usage_text, const char *notes) {
+    printf("usage: %s %s\n\n", tool_name, usage_text);
+    for (int i = 0; i < n; i++) {
+        char left[96];
+        snprintf(left, sizeof left, "%s%s%s", t[i].names, t[i].value ? " " : "", t[i].value ? t[i].value : "");
+        const char *d = t[i].dflt ? t[i].dflt : t[i].type == 'b' ? "off" : "none";
+        printf("  %-32s %s (%s%s)\n", left, t[i].help, strncmp(d, "required", 8) ? "default: " : "", d);
+    }
+    printf("  %-32s %s\n  %-32s %s\n", "-h, --help", "this list", "--version",
+           "the version, the commit, the backends compiled in and the CPU features used");
+    if (notes && *notes) printf("\n%s", notes);
+    exit(0);
+}
+
+/* argv against the table: flags set their destinations, "--name=value" as "--name value";
+   -h/--help and --version answer and exit; the other arguments ("-" too) go to pos, at
+   most max_pos of them. Anything wrong ends the tool with one line naming the argument.
+   Returns how many positional arguments there were. */
+static inline int flags_parse(Flag *t, int n, int argc, char **argv, const char **pos, int max_pos,
+                              const char *usage_text, const char *notes) {
+    int np = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) flags_help(t, n, usage_text, notes);
+        if (!strcmp(a, "--version")) version_exit();
+        if (a[0] != '-' || !a[1]) {
+            if (np == max_pos) die("%s: unexpected argument (%s --help lists the flags)", a, tool_name);
+            pos[np++] = a;
+            continue;
+        }
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        Flag *f = NULL;
+        for (int k = 0; k < n && !f; k++)
+            if (flag_named(t[k].names, a, len)) f = &t[k];
+        if (!f) die("%.*s: unknown flag (%s --help lists the flags)", (int)(len < 64 ? len : 64), a, tool_name);
+        snprintf(f->as, sizeof f->as, "%.*s", (int)len, a);
+        f->seen++;
+        if (f->type == 'b') {
+            if (eq) die("%s: takes no value", f->as);
+            *(int *)f->dst = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v) die("%s: needs a value (%s)", f->as, f->value ? f->value : "");
+        double hi = f->hi > 9e18 ? 9e18 : f->hi; /* a long's range */
+        switch (f->type) {
+        case 's': *(const char **)f->dst = v; break;
+        case 'l': {
+            StrList *l = f->dst;
+            if (l->n == (int)(sizeof l->v / sizeof l->v[0])) die("%s: given more than %d times", f->as, l->n);
+            l->v[l->n++] = v;
+            break;
+        }
+        case 'i': *(int *)f->dst = (int)arg_int(f->as, v, (long)f->lo, (long)hi); break;
+        case 'L': *(long *)f->dst = arg_int(f->as, v, (long)f->lo, f->hi > 9e18 ? 0x7fffffffffffffffL : (long)hi); break;
+        case 'I': *(long long *)f->dst = arg_int(f->as, v, (long)f->lo, f->hi > 9e18 ? 0x7fffffffffffffffL : (long)hi); break;
+        case 'd': *(double *)f->dst = arg_num(f->as, v, f->lo, f->hi); break;
+        case 'f': *(float *)f->dst = (float)arg_num(f->as, v, f->lo, f->hi); break;
+        default: die("%s: flag of unknown type '%c'", f->as, f->type);
+        }
+    }
+    pd_verify_weights = !tool_no_verify;
+    return np;
+}
+
+/* a figure rounded to what it means: `digits` significant digits, or `decimals` places */
+static inline double round_sig(double v, int digits) {
+    char b[64];
+    snprintf(b, sizeof b, "%.*e", digits - 1, v);
+    return strtod(b, NULL);
+}
+static inline double round_dec(double v, int decimals) {
+    char b[64];
+    snprintf(b, sizeof b, "%.*f", decimals, v);
+    return strtod(b, NULL);
 }
 #endif

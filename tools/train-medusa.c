@@ -19,9 +19,7 @@
 #include "medusa_train.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL --data FILE --heads K [--loss-weights W1,W2,...] [--own-lm-head] [--targets self|data] " \
-              "[--generate N] [--init HEADS] [--steps N] [--lr X] [--lm-lr X] [--batch B] [--seq-len S] [--seed S] [--heldout F] " \
-              "[--cache-mb M] [-t N] [--fields F] [--special] -o HEADS"
+#define USAGE "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS"
 
 #define MEMORY "memory: about " MEMORY_MODEL "\n" \
                "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n" \
@@ -68,7 +66,8 @@ static void print_table(int K, const MedusaStats *before, const MedusaStats *aft
 
 typedef struct {
     const char *model, *data, *out, *fields, *weights, *init;
-    long K, special, own_lm, generate, steps, batch, seq_len, seed, threads, cache_mb;
+    long K, generate, steps, batch, seq_len, seed, threads, cache_mb;
+    int special, own_lm;
     double lr, lm_lr, heldout;
     int seq_len_given;
     MedusaTargets targets;
@@ -77,38 +76,39 @@ typedef struct {
 static Args parse(int argc, char **argv) {
     Args a = {.steps = 2000, .batch = 8, .seq_len = 256, .seed = 1, .threads = 1, .cache_mb = 1024, .heldout = 0.1,
               .targets = MEDUSA_TARGETS_SELF};
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "-m")) a.model = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(s, "--data")) a.data = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--fields")) a.fields = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--special")) a.special = 1;
-        else if (!strcmp(s, "-o")) a.out = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--heads")) a.K = arg_int(s, arg_next(argc, argv, &i), 1, MAX_MEDUSA);
-        else if (!strcmp(s, "--loss-weights")) a.weights = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--own-lm-head")) a.own_lm = 1;
-        else if (!strcmp(s, "--init")) a.init = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--targets")) {
-            const char *v = arg_next(argc, argv, &i);
-            if (!strcmp(v, "self")) a.targets = MEDUSA_TARGETS_SELF;
-            else if (!strcmp(v, "data")) a.targets = MEDUSA_TARGETS_DATA;
-            else die("--targets: '%s' is not self or data", v);
-        }
-        else if (!strcmp(s, "--generate")) a.generate = arg_int(s, arg_next(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(s, "--steps")) a.steps = arg_int(s, arg_next(argc, argv, &i), 0, 100000000);
-        else if (!strcmp(s, "--lr")) a.lr = arg_num(s, arg_next(argc, argv, &i), 1e-9, 10);
-        else if (!strcmp(s, "--lm-lr")) a.lm_lr = arg_num(s, arg_next(argc, argv, &i), 1e-9, 10);
-        else if (!strcmp(s, "--batch")) a.batch = arg_int(s, arg_next(argc, argv, &i), 1, 1 << 16);
-        else if (!strcmp(s, "--seq-len")) a.seq_len = arg_int(s, arg_next(argc, argv, &i), 2, 1 << 20), a.seq_len_given = 1;
-        else if (!strcmp(s, "--seed")) a.seed = arg_int(s, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
-        else if (!strcmp(s, "--heldout")) a.heldout = arg_num(s, arg_next(argc, argv, &i), 1e-6, 0.5);
-        else if (!strcmp(s, "--cache-mb")) a.cache_mb = arg_int(s, arg_next(argc, argv, &i), 0, 1 << 30);
-        else if (!strcmp(s, "-t")) a.threads = arg_int(s, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) help_exit(USAGE, MEMORY);
-        else die("unknown flag %s (usage: train-medusa %s)", s, USAGE);
-    }
-    if (!a.model || !a.data || !a.out) usage(USAGE);
+    const char *targets = NULL;
+    Flag t[] = {
+        {"-m, --model", "FILE", "required", "the model (frozen)", F_STR(&a.model)},
+        MODEL_FLAGS
+        {"--data", "FILE", "required", "the training text: plain (.gz or not) or jsonl; - is stdin", F_STR(&a.data)},
+        {"--fields", "F1,F2", "text", "jsonl: the fields whose text is joined into a record", F_STR(&a.fields)},
+        {"--special", NULL, NULL, "control tokens written in the text are tokens", F_SWITCH(&a.special)},
+        {"-o, --output", "HEADS", "required", "the heads file to write; - is stdout", F_STR(&a.out)},
+        {"--heads", "K", "required without --init", "Medusa heads to train", F_LONG(&a.K, 1, MAX_MEDUSA)},
+        {"--loss-weights", "W1,W2,...", "1, 0.8, 0.6, ...", "each head's weight in the loss", F_STR(&a.weights)},
+        {"--own-lm-head", NULL, NULL, "each head trains its own LM head (from the model's)", F_SWITCH(&a.own_lm)},
+        {"--init", "HEADS", NULL, "go on from trained heads", F_STR(&a.init)},
+        {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's", F_STR(&targets)},
+        {"--generate", "N", "0: off", "cut each sequence to N tokens and let the model continue it greedily", F_LONG(&a.generate, 0, 1 << 20)},
+        {"--steps", "N", "2000", "training steps", F_LONG(&a.steps, 0, 100000000)},
+        {"--lr", "X", "1/dim", "Adam's learning rate (cosine decay)", F_NUM(&a.lr, 1e-9, 10)},
+        {"--lm-lr", "X", "--lr", "the own LM heads' learning rate", F_NUM(&a.lm_lr, 1e-9, 10)},
+        {"--batch", "B", "8", "sequences a step", F_LONG(&a.batch, 1, 1 << 16)},
+        {"--seq-len", "S", "256", "tokens a sequence (at most the model's context)", F_LONG(&a.seq_len, 2, 1 << 20)},
+        {"-s, --seed", "S", "1", "the order of the sequences", F_LONG(&a.seed, 0, 1e19)},
+        {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&a.heldout, 1e-6, 0.5)},
+        {"--cache-mb", "M", "1024", "keep the model's outputs in memory when they fit in M MiB", F_LONG(&a.cache_mb, 0, 1 << 30)},
+        {"-t, --threads", "N", "1", "threads", F_LONG(&a.threads, 1, 64)},
+    };
+    int n_t = N_FLAGS(t);
+    flags_parse(t, n_t, argc, argv, NULL, 0, USAGE, MEMORY);
+    a.seq_len_given = flag_given(t, n_t, "--seq-len") != NULL;
+    if (targets && !strcmp(targets, "self")) a.targets = MEDUSA_TARGETS_SELF;
+    else if (targets && !strcmp(targets, "data")) a.targets = MEDUSA_TARGETS_DATA;
+    else if (targets) die("--targets: '%s' is not self or data", targets);
+    if (!a.model) usage("-m MODEL");
+    if (!a.data) usage("--data FILE");
+    if (!a.out) usage("-o HEADS");
     if (a.init && (a.K || a.own_lm)) die("--init: the heads file sets the heads and their LM heads; drop --heads and --own-lm-head");
     if (!a.K && !a.init) die("--heads K is needed (1..%d)", MAX_MEDUSA);
     if (!strcmp(a.model, "-") && !strcmp(a.data, "-")) die("-m and --data cannot both be stdin");
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
     }
 
     Model m;
-    if (model_load(&m, a.model)) die_lib();
+    tool_model_load(&m, a.model);
     if (k_init((int)a.threads)) die("cannot start %ld threads", a.threads);
     MedusaHeads h;
     if (a.init) { /* go on from trained heads (with --steps 0: evaluate them) */
@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
     meta_add(&meta, "paradec.medusa.seq_len", "%ld", a.seq_len);
     meta_add(&meta, "paradec.medusa.seed", "%ld", a.seed);
     meta_add(&meta, "paradec.medusa.loss_weights", "%s", w);
-    meta_add(&meta, "paradec.medusa.own_lm_head", "%ld", a.own_lm);
+    meta_add(&meta, "paradec.medusa.own_lm_head", "%d", a.own_lm);
     meta_add(&meta, "paradec.medusa.targets", "%s", a.targets == MEDUSA_TARGETS_SELF ? "self" : "data");
     meta_add(&meta, "paradec.medusa.generate", "%ld", a.generate);
     meta_add(&meta, "paradec.medusa.positions", "%lld", (long long)positions);

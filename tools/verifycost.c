@@ -52,18 +52,16 @@ int main(int argc, char **argv) {
     tool_name = "verifycost";
     const char *model = NULL, *sizes = "1,2,4,8,16,32,64";
     int ctx = 64, reps = 20, threads = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-m")) model = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(f, "--sizes")) sizes = arg_next(argc, argv, &i);
-        else if (!strcmp(f, "--ctx")) ctx = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(f, "--reps")) reps = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);
-        else if (!strcmp(f, "-t")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 64);
-        else if (!strcmp(f, "-h") || !strcmp(f, "--help")) help_exit(USAGE, MEMORY);
-        else usage(USAGE);
-    }
-    if (!model) usage(USAGE);
+    Flag fl[] = {
+        {"-m, --model", "FILE", "required", "the model", F_STR(&model)},
+        MODEL_FLAGS
+        {"--sizes", "1,4,8,...", "1,2,4,8,16,32,64", "tree sizes to time (nodes, 1..256)", F_STR(&sizes)},
+        {"--ctx", "P", "64", "positions in the KV cache before the tree", F_INT(&ctx, 1, 1 << 20)},
+        {"--reps", "R", "20", "repetitions (the median counts)", F_INT(&reps, 1, 100000)},
+        {"-t, --threads", "N", "1", "threads", F_INT(&threads, 1, 64)},
+    };
+    flags_parse(fl, N_FLAGS(fl), argc, argv, NULL, 0, USAGE, MEMORY);
+    if (!model) usage("-m MODEL");
     int n[64], k = 0;
     for (const char *s = sizes; *s && k < 64;) {
         char *end;
@@ -74,7 +72,8 @@ int main(int argc, char **argv) {
     }
     Model m;
     KVCache kv;
-    if (model_load(&m, model) || k_init(threads)) die_lib();
+    tool_model_load(&m, model);
+    if (k_init(threads)) die_lib();
     int most = 0;
     for (int i = 0; i < k; i++) most = n[i] > most ? n[i] : most;
     if (ctx + most > m.c.seq_len) die("--ctx %d and a %d-node tree do not fit the context of %d", ctx, most, m.c.seq_len);

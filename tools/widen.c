@@ -16,29 +16,31 @@ static double preset_params(const WidenPreset *p) {
     return p->n_layers * (2 * D + 2 * D * Q + 2 * D * KV + 3 * D * F) + D;
 }
 
-static void help(void) {
-    printf("usage: widen %s\n\n"
-           "Embeds MODEL (e.g. stories260K) in a bigger Llama shape so that greedy output\n"
-           "stays the model's while every step costs what the big shape costs. Extra weights\n"
-           "are random (--seed, default 1) where they cannot reach the residual stream.\n\n"
-           "presets (dim, hidden, layers, heads, kv heads, head_dim; weights without the vocabulary):\n",
-           USAGE);
-    for (int i = 0; i < widen_n_presets; i++) {
+/* --help's notes: the presets, then what the flags do together */
+static const char *notes(void) {
+    static char b[8192];
+    size_t n = snprintf(b, sizeof b, "Embeds MODEL (e.g. stories260K) in a bigger Llama shape so that greedy output\n"
+                                     "stays the model's while every step costs what the big shape costs. Extra weights\n"
+                                     "are random (--seed) where they cannot reach the residual stream.\n\n"
+                                     "presets (dim, hidden, layers, heads, kv heads, head_dim; weights without the vocabulary):\n");
+    for (int i = 0; i < widen_n_presets && n < sizeof b; i++) {
         const WidenPreset *p = &widen_presets[i];
-        double n = preset_params(p);
-        printf("  %-9s %5d %6d %3d %3d %3d %4d  %6.0fM  f32 %5.2f GB, bf16 %5.2f GB  %s\n", p->name,
-               p->dim, p->hidden_dim, p->n_layers, p->n_heads, p->n_kv_heads, p->head_dim, n / 1e6,
-               n * 4 / 1e9, n * 2 / 1e9, p->about);
+        double k = preset_params(p);
+        n += snprintf(b + n, sizeof b - n, "  %-9s %5d %6d %3d %3d %3d %4d  %6.0fM  f32 %5.2f GB, bf16 %5.2f GB  %s\n", p->name,
+                      p->dim, p->hidden_dim, p->n_layers, p->n_heads, p->n_kv_heads, p->head_dim, k / 1e6, k * 4 / 1e9,
+                      k * 2 / 1e9, p->about);
     }
-    printf("\nmemory: about the output's size (the table) + MODEL as f32; with --llama2c or --hf the whole\n"
-           "        model is held in f32 (and a bf16 output besides), so write 8b as bf16 without them\n"
-           "        (~14 GB instead of ~42 GB).\n"
-           "Use a plain .safetensors name (not .zst) for big presets so decode can mmap it.\n"
-           "--llama2c writes the same model in llama2.c's legacy format (f32) for run.c and\n"
-           "llama.cpp; --hf DIR a Hugging Face directory (config.json, model.safetensors F32).\n"
-           "--heads HEADS --heads-out OUT carries exit or Medusa heads trained for MODEL over to the\n"
-           "wide model (the heads file's kind says which).\n");
-    exit(0);
+    if (n < sizeof b)
+        snprintf(b + n, sizeof b - n,
+                 "\nmemory: about the output's size (the table) + MODEL as f32; with --llama2c or --hf the whole\n"
+                 "        model is held in f32 (and a bf16 output besides), so write 8b as bf16 without them\n"
+                 "        (~14 GB instead of ~42 GB).\n"
+                 "Use a plain .safetensors name (not .zst) for big presets so decode can mmap it.\n"
+                 "--llama2c writes the same model in llama2.c's legacy format (f32) for run.c and\n"
+                 "llama.cpp; --hf DIR a Hugging Face directory (config.json, model.safetensors F32).\n"
+                 "--heads HEADS --heads-out OUT carries exit or Medusa heads trained for MODEL over to the\n"
+                 "wide model (the heads file's kind says which).\n");
+    return b;
 }
 
 typedef struct {
@@ -50,22 +52,24 @@ typedef struct {
 static Args parse(int argc, char **argv) {
     Args a = {.dt = DT_F32, .seed = 1};
     const char *dtype = "f32";
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "-m")) a.model = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--no-verify")) pd_verify_weights = 0;
-        else if (!strcmp(s, "--preset")) a.preset = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--dtype")) dtype = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--seed")) a.seed = (uint64_t)arg_int(s, arg_next(argc, argv, &i), 0, 0x7fffffffffffffffL);
-        else if (!strcmp(s, "-o")) a.out = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--llama2c")) a.llama2c = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--hf")) a.hf = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--heads")) a.heads = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "--heads-out")) a.heads_out = arg_next(argc, argv, &i);
-        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) help();
-        else die("unknown flag %s (usage: widen %s)", s, USAGE);
-    }
-    if (!a.model || !a.preset || !a.out) usage(USAGE);
+    long long seed = 1;
+    Flag t[] = {
+        {"-m, --model", "MODEL", "required", "the small model", F_STR(&a.model)},
+        {"--preset", "NAME", "required", "the big shape (below)", F_STR(&a.preset)},
+        MODEL_FLAGS
+        {"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},
+        {"-s, --seed", "S", "1", "the extra weights' seed", F_I64(&seed, 0, 1e19)},
+        {"-o, --output", "OUT", "required", "the wide model to write; - is stdout", F_STR(&a.out)},
+        {"--llama2c", "OUT.bin", NULL, "the same model in llama2.c's legacy format too", F_STR(&a.llama2c)},
+        {"--hf", "DIR", NULL, "the same model as a Hugging Face directory too", F_STR(&a.hf)},
+        {"--heads", "HEADS", NULL, "exit or Medusa heads of MODEL to carry over (with --heads-out)", F_STR(&a.heads)},
+        {"--heads-out", "WIDE_HEADS", NULL, "where the carried heads go", F_STR(&a.heads_out)},
+    };
+    flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, USAGE, notes());
+    a.seed = (uint64_t)seed;
+    if (!a.model) usage("-m MODEL");
+    if (!a.preset) usage("--preset NAME");
+    if (!a.out) usage("-o OUT");
     if (!a.heads != !a.heads_out) die("--heads and --heads-out go together");
     if (a.heads && !strcmp(a.out, "-")) die("--heads needs the wide model in a file (-o FILE)");
     if (!strcmp(dtype, "bf16")) a.dt = DT_BF16;
