@@ -157,7 +157,8 @@ refuses_naming "decode: a stray argument" "stray" $D -p Once stray
 refuses_naming "decode: no prompt" "-p" $D
 refuses_naming "decode: --messages not JSON" "--messages" $D --messages "$TMP/prompt.txt" --chat-format chatml
 refuses_naming "decode: -cnv --json" "--json" $D -cnv --chat-format chatml --json
-refuses_naming "decode: -cnv -p -" "-p -" $D -cnv --chat-format chatml -p -
+refuses_naming "decode: -cnv -p -" "stdin" $D -cnv --chat-format chatml -p -
+refuses_naming "decode: -m - -p -" "stdin" $BIN/decode -m - -p - <"$MODEL"
 refuses_naming "decode: -cnv without a chat format" "chat" $D -cnv </dev/null
 for t in $BIN/*; do
     name=${t##*/}

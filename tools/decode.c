@@ -122,10 +122,13 @@ static void parse(Args *a, int argc, char **argv) {
     if (a->system && !a->chat) die("--system: only a chat has a system prompt (--chat, --chat-format, --messages or -cnv)");
     if (a->oracle >= 0 && a->temp != 0) die("--oracle-*: the oracle knows the greedy continuation; use --temp 0");
     if (a->dump && strcmp(a->method, "standard")) die("--dump-logits: the logits after the prompt are the model's whatever the method");
+    const char *in[] = {a->model, a->prompt, a->file, a->messages, a->heads, a->draft, a->conversation ? "-" : NULL};
+    int stdin_uses = 0; /* stdin is read once */
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) stdin_uses += in[i] && !strcmp(in[i], "-");
+    if (stdin_uses > 1) die("-: only one input can be stdin (a conversation reads its turns there)");
     if (a->conversation) {
         const char *no = a->json ? "--json" : a->dump ? "--dump-logits" : a->oracle >= 0 ? "--oracle-*" : a->file ? "-f" : NULL;
         if (no) die("%s: not with a conversation (-cnv)", no);
-        if (a->prompt && !strcmp(a->prompt, "-")) die("-p -: a conversation reads its turns from stdin");
     }
 }
 
