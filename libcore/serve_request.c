@@ -60,11 +60,15 @@ static int parse_messages(ServeRequest *r, json_t *o) {
     return 0;
 }
 
-/* "stop": a string or an array of up to four */
+/* "stop": a string or an array of up to four, none empty (an empty one would match
+   everywhere: OpenAI refuses it too) */
 static int parse_stop(ServeRequest *r, json_t *o) {
     json_t *s = json_object_get(o, "stop");
     if (!s || json_is_null(s)) return 0;
-    if (json_is_string(s)) return text(s, "stop", &r->stop[r->n_stop++]);
+    if (json_is_string(s)) {
+        if (text(s, "stop", &r->stop[r->n_stop++])) return -1;
+        return r->stop[0][0] ? 0 : pd_error("'stop' must not be an empty string");
+    }
     if (!json_is_array(s) || json_array_size(s) > REQ_MAX_STOP)
         return pd_error("'stop' must be a string or an array of up to %d strings", REQ_MAX_STOP);
     size_t i;

@@ -39,6 +39,7 @@ static void test_completion(void) {
         {"{\"prompt\":\"a\",\"method\":7}", "'method' must be"},
         {"{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\"]}", "up to 4"},
         {"{\"prompt\":\"a\",\"stop\":[\"\"]}", "must not be empty"},
+        {"{\"prompt\":\"a\",\"stop\":\"\"}", "must not be an empty string"},
         {"{\"prompt\":\"a\",\"prompt\":\"b\"}", "duplicate"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -124,13 +124,15 @@ static int client_gone(int fd) {
 
 /* where the first stop string starts in the text, or text_n; *hold = bytes at the end
    that may begin one and wait for the next token. Only text after from (less a stop
-   string's length) is new to the search. */
+   string's length) is new to the search. An empty stop string (the parser refuses
+   them) matches nothing. */
 static size_t find_stop(const Conn *k, size_t from, size_t *hold) {
     size_t best = k->text_n;
     *hold = 0;
     for (int i = 0; i < k->req.n_stop; i++) {
         const char *s = k->req.stop[i];
         size_t sl = strlen(s), a = from >= sl ? from - sl + 1 : 0;
+        if (!sl) continue;
         const char *at = memmem(k->text + a, k->text_n - a, s, sl);
         if (at && (size_t)(at - k->text) < best) best = at - k->text;
         for (size_t h = sl - 1; h > *hold; h--)
