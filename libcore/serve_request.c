@@ -131,58 +131,6 @@ static char *dump(json_t *o) {
     return s;
 }
 
-static json_t *jtext(const char *s, size_t n) {
-    size_t m;
-    char *c = utf8_clean(s, n, &m);
-    json_t *j = c ? json_stringn(c, m) : NULL;
-    free(c);
-    return j;
-}
-
-static json_t *envelope(const ServeRequest *r, const ReplyInfo *in, int chunk) {
-    const char *object = r->kind == REQ_COMPLETION ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", in->id, "object", object, "created", (json_int_t)in->created, "model", in->model);
-}
-
-static json_t *finish_of(const char *finish) { return finish ? json_string(finish) : json_null(); }
-
-/* the answer's text, with the token counts OpenAI puts in "usage" */
-static char *with_usage(json_t *o, const ReplyInfo *in) {
-    json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", in->n_prompt, "completion_tokens",
-                                              in->n_gen, "total_tokens", in->n_prompt + in->n_gen));
-    return dump(o);
-}
-
-/* a completion's choice: the same in the whole answer and in a stream's chunks */
-static json_t *completion_choice(const char *s, size_t n, const char *finish) {
-    return json_pack("{s:o, s:i, s:n, s:o}", "text", jtext(s, n), "index", 0, "logprobs", "finish_reason", finish_of(finish));
-}
-
-char *serve_response(const ServeRequest *r, const ReplyInfo *in, const char *s, size_t n, const char *finish) {
-    json_t *o = envelope(r, in, 0), *choice;
-    if (r->kind == REQ_COMPLETION)
-        choice = completion_choice(s, n, finish);
-    else
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:o}", "index", 0, "message", "role", "assistant", "content", jtext(s, n),
-                           "finish_reason", finish_of(finish));
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
-    return with_usage(o, in);
-}
-
-char *serve_chunk(const ServeRequest *r, const ReplyInfo *in, const char *s, size_t n, const char *finish, int first) {
-    json_t *o = envelope(r, in, 1), *choice;
-    if (r->kind == REQ_COMPLETION)
-        choice = completion_choice(s, n, finish);
-    else {
-        json_t *delta = json_object();
-        if (first) json_object_set_new(delta, "role", json_string("assistant"));
-        if (n || !finish) json_object_set_new(delta, "content", jtext(s, n));
-        choice = json_pack("{s:i, s:o, s:o}", "index", 0, "delta", delta, "finish_reason", finish_of(finish));
-    }
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
-    return finish ? with_usage(o, in) : dump(o);
-}
-
 char *serve_error(const char *message, const char *type) {
     size_t m;
     char *c = utf8_clean(message, strlen(message), &m);

@@ -1,6 +1,7 @@
-/* serve_request.h — the OpenAI-style request and response shapes `bin/serve` speaks:
-   POST /v1/completions and /v1/chat/completions bodies in, JSON objects and
-   server-sent-event chunks out. No sockets here: the parser takes bytes (fuzzable). */
+/* serve_request.h — the OpenAI-style requests `bin/serve` takes: POST /v1/completions
+   and /v1/chat/completions bodies in, checked and typed; the error object and the UTF-8
+   guards the answers (serve_gen.h) share. No sockets here: the parser takes bytes
+   (fuzzable). */
 #ifndef PD_SERVE_REQUEST_H
 #define PD_SERVE_REQUEST_H
 #include <stddef.h>
@@ -12,6 +13,7 @@ typedef enum { REQ_COMPLETION, REQ_CHAT } RequestKind;
 
 #define REQ_MAX_STOP 4    /* stop strings at most (OpenAI's limit) */
 #define REQ_MAX_TURNS 256 /* chat messages at most */
+#define REQ_MAX_CHOICES 128 /* choices an answer holds at most: prompts × n (OpenAI's n ≤ 128) */
 
 typedef struct {
     RequestKind kind;
@@ -32,15 +34,7 @@ typedef struct {
 int serve_request_parse(ServeRequest *r, RequestKind kind, const char *body, size_t n);
 void serve_request_free(ServeRequest *r);
 
-/* answers (malloc'd JSON text): the whole response; a stream chunk (text may be empty;
-   finish NULL until the last); an error object */
-typedef struct {
-    const char *id, *model;
-    long created;
-    int n_prompt, n_gen;
-} ReplyInfo;
-char *serve_response(const ServeRequest *r, const ReplyInfo *info, const char *text, size_t n, const char *finish);
-char *serve_chunk(const ServeRequest *r, const ReplyInfo *info, const char *text, size_t n, const char *finish, int first);
+/* an error answer's JSON object (malloc'd); the others are serve_gen's */
 char *serve_error(const char *message, const char *type);
 
 /* streamed text is cut into UTF-8 a token at a time: how much of s[0..n) is whole
