@@ -365,6 +365,17 @@ def serve_generate_seeds():
          "max_completion_tokens": 16, "temperature": 0, "method": "lookahead"}))
     put("serve_generate", "zero_tokens.json", json.dumps({"prompt": "caf\u00e9 \U0001f600", "max_tokens": 0}))
     put("serve_generate", "to_the_context.json", json.dumps({"prompt": "The end", "max_tokens": None, "temperature": 0.5}))
+    put("serve_generate", "choices_logprobs_echo.json", json.dumps(
+        {"prompt": ["Once", "Tom and"], "n": 2, "max_tokens": 8, "temperature": 0.8, "logprobs": 3, "echo": True,
+         "stream": True, "stream_options": {"include_usage": True}, "user": "u", "best_of": 1}))
+    put("serve_generate", "token_ids.json", json.dumps(
+        {"prompt": [[1, 403, 407], [1, 90]], "max_tokens": 6, "temperature": 0, "logprobs": 0, "stop": ["a"]}))
+    put("serve_generate", "chat_top_logprobs.json", json.dumps(
+        {"messages": [{"role": "developer", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+                      {"role": "user", "content": "Hi"}],
+         "max_tokens": 10, "n": 3, "seed": 5, "logprobs": True, "top_logprobs": 20, "stream": True,
+         "stream_options": {"include_usage": False}, "tools": [], "response_format": {"type": "text"}}))
+    put("serve_generate", "zero_tokens_echo.json", json.dumps({"prompt": "Once upon", "max_tokens": 0, "echo": True, "logprobs": 5}))
 
 
 def main():

@@ -229,12 +229,12 @@ int fuzz_serve_request(const uint8_t *data, size_t n) {
    counters make every multiply-add slow; else $MODEL, else the default stories260K;
    loaded once) by an engine with a short context, several requests at a time and
    speculation on; the answer is read as a stream and again whole. Promises: every event
-   and answer is JSON, every choice ends once, within its token limit and without its
-   stop strings, a greedy or seeded request streams what it answers whole, and
-   afterwards the engine holds no request and no KV block. A watchdog aborts an input
-   that takes over GEN_LIMIT seconds (a spin, a hang); requests that would run more than
-   GEN_WORK positions in all are only started and dropped, so that honest work stays far
-   below it. */
+   and answer is JSON, every choice ends once, within its token limit, without its stop
+   strings and with logprobs for each of its tokens when asked, a greedy or seeded
+   request streams what it answers whole, and afterwards the engine holds no request and
+   no KV block. A watchdog aborts an input that takes over GEN_LIMIT seconds (a spin, a
+   hang); requests that would run more than GEN_WORK positions in all are only started
+   and dropped, so that honest work stays far below it. */
 #define GEN_LIMIT 5.0
 #define GEN_CTX 128
 #define GEN_WORK 1536
@@ -292,6 +292,7 @@ typedef struct {
     int n;                 /* choices */
     char *text[REQ_MAX_CHOICES]; /* (a model may say U+0000) */
     size_t len[REQ_MAX_CHOICES];
+    int n_lp[REQ_MAX_CHOICES]; /* tokens the logprobs list */
     char finish[REQ_MAX_CHOICES][16];
     int cancelled, failed;
 } GenSeen;
@@ -318,6 +319,13 @@ static void seen_choice(GenSeen *s, const Gen *g, json_t *c, int chunk) {
                                               : json_object_get(json_object_get(c, chunk ? "delta" : "message"), "content");
     EXPECT(t ? json_is_string(t) : chunk);
     if (t) append_text(s, i, t);
+    json_t *lp = json_object_get(c, "logprobs");
+    EXPECT(lp && (g->req.logprobs >= 0 || json_is_null(lp)));
+    if (!json_is_null(lp)) {
+        json_t *list = json_object_get(lp, g->req.kind == REQ_CHAT ? "content" : "tokens");
+        EXPECT(json_is_array(list));
+        s->n_lp[i] += (int)json_array_size(list);
+    }
     if (json_is_string(fin)) {
         EXPECT(!s->finish[i][0]); /* a choice ends once */
         snprintf(s->finish[i], sizeof s->finish[i], "%s", json_string_value(fin));
@@ -373,6 +381,7 @@ static void gen_run(Gen *g, int stream, GenSeen *s) {
         const GenChoice *c = &g->c[i];
         EXPECT(!strcmp(s->finish[i], "stop") || !strcmp(s->finish[i], "length"));
         EXPECT(g->req.max_tokens < 0 || c->n_gen <= g->req.max_tokens);
+        EXPECT(g->req.logprobs < 0 || s->n_lp[i] == c->n_gen + (g->req.echo ? g->p[c->prompt].n : 0));
         for (int k = 0; k < g->req.n_stop; k++) EXPECT(!s->len[i] || !memmem(s->text[i], s->len[i], g->req.stop[k], strlen(g->req.stop[k])));
     }
 }
