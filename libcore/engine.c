@@ -25,7 +25,8 @@ struct Job {
     pthread_t worker;    /* method mode: the thread running its method */
     int worker_on, worker_done, hand_back;
     TokenLogprob *lp;    /* [n_prompt + max_new] by position, or NULL */
-    int n_top, prompt_lp, lp_lost; /* lp_lost: a method could not keep a token's logits */
+    int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
+    int lp_lost;         /* a method could not keep a token's logits */
     const char *finish;
     Job *next;           /* the queue's order */
 };
@@ -100,7 +101,7 @@ static void job_unref(Job *j) {
 
 /* logprobs wanted for the prompt, and not all computed yet: until then the job takes
    standard steps, which compute them, and is not over */
-static int prompt_lp_due(const Job *j) { return j->prompt_lp && j->n_kv < j->n_prompt; }
+static int prompt_lp_due(const Job *j) { return j->prompt_lp && !j->prompt_lp_done; }
 
 /* a token's TokenLogprob from the logits x[V] it was chosen from (in double: the
    numbers are reported, not sampled from) */
@@ -180,7 +181,7 @@ static int gather(Engine *e, int *take, int *n_rows) {
         for (int k = 0; k < take[i]; k++, n++) {
             int p = j->n_kv + k;
             e->tok[n] = j->ctx[p], e->pos[n] = p, e->seq[n] = j->seq;
-            if (j->prompt_lp && p + 1 < j->n_prompt) add_row(e, n_rows, j, n, p + 1); /* a prompt token's logprobs */
+            if (prompt_lp_due(j) && p + 1 < j->n_prompt) add_row(e, n_rows, j, n, p + 1); /* a prompt token's logprobs */
         }
         /* its next token is due, and allowed: its last row's logits */
         if (take[i] && j->n_kv + take[i] == j->n_ctx && j->n_ctx - j->n_prompt < j->max_new) add_row(e, n_rows, j, n - 1, j->n_ctx);
@@ -198,7 +199,12 @@ static int step(Engine *e) {
     for (int r = 0; r < n_rows; r++)
         memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
     if (n_rows && final_logits(e->m, e->rows, n_rows, e->logits)) return -1;
-    for (int i = 0; i < e->n_run; i++) e->run[i]->n_kv += take[i];
+    for (int i = 0; i < e->n_run; i++) {
+        Job *j = e->run[i];
+        j->n_kv += take[i];
+        /* once: a job that comes back from its method reads its context again */
+        if (j->prompt_lp && j->n_kv >= j->n_prompt) j->prompt_lp_done = 1;
+    }
     int V = e->m->c.vocab_size;
     for (int r = 0; r < n_rows; r++) {
         Job *j = e->row_job[r];

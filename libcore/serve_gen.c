@@ -316,11 +316,15 @@ static json_t *envelope(const Gen *g, int chunk) {
                      g->gm->name);
 }
 
-/* OpenAI's usage: each prompt once, every choice's tokens */
+void gen_usage(const Gen *g, int *prompt, int *completion) {
+    *prompt = *completion = 0;
+    for (int i = 0; i < g->n_p; i++) *prompt += g->p[i].n;
+    for (int i = 0; i < g->n_c; i++) *completion += g->c[i].n_gen;
+}
+
 static json_t *usage(const Gen *g) {
-    int prompt = 0, gen = 0;
-    for (int i = 0; i < g->n_p; i++) prompt += g->p[i].n;
-    for (int i = 0; i < g->n_c; i++) gen += g->c[i].n_gen;
+    int prompt, gen;
+    gen_usage(g, &prompt, &gen);
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "completion_tokens", gen, "total_tokens", prompt + gen);
 }
 

@@ -61,6 +61,9 @@ char *gen_answer(Gen *g, int *status);
    is over: after "data: [DONE]", or when the client left or memory ran out */
 char *gen_event(Gen *g, size_t *n);
 void gen_free(Gen *g);
+/* OpenAI's usage so far: each prompt's tokens once, every choice's answer tokens (an
+   access log's count) */
+void gen_usage(const Gen *g, int *prompt, int *completion);
 
 /* where the first stop string starts in text[0..n), or n; *hold = bytes at the end that
    may begin one and wait for more text. Only text after `from` (less a stop string's
