@@ -33,8 +33,8 @@ static int encode(Gen *g, int i) {
         int V = tok_vocab_size(t);
         for (int k = 0; k < q->n_ids; k++)
             if (q->ids[k] >= V)
-                return pd_error("'prompt'%s: token id %d (item %d) is outside the vocabulary (%d tokens)",
-                                r->n_prompts > 1 ? " of a prompt" : "", (int)q->ids[k], k, V);
+                return pd_error("'prompt': token id %d (item %d of prompt %d) is outside the vocabulary (%d tokens)",
+                                (int)q->ids[k], k, i, V);
         if (!(p->ids = pd_alloc(sizeof(int32_t) * (q->n_ids ? q->n_ids : 1)))) return -1;
         memcpy(p->ids, q->ids, sizeof(int32_t) * q->n_ids);
         p->n = q->n_ids;
@@ -66,8 +66,8 @@ int gen_start(Gen *g, const GenModel *gm, RequestKind kind, const char *body, si
     g->p = pd_alloc(sizeof *g->p * n_p);
     g->c = pd_alloc(sizeof *g->c * n_c);
     if (!g->p || !g->c) return -1;
-    for (; g->n_p < n_p; g->n_p++)
-        if (encode(g, g->n_p)) return g->req.n_prompts > 1 ? pd_error_prefix("'prompt'") : -1;
+    for (int i = 0; i < n_p; i++) /* counted first: gen_free frees what a failed one holds */
+        if (g->n_p = i + 1, encode(g, i)) return -1;
     if (r->has_seed) seed = r->seed;
     for (; g->n_c < n_c; g->n_c++) { /* choice i of a prompt: seed + i, so a choice is the one request with that seed */
         GenChoice *c = &g->c[g->n_c];
