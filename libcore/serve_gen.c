@@ -160,6 +160,7 @@ static size_t advance(Gen *g, GenChoice *c, double wait) {
         memcpy(c->text + c->text_n, p, len);
         c->end[c->n_tok] = c->text_n += len;
     }
+    if (c->text_n && !g->t_first) g->t_first = pd_now(); /* time to first token (metrics) */
     c->n_gen = n;
     size_t hold, stop = gen_find_stop(g->req.stop, g->req.n_stop, c->text, c->text_n, from, &hold);
     if (stop < c->text_n) { /* a stop string: the text ends before it */
@@ -368,6 +369,8 @@ char *gen_answer(Gen *g, int *status) {
     if (has_ended(g, "cancelled")) return pd_error("the client left"), NULL;
     *status = 500;
     if (has_ended(g, "error")) return pd_error("the model failed on this request (see the server's log)"), NULL;
+    *status = 503; /* the server stops (a stream ends with finish_reason "abort" instead) */
+    if (has_ended(g, "abort")) return pd_error("the server is shutting down; this request was ended"), NULL;
     json_t *o = envelope(g, 0), *choices = json_array();
     for (int i = 0; i < g->n_c; i++)
         if (json_array_append_new(choices, whole_choice(g, i))) return json_decref(choices), json_decref(o), pd_error("serve: out of memory"), NULL;

@@ -49,13 +49,15 @@ typedef struct {
     void *gone_ctx;
     int next, usage_sent, done; /* stream: the choice looked at first next time; the usage
                                    chunk and [DONE] are out */
+    double t_first;      /* when a choice's first text was made (pd_now), 0 before */
 } Gen;
 
 /* parses the body and queues its jobs (seed: for a request that names none); 0, or -1
    + a message fit for a 400 answer. gen_free afterwards either way. */
 int gen_start(Gen *g, const GenModel *gm, RequestKind kind, const char *body, size_t n, const char *id, uint64_t seed);
 /* the whole answer, once every choice has ended (malloc'd JSON); NULL when the client
-   left (*status 0) or the model failed or memory ran out (*status 500, with a message) */
+   left (*status 0), the model failed or memory ran out (*status 500, with a message), or
+   a job ended "abort" (*status 503: the server stops) */
 char *gen_answer(Gen *g, int *status);
 /* the stream's next event, "data: ...\n\n" (malloc'd; *n bytes); NULL once the stream
    is over: after "data: [DONE]", or when the client left or memory ran out */
