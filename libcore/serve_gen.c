@@ -49,7 +49,7 @@ static int encode(Gen *g, int i) {
     if (!p->text || !p->end) return -1;
     for (int k = 0; k < p->n; k++) {
         const char *s = tok_piece(t, k ? p->ids[k - 1] : -1, p->ids[k], &len);
-        memcpy(p->text + p->text_n, s, len);
+        if (len) memcpy(p->text + p->text_n, s, len);
         p->end[k] = p->text_n += len;
     }
     return 0;
@@ -157,7 +157,7 @@ static size_t advance(Gen *g, GenChoice *c, double wait) {
             end_all(g, "error"); /* this request ends; the server goes on */
             return c->sent;
         }
-        memcpy(c->text + c->text_n, p, len);
+        if (len) memcpy(c->text + c->text_n, p, len); /* (a padding id past the tokenizer's has no text) */
         c->end[c->n_tok] = c->text_n += len;
     }
     if (c->text_n && !g->t_first) g->t_first = pd_now(); /* time to first token (metrics) */
@@ -178,9 +178,11 @@ static size_t advance(Gen *g, GenChoice *c, double wait) {
 /* ---- log-probabilities ---- */
 
 /* a token's bytes as logprobs name it (malloc'd): its text after prev, or a control
-   token's own name, which adds nothing to the text */
+   token's own name, which adds nothing to the text; "" for a padding id past the
+   tokenizer's pieces */
 static char *token_bytes(const Tokenizer *t, int prev, int id, size_t *n) {
     const char *p = tok_piece(t, prev, id, n);
+    if (!p) return pd_strdup("");
     if (*n) {
         char *s = pd_alloc(*n + 1);
         return s ? memcpy(s, p, *n) : NULL;
