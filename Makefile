@@ -126,7 +126,7 @@ clean:
 # a time from their seeds, tests/fuzz/corpus/NAME/ (tests/fuzz/seeds.py makes those). ----
 FUZZ_DIR     := build-fuzz
 FUZZ_TARGETS := safetensors safetensors_zst llama2c tokenizer_bin tokenizer_json hf_config gguf dataset \
-                recipe medusa_tree serve_request
+                recipe medusa_tree serve_request serve_generate
 FUZZ_CFLAGS  := -std=c11 -O1 -march=native -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
                 -fno-sanitize-recover=all -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
 FUZZ_LIB     := $(FUZZ_DIR)/libcore.a

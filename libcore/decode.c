@@ -59,6 +59,8 @@ void decode_free(DecodeCtx *d) {
     free(d->out);
     free(d->hidden);
     free(d->logits);
+    for (int i = 0; i < d->kept_rows; i++) free(d->kept[i]);
+    free(d->kept);
     memset(d, 0, sizeof *d);
 }
 
@@ -131,9 +133,24 @@ int token_ends_text(const Model *m, int token) {
     return tok_is_eog(t, token) || (tok_kind(t) == TOK_SPM && token == tok_bos(t));
 }
 
-int decode_accept(DecodeCtx *d, int prev, int token) {
+int decode_accept(DecodeCtx *d, int prev, int token, const float *logits) {
     if (decode_is_end(d, token)) return 1;
     d->out[d->n_out++] = token;
+    if (d->emit_logits) d->emit_logits(d->emit_ctx, token, logits);
     if (d->emit && d->emit(d->emit_ctx, prev, token)) return 1;
     return d->n_out >= d->max_new;
+}
+
+const float *decode_keep(DecodeCtx *d, int i, const float *logits) {
+    if (!d->emit_logits) return NULL;
+    if (d->sampler->temp == 0) return logits;
+    size_t V = d->m->c.vocab_size;
+    if (i >= d->kept_rows) {
+        float **k = realloc(d->kept, sizeof(float *) * (i + 1));
+        if (!k) return NULL;
+        d->kept = k;
+        for (; d->kept_rows <= i; d->kept_rows++)
+            if (!(d->kept[d->kept_rows] = malloc(sizeof(float) * V))) return NULL;
+    }
+    return memcpy(d->kept[i], logits, sizeof(float) * V);
 }

@@ -64,6 +64,12 @@ typedef struct DecodeCtx {
     /* streaming: called for every accepted token in order; non-zero stops */
     int (*emit)(void *ctx, int prev, int token);
     void *emit_ctx;
+    /* logprobs: when set, called just before emit with the target's logits[vocab] at the
+       position the token was chosen from, as the model gave them (before temperature or
+       truncation); NULL logits when they could not be kept (out of memory) */
+    void (*emit_logits)(void *ctx, int token, const float *logits);
+    float **kept;           /* [kept_rows] decode_keep's copies, a [vocab] row each */
+    int kept_rows;
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */
     int cap;
@@ -98,8 +104,15 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* does this token end the text? (EOS, and BOS for llama2.c-style models, as run.c) */
 int token_ends_text(const Model *m, int token);
 int decode_is_end(const DecodeCtx *d, int token);
-/* records an accepted token; returns 1 when generation must stop (end token, budget,
-   emit asked to stop) */
-int decode_accept(DecodeCtx *d, int prev, int token);
+/* records an accepted token chosen from the target's logits (what decode_keep gave
+   for them; NULL when nobody asked); returns 1 when generation must stop (end token,
+   budget, emit asked to stop) */
+int decode_accept(DecodeCtx *d, int prev, int token, const float *logits);
+/* logprobs (emit_logits set) need the target's logits as they came, where sampling turns
+   them into probabilities in place: row i of a round's rows is copied aside, and where it
+   lies returned. Greedy decoding only reads logits, so they are returned as they are;
+   NULL when nobody asked, or out of memory (emit_logits is told). Call it before the
+   logits change; a row stays where it is until row i is kept again. */
+const float *decode_keep(DecodeCtx *d, int i, const float *logits);
 
 #endif

@@ -292,6 +292,7 @@ typedef struct {
     uint8_t *mask;/* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
     int32_t tok[2 * MAX_TREE], pos[2 * MAX_TREE], seq[2 * MAX_TREE];
     int path[MAX_TREE];
+    const float *kept[MAX_TREE]; /* logprobs: the raw logits each path node's successor came from */
 } Round;
 
 static int round_init(Round *r, DecodeCtx *d) {
@@ -356,13 +357,15 @@ static void residual(float *res, float *total, const float *q, int tok, const fl
     *total = sum;
 }
 
-/* sampling: rejection sampling down the tree (drafter.h); returns the path length */
-static int walk_sample(Round *r, Sampler *s, int V, int *next) {
+/* sampling: rejection sampling down the tree (drafter.h); returns the path length.
+   The logits of the path's n-th node are kept as row n-1 for logprobs first. */
+static int walk_sample(DecodeCtx *d, Round *r, Sampler *s, int V, int *next) {
     const DraftTree *t = &r->t;
     int node = 0, n = 1;
     r->path[0] = 0;
     for (;;) {
         float *p = r->lg + (size_t)node * V, total = 1;
+        r->kept[n - 1] = decode_keep(d, n - 1, p);
         sampler_probs(s, p);
         memcpy(r->res, p, sizeof(float) * V);
         int child = -1;
@@ -444,8 +447,9 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
     sizer_init(&z, d->opt.fixed_tree);
     int shadow = 0, decided = z.fixed || !dr->cheap;
     double t_start = pd_now();
+    const float *raw = decode_keep(d, 0, d->logits);
     int x = sampler_sample(d->sampler, d->logits), P = n_prompt;
-    int stop = decode_accept(d, prompt[n_prompt - 1], x);
+    int stop = decode_accept(d, prompt[n_prompt - 1], x, raw);
     while (!stop && P < d->m->c.seq_len) {
         double t0 = pd_now();
         if (!decided && z.plain > 0) {
@@ -473,20 +477,23 @@ int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_pro
         if (t->n == 1 && !t->n_side) { /* nothing drafted: standard's step, nothing to walk or cut */
             if (decode_step(d, x, P, r.hid, r.lg)) goto done;
             r.path[0] = 0;
+            r.kept[0] = decode_keep(d, 0, r.lg);
             next = sampler_sample(d->sampler, r.lg);
         } else {
             if (tree_check(t, max_depth, V) || verify(d, &r, P)) goto done;
-            n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(&r, d->sampler, V, &next);
+            n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(d, &r, d->sampler, V, &next);
             if (kv_keep_path(d->kv, d->seq, P, r.path, n_path)) goto done;
+            if (d->sampler->temp == 0) /* the walk left the logits as they came */
+                for (int i = 0; i < n_path; i++) r.kept[i] = decode_keep(d, i, r.lg + (size_t)r.path[i] * V);
         }
         int deep = deepest(t);
         count(d, t, deep, n_path);
         int prev = x;
         for (int i = 1; i < n_path && !stop; i++) {
-            stop = decode_accept(d, prev, t->token[r.path[i]]);
+            stop = decode_accept(d, prev, t->token[r.path[i]], r.kept[i - 1]);
             prev = t->token[r.path[i]];
         }
-        if (!stop) stop = decode_accept(d, prev, next);
+        if (!stop) stop = decode_accept(d, prev, next, r.kept[n_path - 1]);
         const float *h = r.hid + (size_t)r.path[n_path - 1] * dim;
         if (!stop && dr->accepted && dr->accepted(dr, d, t, r.path, n_path, next, h, r.lg)) goto done;
         x = next;

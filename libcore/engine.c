@@ -4,6 +4,7 @@
    worker), so forward calls run without the lock. */
 #include "engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@ struct Job {
     Engine *engine;
     pthread_t worker;    /* method mode: the thread running its method */
     int worker_on, worker_done, hand_back;
+    TokenLogprob *lp;    /* [n_prompt + max_new] by position, or NULL */
+    int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
+    int lp_lost;         /* a method could not keep a token's logits */
     const char *finish;
     Job *next;           /* the queue's order */
 };
@@ -50,9 +54,11 @@ struct Engine {
     int cap;
     int32_t *tok, *pos, *seq; /* [cap] */
     float *hidden;            /* [cap][dim] */
-    float *rows, *logits;     /* [parallel][dim], [parallel][vocab] */
-    Job *row_job[MAX_PARALLEL]; /* the jobs whose next token a step samples */
-    int row_at[MAX_PARALLEL];   /* and the batch row it comes from */
+    float *rows, *logits;     /* [cap][dim], [cap][vocab] */
+    float *raw;               /* [vocab] a row's logits before sampling changes them */
+    Job **row_job;            /* [cap] the job whose token at row_pos a row's logits give: */
+    int32_t *row_at, *row_pos;/* its next (sampled), or a prompt token's (logprobs); the */
+    int32_t *row_tok;         /* batch row they come from, the token sampled */
 };
 
 /* ---- bookkeeping (under the lock) ---- */
@@ -90,7 +96,30 @@ static void job_unref(Job *j) {
     if (--j->refs) return;
     sampler_free(&j->sampler);
     free(j->ctx);
+    free(j->lp);
     free(j);
+}
+
+/* logprobs wanted for the prompt, and not all computed yet: until then the job takes
+   standard steps, which compute them, and is not over */
+static int prompt_lp_due(const Job *j) { return j->prompt_lp && !j->prompt_lp_done; }
+
+/* a token's TokenLogprob from the logits x[V] it was chosen from (in double: the
+   numbers are reported, not sampled from) */
+static void logprob_fill(TokenLogprob *lp, const float *x, int V, int token, int n_top) {
+    float mx = x[0];
+    for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)x[i] - mx);
+    double lse = mx + log(sum);
+    lp->logprob = (float)(x[token] - lse);
+    for (int i = 0, n = 0; n_top > 0 && i < V; i++) { /* insertion into the best n_top */
+        if (n == n_top && !(x[i] > x[lp->top[n - 1]])) continue;
+        int k = n < n_top ? n++ : n - 1;
+        for (; k > 0 && x[i] > x[lp->top[k - 1]]; k--) lp->top[k] = lp->top[k - 1];
+        lp->top[k] = i;
+    }
+    for (int k = 0; k < n_top; k++) lp->top_logprob[k] = (float)(x[lp->top[k]] - lse);
 }
 
 /* ends a job: its blocks go back; readers are told */
@@ -107,14 +136,15 @@ static void retire(Engine *e, int i, const char *finish) {
     pthread_cond_broadcast(&e->out);
 }
 
-static int job_over(const Job *j) { return j->cancelled || j->finish || j->n_ctx - j->n_prompt >= j->max_new; }
+static int job_full(const Job *j) { return j->n_ctx - j->n_prompt >= j->max_new && !prompt_lp_due(j); }
+static int job_over(const Job *j) { return j->cancelled || j->finish || job_full(j); }
 
 static void reap(Engine *e) {
     for (int i = e->n_run - 1; i >= 0; i--) {
         Job *j = e->run[i];
         if (j->cancelled) retire(e, i, e->aborting ? "abort" : "cancelled");
         else if (j->finish) retire(e, i, j->finish);
-        else if (j->n_ctx - j->n_prompt >= j->max_new) retire(e, i, "length");
+        else if (job_full(j)) retire(e, i, "length");
     }
 }
 
@@ -135,6 +165,10 @@ static void append(Engine *e, Job *j, int token) {
 
 /* ---- a step of standard decoding for the whole batch ---- */
 
+static void add_row(Engine *e, int *n_rows, Job *j, int at, int pos) {
+    e->row_job[*n_rows] = j, e->row_at[*n_rows] = at, e->row_pos[(*n_rows)++] = pos;
+}
+
 /* which tokens each running job feeds this step: its unprocessed context, the prompt
    in chunks from a shared budget; returns the batch size */
 static int gather(Engine *e, int *take, int *n_rows) {
@@ -145,10 +179,13 @@ static int gather(Engine *e, int *take, int *n_rows) {
         int left = j->n_ctx - j->n_kv;
         take[i] = left <= 1 ? left : left < budget ? left : budget;
         if (left > 1) budget -= take[i];
-        for (int k = 0; k < take[i]; k++, n++)
-            e->tok[n] = j->ctx[j->n_kv + k], e->pos[n] = j->n_kv + k, e->seq[n] = j->seq;
-        if (take[i] && j->n_kv + take[i] == j->n_ctx) /* its next token is due: its last row's logits */
-            e->row_job[*n_rows] = j, e->row_at[(*n_rows)++] = n - 1;
+        for (int k = 0; k < take[i]; k++, n++) {
+            int p = j->n_kv + k;
+            e->tok[n] = j->ctx[p], e->pos[n] = p, e->seq[n] = j->seq;
+            if (prompt_lp_due(j) && p + 1 < j->n_prompt) add_row(e, n_rows, j, n, p + 1); /* a prompt token's logprobs */
+        }
+        /* its next token is due, and allowed: its last row's logits */
+        if (take[i] && j->n_kv + take[i] == j->n_ctx && j->n_ctx - j->n_prompt < j->max_new) add_row(e, n_rows, j, n - 1, j->n_ctx);
     }
     return n;
 }
@@ -163,11 +200,29 @@ static int step(Engine *e) {
     for (int r = 0; r < n_rows; r++)
         memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
     if (n_rows && final_logits(e->m, e->rows, n_rows, e->logits)) return -1;
-    for (int i = 0; i < e->n_run; i++) e->run[i]->n_kv += take[i];
-    int next[MAX_PARALLEL];
-    for (int r = 0; r < n_rows; r++) next[r] = sampler_sample(&e->row_job[r]->sampler, e->logits + (size_t)r * e->m->c.vocab_size);
+    for (int i = 0; i < e->n_run; i++) {
+        Job *j = e->run[i];
+        j->n_kv += take[i];
+        /* once: a job that comes back from its method reads its context again */
+        if (j->prompt_lp && j->n_kv >= j->n_prompt) j->prompt_lp_done = 1;
+    }
+    int V = e->m->c.vocab_size;
+    for (int r = 0; r < n_rows; r++) {
+        Job *j = e->row_job[r];
+        float *x = e->logits + (size_t)r * V;
+        if (e->row_pos[r] < j->n_prompt) { /* the prompt's: its logprobs alone */
+            logprob_fill(&j->lp[e->row_pos[r]], x, V, j->ctx[e->row_pos[r]], j->n_top);
+            e->row_pos[r] = -1;
+            continue;
+        }
+        const float *raw = x;
+        if (j->lp && j->sampler.temp > 0) raw = memcpy(e->raw, x, sizeof(float) * V); /* sampling changes x */
+        e->row_tok[r] = sampler_sample(&j->sampler, x);
+        if (j->lp) logprob_fill(&j->lp[j->n_ctx], raw, V, e->row_tok[r], j->n_top);
+    }
     pthread_mutex_lock(&e->mu);
-    for (int r = 0; r < n_rows; r++) append(e, e->row_job[r], next[r]);
+    for (int r = 0; r < n_rows; r++)
+        if (e->row_pos[r] >= 0) append(e, e->row_job[r], e->row_tok[r]);
     e->st.steps++;
     e->st.kv_free = e->kv.n_free;
     pthread_mutex_unlock(&e->mu);
@@ -183,8 +238,8 @@ static int step(Engine *e) {
 
 static int method_batch(const Engine *e) {
     if (!e->o.spec_max_batch || e->n_run > e->o.spec_max_batch || can_admit(e)) return 0;
-    for (int i = 0; i < e->n_run; i++)
-        if (!e->run[i]->method) return 0; /* a standard request: everyone takes standard steps */
+    for (int i = 0; i < e->n_run; i++) /* a standard request, or a prompt's logprobs: everyone takes standard steps */
+        if (!e->run[i]->method || prompt_lp_due(e->run[i])) return 0;
     return 1;
 }
 
@@ -199,15 +254,27 @@ static int method_emit(void *ctx, int prev, int token) {
     Job *j = ctx;
     Engine *e = j->engine;
     pthread_mutex_lock(&e->mu);
-    append(e, j, token);
+    if (j->lp_lost) { /* its logprobs are gone: the request fails rather than answer without */
+        fprintf(stderr, "serve: out of memory keeping a token's logits for its logprobs\n");
+        j->finish = "error";
+    } else
+        append(e, j, token);
     e->st.method_tokens++;
     e->st.kv_free = e->kv.n_free;
     e->baton = NULL;
     pthread_cond_broadcast(&e->turn);
     wait_turn(e, j);
-    int stop = j->cancelled || j->hand_back;
+    int stop = j->cancelled || j->hand_back || j->finish;
     pthread_mutex_unlock(&e->mu);
     return stop;
+}
+
+/* the logits each accepted token came from, before method_emit appends it; the worker
+   holds the baton, so n_ctx stays as it is meanwhile */
+static void method_logits(void *ctx, int token, const float *logits) {
+    Job *j = ctx;
+    if (logits) logprob_fill(&j->lp[j->n_ctx], logits, j->engine->m->c.vocab_size, token, j->n_top);
+    else j->lp_lost = 1;
 }
 
 static void *worker(void *arg) {
@@ -222,6 +289,7 @@ static void *worker(void *arg) {
         d.opt = e->o.opt;
         d.emit = method_emit;
         d.emit_ctx = j;
+        if (j->lp) d.emit_logits = method_logits;
         rc = j->method->generate(&d, j->ctx, j->n_ctx);
         decode_free(&d);
     }
@@ -229,7 +297,7 @@ static void *worker(void *arg) {
     if (rc) fprintf(stderr, "serve: %s\n", pd_errmsg()), j->finish = "error";
     /* a method that stopped by itself met an end token (which it does not emit), its
        budget (reap sees it) or the model's context */
-    else if (!j->hand_back && !j->cancelled && j->n_ctx - j->n_prompt < j->max_new)
+    else if (!j->hand_back && !j->cancelled && !j->finish && j->n_ctx - j->n_prompt < j->max_new)
         j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
     j->worker_done = 1;
     e->baton = NULL;
@@ -307,6 +375,11 @@ static void *loop(void *arg) {
 
 /* ---- the interface ---- */
 
+static void free_buffers(Engine *e) {
+    free(e->tok), free(e->pos), free(e->seq), free(e->hidden), free(e->rows), free(e->logits), free(e->raw);
+    free(e->row_job), free(e->row_at), free(e->row_pos), free(e->row_tok);
+}
+
 Engine *engine_new(Model *m, const EngineOptions *o) {
     if (o->parallel < 1 || o->parallel > MAX_PARALLEL) return pd_error("--parallel must be in [1, %d]", MAX_PARALLEL), NULL;
     Engine *e = pd_alloc(sizeof *e);
@@ -322,16 +395,22 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);
     e->seq = pd_alloc(sizeof(int32_t) * e->cap);
     e->hidden = pd_alloc(pd_mul(sizeof(float) * dim, e->cap));
-    e->rows = pd_alloc(pd_mul(sizeof(float) * dim, o->parallel));
-    e->logits = pd_alloc(pd_mul(sizeof(float) * vocab, o->parallel));
+    e->rows = pd_alloc(pd_mul(sizeof(float) * dim, e->cap));
+    e->logits = pd_alloc(pd_mul(sizeof(float) * vocab, e->cap));
+    e->raw = pd_alloc(sizeof(float) * vocab);
+    e->row_job = pd_alloc(sizeof(Job *) * e->cap);
+    e->row_at = pd_alloc(sizeof(int32_t) * e->cap), e->row_pos = pd_alloc(sizeof(int32_t) * e->cap);
+    e->row_tok = pd_alloc(sizeof(int32_t) * e->cap);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->out, NULL);
     pthread_cond_init(&e->turn, NULL);
-    if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || pthread_create(&e->thread, NULL, loop, e)) {
+    if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || !e->raw || !e->row_job || !e->row_at ||
+        !e->row_pos || !e->row_tok || pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
         kv_free(&e->kv);
-        free(e->tok), free(e->pos), free(e->seq), free(e->hidden), free(e->rows), free(e->logits), free(e);
+        free_buffers(e);
+        free(e);
         return NULL;
     }
     return e;
@@ -351,7 +430,7 @@ void engine_free(Engine *e) {
         job_unref(j);
     }
     kv_free(&e->kv);
-    free(e->tok), free(e->pos), free(e->seq), free(e->hidden), free(e->rows), free(e->logits);
+    free_buffers(e);
     free(e);
 }
 
@@ -367,20 +446,26 @@ int engine_method_ok(const Engine *e, const char *name) {
     return 0;
 }
 
-Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, float temp, int top_k, float top_p,
-                   uint64_t seed, const char *method) {
+Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o) {
     if (n_prompt < 1) return pd_error("the prompt is empty"), NULL;
     if (n_prompt >= e->o.ctx)
         return pd_error("the prompt is %d tokens; the context holds %d (prompt and answer together)", n_prompt, e->o.ctx), NULL;
-    if (engine_method_ok(e, method)) return NULL;
-    if (max_new < 0 || max_new > e->o.ctx - n_prompt) max_new = e->o.ctx - n_prompt;
+    if (engine_method_ok(e, o->method)) return NULL;
+    if (o->logprobs > JOB_MAX_TOP) return pd_error("logprobs: %d alternatives asked, %d at most", o->logprobs, JOB_MAX_TOP), NULL;
+    int max_new = o->max_new < 0 || o->max_new > e->o.ctx - n_prompt ? e->o.ctx - n_prompt : o->max_new;
     Job *j = pd_alloc(sizeof *j);
     if (!j) return NULL;
     j->ctx = pd_alloc(sizeof(int32_t) * (n_prompt + max_new));
-    if (!j->ctx || sampler_init(&j->sampler, e->m->c.vocab_size, temp, top_k, top_p, seed)) return free(j->ctx), free(j), NULL;
+    if (o->logprobs >= 0) j->lp = pd_alloc(pd_mul(sizeof(TokenLogprob), n_prompt + max_new));
+    if (!j->ctx || (o->logprobs >= 0 && !j->lp) ||
+        sampler_init(&j->sampler, e->m->c.vocab_size, o->temp, o->top_k, o->top_p, o->seed)) {
+        sampler_free(&j->sampler);
+        return free(j->ctx), free(j->lp), free(j), NULL;
+    }
     memcpy(j->ctx, prompt, sizeof(int32_t) * n_prompt);
     j->n_prompt = j->n_ctx = n_prompt, j->max_new = max_new;
-    j->method = strcmp(method, "standard") ? decode_method(method) : NULL;
+    j->n_top = o->logprobs > 0 ? o->logprobs : 0, j->prompt_lp = o->logprobs >= 0 && o->prompt_logprobs;
+    j->method = strcmp(o->method, "standard") ? decode_method(o->method) : NULL;
     j->seq = -1;
     j->engine = e;
     j->blocks = blocks_for(e, j);
@@ -421,6 +506,7 @@ int job_wait(Engine *e, Job *j, int have, double timeout_s, const char **finish)
 }
 
 const int32_t *job_tokens(const Job *j) { return j->ctx; }
+const TokenLogprob *job_logprobs(const Job *j) { return j->lp; }
 int job_prompt_len(const Job *j) { return j->n_prompt; }
 
 void job_cancel(Engine *e, Job *j) {

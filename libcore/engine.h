@@ -43,16 +43,39 @@ Engine *engine_new(Model *m, const EngineOptions *o); /* NULL + message */
 void engine_free(Engine *e);                         /* cancels what still runs */
 /* can this engine run the method? (its heads or draft model are loaded); -1 + message */
 int engine_method_ok(const Engine *e, const char *method);
-/* queues a request: the prompt's tokens, up to max_new generated (clamped to the
-   context), sampled as given (temp 0 = greedy). NULL + message when the prompt does
-   not fit the context or can never fit the pool */
-Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, int max_new, float temp, int top_k,
-                   float top_p, uint64_t seed, const char *method);
+#define JOB_MAX_TOP 20 /* alternatives a token's logprobs name at most (OpenAI's chat limit) */
+
+/* a token's log-probability under the target model: the log-softmax of its logits where
+   the token was chosen, as the model gave them (temperature 1, before top-k or top-p),
+   and the most likely tokens there, best first (ties: the lower id) */
+typedef struct {
+    float logprob;
+    int32_t top[JOB_MAX_TOP];
+    float top_logprob[JOB_MAX_TOP];
+} TokenLogprob;
+
+typedef struct {
+    int max_new;         /* tokens generated at most (clamped to the context; < 0: to its end) */
+    float temp, top_p;   /* temp 0 = greedy */
+    int top_k;
+    uint64_t seed;
+    const char *method;
+    int logprobs;        /* -1: none; else each token's TokenLogprob with this many alternatives */
+    int prompt_logprobs; /* the prompt's tokens' too, from the second on (echo) */
+} JobOptions;
+
+/* queues a request: the prompt's tokens, generated as o says. NULL + message when the
+   prompt does not fit the context or can never fit the pool */
+Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o);
 /* waits until the job has more than `have` generated tokens or has ended, or the
    timeout passes; returns how many it has. *finish: NULL while it runs, then "stop"
    (an end token), "length" (max_new or the context), "error", or "abort" (engine_abort) */
 int job_wait(Engine *e, Job *j, int have, double timeout_s, const char **finish);
 const int32_t *job_tokens(const Job *j); /* [n_prompt + generated]: stable once reported */
+/* [n_prompt + generated] by position, NULL when not asked: a generated token's is stable
+   once the token is reported, the prompt's once the first token or the end is. Every
+   method gives the numbers standard decoding gives (the same logits, bit for bit) */
+const TokenLogprob *job_logprobs(const Job *j);
 int job_prompt_len(const Job *j);
 void job_cancel(Engine *e, Job *j);      /* the client is gone: stop, free its blocks */
 void job_release(Engine *e, Job *j);     /* the caller is done with j (after the end or a cancel) */

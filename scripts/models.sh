@@ -9,7 +9,8 @@
 #                                             .gguf files are damaged); data lookups try
 #                                             the cache before ../shared/data
 #   venv/                                     numpy, gguf, tokenizers: the independent
-#                                             references the tests compare against
+#                                             references the tests compare against; the
+#                                             official openai client, pinned
 # Idempotent: what is already there and checks out is kept. Exit 0 even when offline
 # (the tests that need a piece skip and say so); exit 1 on a checksum mismatch.
 set -u
@@ -39,10 +40,12 @@ if [ ! -f "$V/ggml-vocab-llama-spm.gguf" ] && fetch $LCPP_TGZ $LCPP_SHA --no-bin
         tar -xzf "$C/$LCPP_TGZ" -C "$C/vocab.tmp" --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*' &&
         mv "$C"/vocab.tmp/*/vendor/llama.cpp/models "$V" && rm -rf "$C/vocab.tmp"
 fi
-if [ ! -x "$C/venv/bin/python" ] || ! "$C/venv/bin/python" -c "import numpy, gguf, tokenizers" 2>/dev/null; then
-    echo "models: setting up $C/venv (numpy, gguf, tokenizers)" >&2
+OPENAI=1.109.1 # the official client tests/test_serve_openai.sh drives bin/serve with
+if [ ! -x "$C/venv/bin/python" ] || ! "$C/venv/bin/python" -c "import numpy, gguf, tokenizers, openai
+assert openai.__version__ == '$OPENAI'" 2>/dev/null; then
+    echo "models: setting up $C/venv (numpy, gguf, tokenizers, openai $OPENAI)" >&2
     python3 -m venv "$C/venv" >/dev/null 2>&1 &&
-        "$C/venv/bin/pip" install -q numpy gguf tokenizers >/dev/null 2>&1 ||
+        "$C/venv/bin/pip" install -q numpy gguf tokenizers "openai==$OPENAI" >/dev/null 2>&1 ||
         echo "models: could not set up the reference venv (offline?)" >&2
 fi
 exit 0

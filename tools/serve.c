@@ -24,7 +24,7 @@
 
 #include "bundle.h"
 #include "engine.h"
-#include "serve_request.h"
+#include "serve_gen.h"
 #include "tool.h"
 
 #define USAGE "-m MODEL [flags]"
@@ -104,21 +104,12 @@ typedef struct { /* one HTTP request */
     char *body;
     size_t n, cap;
     int too_big;
-    /* a completion in flight */
-    ServeRequest req;
-    Job *job;
-    ReplyInfo info;
-    char id[40];
+    GenModel gm;            /* what its completion runs on */
+    Gen g;                  /* a completion in flight */
     int fd;                 /* the client's socket, to notice it leaving */
-    int n_tok;              /* tokens turned into text */
-    char *text;             /* the answer's bytes so far */
-    size_t text_n, text_cap, sent;
-    const char *finish;
     char *sse;              /* the event being sent */
     size_t sse_n, sse_off;
-    int first, done;
     struct MHD_Connection *mc; /* to re-arm its idle timer while the answer is made */
-    double t_first;         /* when the first token's text was made (pd_now), 0 before */
 } Conn;
 
 static Server S;
@@ -236,129 +227,23 @@ static char *metrics(void) {
     return b.s;
 }
 
-/* ---- a completion: prompt in, tokens out as text ---- */
+/* ---- a completion: prompt in, tokens out as text (serve_gen.c) ---- */
 
-/* the prompt's tokens; -1 + message */
-static int encode(const ServeRequest *r, int32_t **ids, int *n) {
-    if (r->kind == REQ_COMPLETION)
-        return tok_encode_flags(S.m.tok, r->prompt, strlen(r->prompt), tok_add_bos(S.m.tok) ? TOK_ADD_BOS : 0, ids, n);
-    if (S.chat_format < 0) return pd_error("%s", S.chat_why);
-    int bos;
-    char *text = chat_apply_turns((ChatFormat)S.chat_format, S.m.chat_template, r->turn, r->n_turns, &bos);
-    int rc = text ? tok_encode_flags(S.m.tok, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), ids, n) : -1;
-    free(text);
-    return rc;
-}
-
-static int client_gone(int fd) {
+static int client_gone(void *cls) {
     char ch;
+    int fd = ((const Conn *)cls)->fd;
     struct pollfd p = {fd, POLLIN, 0};
     return fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR) || recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0);
-}
-
-/* where the first stop string starts in the text, or text_n; *hold = bytes at the end
-   that may begin one and wait for the next token. Only text after from (less a stop
-   string's length) is new to the search. */
-static size_t find_stop(const Conn *k, size_t from, size_t *hold) {
-    size_t best = k->text_n;
-    *hold = 0;
-    for (int i = 0; i < k->req.n_stop; i++) {
-        const char *s = k->req.stop[i];
-        size_t sl = strlen(s), a = from >= sl ? from - sl + 1 : 0;
-        const char *at = memmem(k->text + a, k->text_n - a, s, sl);
-        if (at && (size_t)(at - k->text) < best) best = at - k->text;
-        for (size_t h = sl - 1; h > *hold; h--)
-            if (h <= k->text_n && !memcmp(k->text + k->text_n - h, s, h)) *hold = h;
-    }
-    return best;
-}
-
-/* how many of the answer's tokens reach byte `at` of its text (the one holding that byte
-   included): what usage counts when a stop string cuts the answer there */
-static int tokens_to(const Conn *k, size_t at) {
-    const int32_t *t = job_tokens(k->job);
-    int np = job_prompt_len(k->job);
-    size_t len, sum = 0;
-    for (int i = 0; i < k->n_tok; i++) {
-        if (tok_piece(S.m.tok, t[np + i - 1], t[np + i], &len)) sum += len;
-        if (sum > at) return i + 1;
-    }
-    return k->n_tok;
-}
-
-/* waits for new tokens (a second at most), turns them into text, ends on a stop
-   string; returns how many bytes of text can be sent */
-static size_t advance(Conn *k) {
-    if (k->finish) return k->text_n; /* ended: tokens made after a stop string stay out */
-    const char *finish;
-    int n = job_wait(S.e, k->job, k->n_tok, 1.0, &finish);
-    const int32_t *t = job_tokens(k->job);
-    int np = job_prompt_len(k->job);
-    size_t from = k->text_n;
-    for (; k->n_tok < n; k->n_tok++) {
-        size_t len;
-        const char *p = tok_piece(S.m.tok, t[np + k->n_tok - 1], t[np + k->n_tok], &len);
-        if (!p) continue;
-        if (k->text_n + len + 1 > k->text_cap) {
-            char *x = realloc(k->text, 2 * (k->text_n + len + 1));
-            if (!x) { /* this request ends; the server goes on */
-                job_cancel(S.e, k->job);
-                k->finish = "error";
-                return k->sent;
-            }
-            k->text = x, k->text_cap = 2 * (k->text_n + len + 1);
-        }
-        memcpy(k->text + k->text_n, p, len);
-        k->text_n += len;
-    }
-    if (k->text_n && !k->t_first) k->t_first = pd_now(); /* time to first token (metrics) */
-    k->info.n_gen = n;
-    size_t hold, stop = find_stop(k, from, &hold);
-    if (stop < k->text_n) { /* a stop string: the text ends before it */
-        k->text_n = stop, k->finish = "stop", hold = 0;
-        k->info.n_gen = tokens_to(k, stop);
-        job_cancel(S.e, k->job);
-    } else if (finish)
-        k->finish = finish, hold = 0;
-    else if (client_gone(k->fd)) {
-        job_cancel(S.e, k->job);
-        k->finish = "cancelled";
-    }
-    size_t whole = k->finish ? k->text_n : utf8_whole(k->text, k->text_n - hold);
-    return whole > k->sent ? whole : k->sent;
-}
-
-/* the next server-sent event into k->sse; 0 when the stream has ended */
-static int next_event(Conn *k) {
-    free(k->sse);
-    k->sse = NULL, k->sse_n = k->sse_off = 0;
-    if (k->done) return 0;
-    size_t upto;
-    if (k->finish && !strcmp(k->finish, "cancelled")) return 0;
-    char *json = NULL;
-    if (k->first && k->req.kind == REQ_CHAT) /* chat streams open with the role alone */
-        json = serve_chunk(&k->req, &k->info, "", 0, NULL, 1);
-    else {
-        do upto = advance(k);
-        while (upto == k->sent && !k->finish);
-        if (upto > k->sent || !k->finish) json = serve_chunk(&k->req, &k->info, k->text + k->sent, upto - k->sent, NULL, 0);
-        else json = serve_chunk(&k->req, &k->info, "", 0, k->finish, 0), k->done = 1;
-        k->sent = upto;
-    }
-    k->first = 0;
-    if (!json) return 0;
-    size_t jn = strlen(json);
-    const char *tail = k->done ? "\n\ndata: [DONE]\n\n" : "\n\n";
-    k->sse = malloc(jn + 32);
-    if (k->sse) k->sse_n = (size_t)sprintf(k->sse, "data: %s%s", json, tail);
-    free(json);
-    return k->sse != NULL;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     Conn *k = cls;
-    if (k->sse_off == k->sse_n && !next_event(k)) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (k->sse_off == k->sse_n) {
+        free(k->sse);
+        k->sse_off = k->sse_n = 0;
+        if (!(k->sse = gen_event(&k->g, &k->sse_n))) return MHD_CONTENT_READER_END_OF_STREAM;
+    }
     rearm(k->mc); /* waiting for tokens is not the client's idle time */
     size_t n = k->sse_n - k->sse_off < max ? k->sse_n - k->sse_off : max;
     memcpy(buf, k->sse + k->sse_off, n);
@@ -368,20 +253,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static enum MHD_Result complete(struct MHD_Connection *c, Conn *k, RequestKind kind) {
     if (k->too_big) return fail(c, 413, "the request body is too large");
-    if (serve_request_parse(&k->req, kind, k->body ? k->body : "", k->n)) return fail(c, 400, pd_errmsg());
-    int32_t *ids = NULL;
-    int n;
-    if (encode(&k->req, &ids, &n)) return free(ids), fail(c, 400, pd_errmsg());
-    k->job = engine_submit(S.e, ids, n, k->req.max_tokens, k->req.temperature, k->req.top_k, k->req.top_p,
-                           k->req.seed ? k->req.seed : (uint64_t)time(NULL) ^ (uint64_t)atomic_load(&S.next_id), k->req.method);
-    free(ids);
-    if (!k->job) return fail(c, 400, pd_errmsg());
-    snprintf(k->id, sizeof k->id, "%s-%ld", kind == REQ_CHAT ? "chatcmpl" : "cmpl", atomic_fetch_add(&S.next_id, 1));
-    k->info = (ReplyInfo){k->id, S.name, (long)time(NULL), n, 0};
+    char id[40];
+    snprintf(id, sizeof id, "%s-%ld", kind == REQ_CHAT ? "chatcmpl" : "cmpl", atomic_fetch_add(&S.next_id, 1));
+    k->gm = (GenModel){&S.m, S.e, S.chat_format, S.chat_why, S.name};
+    if (gen_start(&k->g, &k->gm, kind, k->body ? k->body : "", k->n, id, (uint64_t)time(NULL) ^ (uint64_t)atomic_load(&S.next_id)))
+        return fail(c, 400, pd_errmsg());
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     k->fd = ci ? ci->connect_fd : -1;
-    k->first = 1;
-    if (k->req.stream) {
+    k->g.gone = client_gone, k->g.gone_ctx = k;
+    if (k->g.req.stream) {
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, k, NULL);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
@@ -390,11 +270,10 @@ static enum MHD_Result complete(struct MHD_Connection *c, Conn *k, RequestKind k
         MHD_destroy_response(r);
         return rc;
     }
-    while (!k->finish) advance(k);
-    if (!strcmp(k->finish, "cancelled")) return MHD_NO; /* nobody to answer */
-    if (!strcmp(k->finish, "error")) return fail(c, 500, "the model failed on this request (see the server's log)");
-    if (!strcmp(k->finish, "abort")) return fail(c, 503, "the server is shutting down; this request was ended");
-    return reply(c, 200, "application/json", serve_response(&k->req, &k->info, k->text, k->text_n, k->finish));
+    int status;
+    char *answer = gen_answer(&k->g, &status);
+    if (!answer) return status ? fail(c, status, pd_errmsg()) : MHD_NO; /* 0: nobody to answer */
+    return reply(c, 200, "application/json", answer);
 }
 
 /* ---- routing ---- */
@@ -554,22 +433,20 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     Link *l = link_of(c);
     if (l) {
         double now = pd_now();
-        access_log(l, c, k->job ? k->info.n_gen : 0, now, why);
+        int prompt = 0, tokens = 0;
+        if (k->g.n_c) gen_usage(&k->g, &prompt, &tokens);
+        access_log(l, c, tokens, now, why);
         pthread_mutex_lock(&S.mu);
-        if (k->job) {
+        if (k->g.n_c) {
             hist_add(&S.latency, now - l->t_start);
-            if (k->t_first) hist_add(&S.ttft, k->t_first - l->t_start);
+            if (k->g.t_first) hist_add(&S.ttft, k->g.t_first - l->t_start);
         }
         if (l->busy) S.n_busy--;
         l->busy = 0, l->idle_since = now;
         pthread_mutex_unlock(&S.mu);
     }
-    if (k->job) {
-        job_cancel(S.e, k->job);
-        job_release(S.e, k->job);
-    }
-    serve_request_free(&k->req);
-    free(k->body), free(k->text), free(k->sse), free(k);
+    gen_free(&k->g);
+    free(k->body), free(k->sse), free(k);
     *con_cls = NULL;
 }
 

@@ -80,9 +80,10 @@ static uint32_t coin(Ada *s) {
     return (uint32_t)(s->rng >> 32);
 }
 
-/* accepts a verified token; 1 when generation must stop */
-static int commit(Ada *s, int prev, int token) {
-    if (decode_accept(s->d, prev, token)) s->done = 1;
+/* accepts a verified token chosen from the final logits raw (decode_keep); 1 when
+   generation must stop */
+static int commit(Ada *s, int prev, int token, const float *raw) {
+    if (decode_accept(s->d, prev, token, raw)) s->done = 1;
     return s->done;
 }
 
@@ -173,9 +174,10 @@ static int settle(Ada *s, int i, float *lg) {
     DecodeCtx *d = s->d;
     Slot *sl = &s->a[i];
     int greedy = d->sampler->temp == 0, next;
+    const float *raw = decode_keep(d, 0, lg);
     if (sl->head < 0) { /* no early token: the successor comes from the final distribution */
         next = sampler_sample(d->sampler, lg);
-        if (!commit(s, sl->token, next)) push(s, next, sl->pos + 1);
+        if (!commit(s, sl->token, next, raw)) push(s, next, sl->pos + 1);
         return 0;
     }
     int early = s->a[i + 1].token, ok;
@@ -200,7 +202,7 @@ static int settle(Ada *s, int i, float *lg) {
     }
     if (ok) {
         d->early[sl->head]++;
-        commit(s, sl->token, early);
+        commit(s, sl->token, early, raw);
         return 0;
     }
     d->rejected++;
@@ -208,7 +210,7 @@ static int settle(Ada *s, int i, float *lg) {
     int pos = sl->pos;
     drop(s, i + 1, s->n - i - 1); /* every later position and its KV entries go */
     kv_truncate(d->kv, d->seq, pos + 1);
-    if (!commit(s, sl->token, next)) push(s, next, pos + 1);
+    if (!commit(s, sl->token, next, raw)) push(s, next, pos + 1);
     return 1;
 }
 
@@ -265,8 +267,9 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     int rc = s.h && s.q && s.hl ? decode_prefill(d, prompt, n_prompt) : -1;
     double t0 = pd_now();
     if (!rc) {
+        const float *raw = decode_keep(d, 0, d->logits);
         int next = sampler_sample(d->sampler, d->logits);
-        if (!commit(&s, prompt[n_prompt - 1], next)) push(&s, next, n_prompt);
+        if (!commit(&s, prompt[n_prompt - 1], next, raw)) push(&s, next, n_prompt);
         while (!rc && !s.done && s.n > 0) {
             if (s.a[s.n - 1].pos >= c->seq_len) break; /* the context is full */
             rc = step(&s);

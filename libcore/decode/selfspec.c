@@ -167,8 +167,9 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     double t0 = pd_now();
     const Config *c = &d->m->c;
     int V = c->vocab_size, L = c->n_layers, rc = 0;
+    const float *raw = decode_keep(d, 0, d->logits), *kept[MAX_DRAFT + 1];
     int x = sampler_sample(d->sampler, d->logits), P = n_prompt;
-    int stop = decode_accept(d, prompt[n_prompt - 1], x);
+    int stop = decode_accept(d, prompt[n_prompt - 1], x, raw);
     while (!stop && P < c->seq_len) {
         /* drafts past the budget or the context would be thrown away */
         int kcap = s.kmax, room = d->max_new - d->n_out - 1;
@@ -180,6 +181,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         Batch b = {k + 1, s.tok, s.seq, s.pos, NULL, NULL};
         if (decode_forward(d, &b, s.le, L, s.hid) || final_logits(d->m, s.hid, k + 1, s.lg)) goto fail;
         d->target_passes++; /* the verification closes a pass through the whole model */
+        for (int i = 0; i <= k; i++) kept[i] = decode_keep(d, i, s.lg + (size_t)i * V); /* logprobs */
         a = s.greedy ? verify_greedy(&s, k, V, &next) : verify_sample(d, &s, k, V, &next);
         d->drafted += k;
         d->rejected += k - a;
@@ -190,10 +192,10 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         if (kv_truncate(d->kv, d->seq, P + a + 1)) goto fail;
         int prev = x;
         for (int i = 1; i <= a && !stop; i++) {
-            stop = decode_accept(d, prev, s.tok[i]);
+            stop = decode_accept(d, prev, s.tok[i], kept[i - 1]);
             prev = s.tok[i];
         }
-        if (!stop) stop = decode_accept(d, prev, next);
+        if (!stop) stop = decode_accept(d, prev, next, kept[a]);
         x = next;
         P += a + 1;
     }

@@ -8,8 +8,9 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     const Config *c = &d->m->c;
     int prev = prompt[n_prompt - 1], pos = n_prompt;
     for (;;) {
+        const float *raw = decode_keep(d, 0, d->logits);
         int next = sampler_sample(d->sampler, d->logits);
-        if (decode_accept(d, prev, next) || pos >= c->seq_len) break;
+        if (decode_accept(d, prev, next, raw) || pos >= c->seq_len) break;
         if (decode_step(d, next, pos, d->hidden, d->logits)) return -1;
         prev = next;
         pos++;

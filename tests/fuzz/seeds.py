@@ -368,12 +368,42 @@ def serve_request_seeds():
          "max_completion_tokens": 12, "stream": False, "stop": "x"}))
 
 
+def serve_generate_seeds():
+    """whole requests the target runs on stories260K (no heads: the methods that need
+    none), as completion and as chat; each must start as one of them"""
+    put("serve_generate", "greedy_stop.json", json.dumps(
+        {"model": "m", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "stop": [" the", "."]}))
+    put("serve_generate", "sampled_stream.json", json.dumps(
+        {"prompt": "Tom had a red ball", "max_tokens": 30, "temperature": 0.9, "top_p": 0.9, "top_k": 40,
+         "seed": 3, "stream": True, "stop": "Lily"}))
+    put("serve_generate", "chat_lookup_stream.json", json.dumps(
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell a story."}],
+         "max_tokens": 20, "temperature": 0, "stream": True, "method": "prompt-lookup", "stop": ["\n"]}))
+    put("serve_generate", "chat_lookahead.json", json.dumps(
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Once"}]}],
+         "max_completion_tokens": 16, "temperature": 0, "method": "lookahead"}))
+    put("serve_generate", "zero_tokens.json", json.dumps({"prompt": "caf\u00e9 \U0001f600", "max_tokens": 0}))
+    put("serve_generate", "to_the_context.json", json.dumps({"prompt": "The end", "max_tokens": None, "temperature": 0.5}))
+    put("serve_generate", "choices_logprobs_echo.json", json.dumps(
+        {"prompt": ["Once", "Tom and"], "n": 2, "max_tokens": 8, "temperature": 0.8, "logprobs": 3, "echo": True,
+         "stream": True, "stream_options": {"include_usage": True}, "user": "u", "best_of": 1}))
+    put("serve_generate", "token_ids.json", json.dumps(
+        {"prompt": [[1, 403, 407], [1, 90]], "max_tokens": 6, "temperature": 0, "logprobs": 0, "stop": ["a"]}))
+    put("serve_generate", "chat_top_logprobs.json", json.dumps(
+        {"messages": [{"role": "developer", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+                      {"role": "user", "content": "Hi"}],
+         "max_tokens": 10, "n": 3, "seed": 5, "logprobs": True, "top_logprobs": 20, "stream": True,
+         "stream_options": {"include_usage": False}, "tools": [], "response_format": {"type": "text"}}))
+    put("serve_generate", "zero_tokens_echo.json", json.dumps({"prompt": "Once upon", "max_tokens": 0, "echo": True, "logprobs": 5}))
+
+
 def main():
     if not os.path.isdir(f"{DATA}/models/stories260K"):
         sys.exit(f"seeds.py: {DATA}/models/stories260K not found (set PARADEC_DATA)")
     shutil.rmtree(OUT, ignore_errors=True)
     for make in (safetensors_seeds, llama2c_seeds, tokenizer_bin_seeds, tokenizer_json_seeds, hf_config_seeds,
-                 gguf_seeds, dataset_seeds, recipe_seeds, medusa_tree_seeds, serve_request_seeds):
+                 gguf_seeds, dataset_seeds, recipe_seeds, medusa_tree_seeds, serve_request_seeds,
+                 serve_generate_seeds):
         make()
     total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(OUT) for f in fs)
     print(f"seeds.py: {OUT}: {total // 1024} KiB")

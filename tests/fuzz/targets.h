@@ -19,6 +19,7 @@ int fuzz_dataset(const uint8_t *data, size_t n);         /* training text: jsonl
 int fuzz_recipe(const uint8_t *data, size_t n);          /* YAML recipes */
 int fuzz_medusa_tree(const uint8_t *data, size_t n);     /* medusa --tree */
 int fuzz_serve_request(const uint8_t *data, size_t n);   /* HTTP request bodies (bin/serve) */
+int fuzz_serve_generate(const uint8_t *data, size_t n);  /* whole requests on a small model */
 
 typedef struct {
     const char *name;
@@ -31,7 +32,7 @@ static const FuzzTarget FUZZ_TARGETS[] = {
     {"tokenizer_json", fuzz_tokenizer_json}, {"hf_config", fuzz_hf_config},
     {"gguf", fuzz_gguf},                 {"dataset", fuzz_dataset},
     {"recipe", fuzz_recipe},             {"medusa_tree", fuzz_medusa_tree},
-    {"serve_request", fuzz_serve_request},
+    {"serve_request", fuzz_serve_request}, {"serve_generate", fuzz_serve_generate},
 };
 #define N_FUZZ_TARGETS ((int)(sizeof FUZZ_TARGETS / sizeof *FUZZ_TARGETS))
 #endif
