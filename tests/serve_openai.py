@@ -2,7 +2,7 @@
 starts the server): completions and chat, streams with and without include_usage, n,
 logprobs and top_logprobs, echo, prompt arrays and token ids, the developer role,
 multi-part content, max_tokens 0, and unsupported fields refused as BadRequestError naming
-them. Logprobs are checked against numpy's log-softmax of bin/decode --dump-logits (an
+them; /v1/models with the --alias name, and the --api-key (the server runs with both). Logprobs are checked against numpy's log-softmax of bin/decode --dump-logits (an
 independent path: one prefill by the decode tool), and every lossless method must give
 standard's numbers to the bit.
 usage: serve_openai.py PORT MODEL BIN TMP METHODS..."""
@@ -16,7 +16,8 @@ import openai
 PORT, MODEL, BIN, TMP = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 METHODS = sys.argv[5:]
 TOKENIZER = os.environ.get("TOKENIZER")  # the model's tokenizer file, for bin/tokenize
-client = openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="none", max_retries=0, timeout=120)
+URL = f"http://127.0.0.1:{PORT}/v1"
+client = openai.OpenAI(base_url=URL, api_key="sekret", max_retries=0, timeout=120)
 passed = failed = 0
 
 
@@ -202,6 +203,30 @@ def chat():
     check("chat fields that ask for nothing are accepted", len(ok.choices) == 1)
 
 
+def server():
+    ids = [m.id for m in client.models.list().data]
+    check(f"models.list: the one model, by its --alias ({ids})", ids == ["paradec-test"])
+    m = client.models.retrieve("paradec-test")
+    check("models.retrieve: the model object", m.id == "paradec-test" and m.object == "model" and m.owned_by)
+    try:
+        client.models.retrieve("another")
+        check("models.retrieve of another id: NotFoundError", False)
+    except openai.NotFoundError:
+        check("models.retrieve of another id: NotFoundError", True)
+    r = client.completions.create(model="paradec-test", prompt="Once", max_tokens=2, temperature=0)
+    check(f"answers name the --alias ({r.model})", r.model == "paradec-test")
+    r2 = client.completions.create(model="paradec-test", prompt="Once", max_tokens=2, temperature=0)
+    check("ids differ between requests", r.id != r2.id)
+    for key in ("wrong", None):
+        other = openai.OpenAI(base_url=URL, api_key=key or "", max_retries=0, timeout=30)
+        try:
+            other.completions.create(model="m", prompt="Once", max_tokens=2)
+            check(f"api key {key!r}: AuthenticationError", False)
+        except openai.AuthenticationError:
+            check(f"api key {key!r}: AuthenticationError", True)
+
+
+server()
 completions()
 logprobs()
 chat()

@@ -5,28 +5,10 @@
 # requests get 400/404/405/413 and the server keeps serving after each.
 . tests/lib.sh
 for t in curl jq; do command -v $t >/dev/null || { echo "test_serve: $t is missing (scripts/setup.sh installs it)"; finish test_serve; exit 1; }; done
-B=$TMP/bundle.safetensors.zst
-EH=$BUILD/test-heads.safetensors.zst MH=$BUILD/test-medusa.safetensors.zst
+. tests/serve_lib.sh
 METHODS="prompt-lookup lookahead"
-if [ -f "$EH" ] && [ -f "$MH" ]; then
-    $BIN/pack -m "$MODEL" "$EH" "$MH" -o "$B" 2>/dev/null
-    METHODS="$METHODS adadecode self-speculative medusa"
-else
-    echo "SKIP test_serve: no trained test heads in $BUILD (make test builds them when it has the TinyStories sample): head methods not checked"
-    cp "$MODEL" "$B"
-fi
+bundle test_serve
 
-start() { # start LOG ARGS... : a server on a free port; sets PORT and SPID
-    log=$1; shift
-    $BIN/serve -m "$B" --port 0 "$@" 2>"$log" &
-    SPID=$!
-    for _ in $(seq 100); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log")
-        [ -n "$PORT" ] && return 0
-        sleep 0.1
-    done
-    echo "server did not start:"; cat "$log"; return 1
-}
 post() { curl -s -m 120 "http://127.0.0.1:$PORT$1" -d "$2"; }
 bg() { "$@" & PIDS="$PIDS $!"; }           # requests in flight together; `wait $PIDS` ends them
 together() { wait $PIDS; PIDS=""; }        # (a bare wait would wait for the server too)

@@ -5,28 +5,10 @@
 # bit for bit, greedy and alone or four at once; unsupported fields get a 400 naming them.
 . tests/lib.sh
 for t in curl jq; do command -v $t >/dev/null || { echo "test_serve_api: $t is missing (scripts/setup.sh installs it)"; finish test_serve_api; exit 1; }; done
-B=$TMP/bundle.safetensors.zst
-EH=$BUILD/test-heads.safetensors.zst MH=$BUILD/test-medusa.safetensors.zst
+. tests/serve_lib.sh
 METHODS="prompt-lookup lookahead speculative"
-if [ -f "$EH" ] && [ -f "$MH" ]; then
-    $BIN/pack -m "$MODEL" "$EH" "$MH" -o "$B" 2>/dev/null
-    METHODS="$METHODS adadecode self-speculative medusa"
-else
-    echo "test_serve_api: no trained test heads in $BUILD (make test builds them): head methods not checked"
-    cp "$MODEL" "$B"
-fi
+bundle test_serve_api
 
-start() { # start LOG ARGS... : a server on a free port; sets PORT and SPID
-    log=$1; shift
-    $BIN/serve -m "$B" --port 0 "$@" 2>"$log" &
-    SPID=$!
-    for _ in $(seq 100); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log")
-        [ -n "$PORT" ] && return 0
-        sleep 0.1
-    done
-    echo "server did not start:"; cat "$log"; return 1
-}
 code() { curl -s -m 10 -o "$TMP/body" -w "%{http_code}" "$@"; } # a hang shows as 000
 healthy() { [ "$(curl -s -m 2 "http://127.0.0.1:$PORT/health" | jq -r .status 2>/dev/null)" = ok ]; }
 

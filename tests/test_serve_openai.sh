@@ -12,24 +12,10 @@ if ! [ -x "$PY" ] || ! "$PY" -c "import openai, numpy" 2>/dev/null; then
     finish test_serve_openai
     exit 0
 fi
-B=$TMP/bundle.safetensors.zst
-EH=$BUILD/test-heads.safetensors.zst MH=$BUILD/test-medusa.safetensors.zst
+. tests/serve_lib.sh
 METHODS="prompt-lookup lookahead speculative"
-if [ -f "$EH" ] && [ -f "$MH" ]; then
-    $BIN/pack -m "$MODEL" "$EH" "$MH" -o "$B" 2>/dev/null
-    METHODS="$METHODS adadecode self-speculative medusa"
-else
-    echo "test_serve_openai: no trained test heads in $BUILD (make test builds them): head methods not checked"
-    cp "$MODEL" "$B"
-fi
-$BIN/serve -m "$B" --port 0 --parallel 4 --chat-format chatml --draft "$MODEL" 2>"$TMP/log" &
-SPID=$!
-for _ in $(seq 100); do
-    PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$TMP/log")
-    [ -n "$PORT" ] && break
-    sleep 0.1
-done
-if [ -z "$PORT" ]; then echo "server did not start:"; cat "$TMP/log"; kill $SPID; bad "the server starts"; finish test_serve_openai; exit 1; fi
+bundle test_serve_openai
+start "$TMP/log" --parallel 4 --chat-format chatml --draft "$MODEL" --alias paradec-test --api-key sekret || { kill $SPID; bad "the server starts"; finish test_serve_openai; exit 1; }
 TOK=$(data models/stories260K/tok512.bin)
 [ -f "$TOK" ] || TOK=
 # the client's own line ("serve_openai: N passed, N failed") is the summary; its failures are ours
