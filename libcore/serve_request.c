@@ -308,13 +308,15 @@ static int parse_fields(ServeRequest *r, json_t *o) {
        logprobs scores a prompt; chat refuses it, as OpenAI does */
     if (whole(o, mt_key, r->kind == REQ_COMPLETION ? 0 : 1, 1 << 30, &max_tokens) ||
         number(o, "temperature", 0, 100, &temp) || number(o, "top_p", 0, 1, &top_p) ||
-        whole(o, "top_k", 0, 1 << 30, &top_k) || whole(o, "seed", -9007199254740992.0, 9007199254740992.0, &seed) ||
+        whole(o, "top_k", 0, 1 << 30, &top_k) ||
+        (!json_is_integer(json_object_get(o, "seed")) && whole(o, "seed", -9007199254740992.0, 9007199254740992.0, &seed)) ||
         whole(o, "n", 1, REQ_MAX_CHOICES, &n) || parse_stop(r, o) || parse_logprobs(r, o) || parse_stream(r, o) ||
         unsupported(r, o))
         return -1;
     r->max_tokens = (int)max_tokens, r->temperature = (float)temp, r->top_p = (float)top_p;
     r->top_k = (int)top_k, r->n = (int)n;
-    r->has_seed = !absent(json_object_get(o, "seed")), r->seed = (uint64_t)(int64_t)seed;
+    json_t *sd = json_object_get(o, "seed"); /* any 64-bit integer, as OpenAI's (written as a float: to 2^53) */
+    r->has_seed = !absent(sd), r->seed = json_is_integer(sd) ? (uint64_t)json_integer_value(sd) : (uint64_t)(int64_t)seed;
     if (r->kind == REQ_COMPLETION && r->n_prompts * r->n > REQ_MAX_CHOICES)
         return pd_error("'n' × the prompts is %d choices, %d at most", r->n_prompts * r->n, REQ_MAX_CHOICES);
     json_t *me = json_object_get(o, "method");

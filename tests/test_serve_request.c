@@ -43,6 +43,9 @@ static void test_completion(void) {
               r.seed == (uint64_t)-5,
           "prompts of token ids; a negative seed");
     serve_request_free(&r);
+    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":\"a\",\"seed\":9223372036854775807}") == 0 && r.seed == 9223372036854775807ull,
+          "a seed of 63 bits, exact: %s", pd_errmsg());
+    serve_request_free(&r);
     const char *bad[][2] = {
         {"{\"prompt\":", "malformed JSON"},
         {"[1]", "JSON object"},
