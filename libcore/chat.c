@@ -84,8 +84,7 @@ static char *llama2(const ChatTurn *t, int n) {
             char *m = add(pd_strdup(""), "<<SYS>>\n%s\n<</SYS>>\n\n%s", system, t[i].content);
             c = trimmed(m), system = NULL;
             free(m);
-        } else
-            c = trimmed(t[i].content);
+        } else c = trimmed(t[i].content);
         if (!c) return free(out), NULL;
         out = is_role(&t[i], "assistant") ? add(out, " %s </s><s>", c) : add(out, "[INST] %s [/INST]", c);
         free(c);

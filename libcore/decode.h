@@ -57,9 +57,9 @@ typedef struct DecodeCtx {
     int64_t pending_sum, pending_n; /* for the mean pending depth */
     int64_t rounds_by_nodes[MAX_ROUND_NODES + 1]; /* drafters: rounds that ran n nodes */
     int64_t prefill_passes, prefill_token_layers; /* what the prompt took, to leave out */
-    int reuse;              /* leading prompt tokens the KV sequence already holds (a
+    int reuse;                                    /* leading prompt tokens the KV sequence already holds (a
                                conversation's earlier turns): prefill starts after them */
-    int n_prefilled;        /* prompt tokens the prefill ran */
+    int n_prefilled;                              /* prompt tokens the prefill ran */
     double t_prefill, t_decode;
     /* streaming: called for every accepted token in order; non-zero stops */
     int (*emit)(void *ctx, int prev, int token);
@@ -68,7 +68,7 @@ typedef struct DecodeCtx {
        position the token was chosen from, as the model gave them (before temperature or
        truncation); NULL logits when they could not be kept (out of memory) */
     void (*emit_logits)(void *ctx, int token, const float *logits);
-    float **kept;           /* [kept_rows] decode_keep's copies, a [vocab] row each */
+    float **kept; /* [kept_rows] decode_keep's copies, a [vocab] row each */
     int kept_rows;
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */

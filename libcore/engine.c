@@ -24,9 +24,9 @@ struct Job {
     Engine *engine;
     pthread_t worker;    /* method mode: the thread running its method */
     int worker_on, worker_done, hand_back;
-    TokenLogprob *lp;    /* [n_prompt + max_new] by position, or NULL */
+    TokenLogprob *lp;                     /* [n_prompt + max_new] by position, or NULL */
     int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
-    int lp_lost;         /* a method could not keep a token's logits */
+    int lp_lost;                          /* a method could not keep a token's logits */
     const char *finish;
     Job *next;           /* the queue's order */
 };
@@ -57,8 +57,8 @@ struct Engine {
     float *rows, *logits;     /* [cap][dim], [cap][vocab] */
     float *raw;               /* [vocab] a row's logits before sampling changes them */
     Job **row_job;            /* [cap] the job whose token at row_pos a row's logits give: */
-    int32_t *row_at, *row_pos;/* its next (sampled), or a prompt token's (logprobs); the */
-    int32_t *row_tok;         /* batch row they come from, the token sampled */
+    int32_t *row_at, *row_pos; /* its next (sampled), or a prompt token's (logprobs); the */
+    int32_t *row_tok;          /* batch row they come from, the token sampled */
 };
 
 /* ---- bookkeeping (under the lock) ---- */
@@ -182,10 +182,12 @@ static int gather(Engine *e, int *take, int *n_rows) {
         for (int k = 0; k < take[i]; k++, n++) {
             int p = j->n_kv + k;
             e->tok[n] = j->ctx[p], e->pos[n] = p, e->seq[n] = j->seq;
-            if (prompt_lp_due(j) && p + 1 < j->n_prompt) add_row(e, n_rows, j, n, p + 1); /* a prompt token's logprobs */
+            if (prompt_lp_due(j) && p + 1 < j->n_prompt)
+                add_row(e, n_rows, j, n, p + 1); /* a prompt token's logprobs */
         }
         /* its next token is due, and allowed: its last row's logits */
-        if (take[i] && j->n_kv + take[i] == j->n_ctx && j->n_ctx - j->n_prompt < j->max_new) add_row(e, n_rows, j, n - 1, j->n_ctx);
+        if (take[i] && j->n_kv + take[i] == j->n_ctx && j->n_ctx - j->n_prompt < j->max_new)
+            add_row(e, n_rows, j, n - 1, j->n_ctx);
     }
     return n;
 }
@@ -257,8 +259,7 @@ static int method_emit(void *ctx, int prev, int token) {
     if (j->lp_lost) { /* its logprobs are gone: the request fails rather than answer without */
         fprintf(stderr, "serve: out of memory keeping a token's logits for its logprobs\n");
         j->finish = "error";
-    } else
-        append(e, j, token);
+    } else append(e, j, token);
     e->st.method_tokens++;
     e->st.kv_free = e->kv.n_free;
     e->baton = NULL;
@@ -451,7 +452,8 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     if (n_prompt >= e->o.ctx)
         return pd_error("the prompt is %d tokens; the context holds %d (prompt and answer together)", n_prompt, e->o.ctx), NULL;
     if (engine_method_ok(e, o->method)) return NULL;
-    if (o->logprobs > JOB_MAX_TOP) return pd_error("logprobs: %d alternatives asked, %d at most", o->logprobs, JOB_MAX_TOP), NULL;
+    if (o->logprobs > JOB_MAX_TOP)
+        return pd_error("logprobs: %d alternatives asked, %d at most", o->logprobs, JOB_MAX_TOP), NULL;
     int max_new = o->max_new < 0 || o->max_new > e->o.ctx - n_prompt ? e->o.ctx - n_prompt : o->max_new;
     Job *j = pd_alloc(sizeof *j);
     if (!j) return NULL;

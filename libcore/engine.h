@@ -55,8 +55,8 @@ typedef struct {
 } TokenLogprob;
 
 typedef struct {
-    int max_new;         /* tokens generated at most (clamped to the context; < 0: to its end) */
-    float temp, top_p;   /* temp 0 = greedy */
+    int max_new;       /* tokens generated at most (clamped to the context; < 0: to its end) */
+    float temp, top_p; /* temp 0 = greedy */
     int top_k;
     uint64_t seed;
     const char *method;

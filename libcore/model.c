@@ -365,7 +365,8 @@ int model_verify(const TensorFile *tf) {
     const char *kind = tf_meta(tf, "paradec.kind");
     if (!want)
         return pd_error("%s: records no paradec.digest, so its weights cannot be checked (convert it again, or "
-                        "--no-verify loads it anyway)", path);
+                        "--no-verify loads it anyway)",
+                        path);
     int bundle = kind && !strcmp(kind, "bundle"), nd = 0, n = 0, rc = 0;
     TfDigest *d = NULL;
     if (tf_digests(tf, &d, &nd)) return -1;
@@ -381,7 +382,8 @@ int model_verify(const TensorFile *tf) {
             int listed = !is_weight(&tf->t[i], bundle);
             for (int j = 0; j < n && !listed; j++) listed = w[j] == &tf->t[i];
             if (!listed)
-                rc = pd_error("%s: tensor '%s' has no digest in %s: not as written", path, tf->t[i].name, TF_DIGESTS_KEY);
+                rc = pd_error("%s: tensor '%s' has no digest in %s: not as written", path, tf->t[i].name,
+                              TF_DIGESTS_KEY);
         }
     } else { /* an older file: convert's and widen's order */
         for (int i = 0; i < tf->n; i++)
@@ -399,10 +401,12 @@ int model_verify(const TensorFile *tf) {
     if (!rc && strcmp(got, want)) {
         if (!d)
             rc = pd_error("%s: the weights do not match paradec.digest: the file is damaged (it predates per-tensor "
-                          "digests, so the damaged tensor cannot be named; --no-verify loads it anyway)", path);
+                          "digests, so the damaged tensor cannot be named; --no-verify loads it anyway)",
+                          path);
         else if (!(rc = tf_check_digests(tf, d, nd)))
             rc = pd_error("%s: the weights do not match paradec.digest though every tensor matches its own digest: "
-                          "the header (a tensor's name, dtype or shape) was changed (--no-verify loads it anyway)", path);
+                          "the header (a tensor's name, dtype or shape) was changed (--no-verify loads it anyway)",
+                          path);
     }
     for (int i = 0; i < nd && !rc; i++) /* what the whole digest leaves out: the tokenizer */
         if (!is_weight(d[i].t, bundle)) rc = tf_check_digests(tf, &d[i], 1);

@@ -85,8 +85,8 @@ int model_tensor_order(const char *a, const char *b);
    its NUL, its dtype (DType as a little-endian int32), its shape as two int64 (a
    vector [n] as [n, 1]) and its bytes as stored; this feeds one weight in */
 struct XXH3_state_s;
-void model_digest_update(struct XXH3_state_s *s, const char *name, DType dt, const int64_t shape[2],
-                         const void *bytes, size_t n);
+void model_digest_update(struct XXH3_state_s *s, const char *name, DType dt, const int64_t shape[2], const void *bytes,
+                         size_t n);
 void model_free(Model *m);
 /* bytes of weights one decode step reads (every matrix once; one embedding row) */
 double model_weight_bytes(const Model *m);

@@ -21,8 +21,10 @@ static int encode(Gen *g, int i) {
     if (r->kind == REQ_CHAT) {
         if (g->gm->chat_format < 0) return pd_error("%s", g->gm->chat_why);
         int bos;
-        char *text = chat_apply_turns((ChatFormat)g->gm->chat_format, g->gm->m->chat_template, r->turn, r->n_turns, &bos);
-        int rc = text ? tok_encode_flags(t, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &p->ids, &p->n) : -1;
+        char *text =
+            chat_apply_turns((ChatFormat)g->gm->chat_format, g->gm->m->chat_template, r->turn, r->n_turns, &bos);
+        int rc =
+            text ? tok_encode_flags(t, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &p->ids, &p->n) : -1;
         free(text);
         return rc;
     }
@@ -72,8 +74,14 @@ int gen_start(Gen *g, const GenModel *gm, RequestKind kind, const char *body, si
     for (; g->n_c < n_c; g->n_c++) { /* choice i of a prompt: seed + i, so a choice is the one request with that seed */
         GenChoice *c = &g->c[g->n_c];
         c->prompt = g->n_c / r->n;
-        JobOptions o = {r->max_tokens, r->temperature, r->top_p, r->top_k, seed + (uint64_t)(g->n_c % r->n), r->method,
-                        r->logprobs, r->echo && r->logprobs >= 0};
+        JobOptions o = {r->max_tokens,
+                        r->temperature,
+                        r->top_p,
+                        r->top_k,
+                        seed + (uint64_t)(g->n_c % r->n),
+                        r->method,
+                        r->logprobs,
+                        r->echo && r->logprobs >= 0};
         if (!(c->job = engine_submit(gm->e, g->p[c->prompt].ids, g->p[c->prompt].n, &o))) return -1;
     }
     return 0;
@@ -167,10 +175,8 @@ static size_t advance(Gen *g, GenChoice *c, double wait) {
         c->text_n = stop, c->finish = "stop", hold = 0;
         c->n_gen = tokens_to(c, stop);
         job_cancel(g->gm->e, c->job);
-    } else if (finish)
-        c->finish = finish, hold = 0;
-    else if (g->gone && g->gone(g->gone_ctx))
-        end_all(g, "cancelled");
+    } else if (finish) c->finish = finish, hold = 0;
+    else if (g->gone && g->gone(g->gone_ctx)) end_all(g, "cancelled");
     size_t whole = c->finish ? c->text_n : utf8_whole(c->text, c->text_n - hold);
     return whole > c->sent ? whole : c->sent;
 }
@@ -230,7 +236,8 @@ static json_t *jbytes(const char *s, size_t n) {
 static json_t *chat_token(const Tokenizer *t, int prev, int id, float lp) {
     size_t n;
     char *s = token_bytes(t, prev, id, &n);
-    json_t *o = s ? json_pack("{s:o, s:o, s:o}", "token", jtext(s, n), "logprob", jlogprob(lp), "bytes", jbytes(s, n)) : NULL;
+    json_t *o =
+        s ? json_pack("{s:o, s:o, s:o}", "token", jtext(s, n), "logprob", jlogprob(lp), "bytes", jbytes(s, n)) : NULL;
     free(s);
     return o;
 }
@@ -256,10 +263,12 @@ static int add_logprob(json_t *o, const Gen *g, int prev, int id, const TokenLog
             size_t m;
             char *a = token_bytes(t, prev, lp->top[i], &m);
             json_t *an = a ? completion_token(a, m) : NULL;
-            if (an && !json_object_get(top, json_string_value(an))) json_object_set_new(top, json_string_value(an), jlogprob(lp->top_logprob[i]));
+            if (an && !json_object_get(top, json_string_value(an)))
+                json_object_set_new(top, json_string_value(an), jlogprob(lp->top_logprob[i]));
             json_decref(an), free(a);
         }
-        if (name && !json_object_get(top, json_string_value(name))) json_object_set_new(top, json_string_value(name), jlogprob(lp->logprob));
+        if (name && !json_object_get(top, json_string_value(name)))
+            json_object_set_new(top, json_string_value(name), jlogprob(lp->logprob));
     }
     free(s);
     int rc = !name || json_array_append_new(json_object_get(o, "tokens"), name) ||
@@ -314,7 +323,9 @@ static size_t echo_chars(const Gen *g, const GenChoice *c) {
 static json_t *finish_of(const char *finish) { return finish ? json_string(finish) : json_null(); }
 
 static json_t *envelope(const Gen *g, int chunk) {
-    const char *object = g->req.kind == REQ_COMPLETION ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+    const char *object = g->req.kind == REQ_COMPLETION ? "text_completion"
+                         : chunk                       ? "chat.completion.chunk"
+                                                       : "chat.completion";
     return json_pack("{s:s, s:s, s:I, s:s}", "id", g->id, "object", object, "created", (json_int_t)g->created, "model",
                      g->gm->name);
 }
@@ -328,7 +339,8 @@ void gen_usage(const Gen *g, int *prompt, int *completion) {
 static json_t *usage(const Gen *g) {
     int prompt, gen;
     gen_usage(g, &prompt, &gen);
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "completion_tokens", gen, "total_tokens", prompt + gen);
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "completion_tokens", gen, "total_tokens",
+                     prompt + gen);
 }
 
 static char *dump(json_t *o) {
@@ -375,7 +387,8 @@ char *gen_answer(Gen *g, int *status) {
     if (has_ended(g, "abort")) return pd_error("the server is shutting down; this request was ended"), NULL;
     json_t *o = envelope(g, 0), *choices = json_array();
     for (int i = 0; i < g->n_c; i++)
-        if (json_array_append_new(choices, whole_choice(g, i))) return json_decref(choices), json_decref(o), pd_error("serve: out of memory"), NULL;
+        if (json_array_append_new(choices, whole_choice(g, i)))
+            return json_decref(choices), json_decref(o), pd_error("serve: out of memory"), NULL;
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage(g));
     char *s = dump(o);
@@ -389,12 +402,14 @@ static json_t *chunk(const Gen *g, int i, const char *s, size_t n, const char *f
     json_t *o = envelope(g, 1), *choice;
     if (!lp) lp = json_null();
     if (g->req.kind == REQ_COMPLETION)
-        choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jtext(s, n), "index", i, "logprobs", lp, "finish_reason", finish_of(finish));
+        choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jtext(s, n), "index", i, "logprobs", lp, "finish_reason",
+                           finish_of(finish));
     else {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
         if (n || !finish) json_object_set_new(delta, "content", jtext(s, n));
-        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", i, "delta", delta, "logprobs", lp, "finish_reason", finish_of(finish));
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", i, "delta", delta, "logprobs", lp, "finish_reason",
+                           finish_of(finish));
     }
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     if (g->req.include_usage) json_object_set_new(o, "usage", json_null());

@@ -11,28 +11,28 @@
 typedef struct {
     Model *m;
     Engine *e;
-    int chat_format;      /* -1: chat requests are refused with chat_why */
+    int chat_format; /* -1: chat requests are refused with chat_why */
     const char *chat_why;
-    const char *name;     /* the model's name in answers */
+    const char *name; /* the model's name in answers */
 } GenModel;
 
 typedef struct { /* one choice: a job's tokens as text */
     Job *job;
-    int prompt;           /* the prompt it answers */
-    int n_tok, n_gen;     /* tokens turned into text; those the answer counts */
-    char *text;           /* its bytes so far (the answer's, without the echo) */
+    int prompt;                    /* the prompt it answers */
+    int n_tok, n_gen;              /* tokens turned into text; those the answer counts */
+    char *text;                    /* its bytes so far (the answer's, without the echo) */
     size_t text_n, text_cap, sent; /* sent: streamed so far */
-    size_t *end, end_cap; /* [n_tok] bytes of text up to each token's end */
-    int lp_sent;          /* stream: tokens whose logprobs are out */
-    size_t at_byte, at_char; /* stream: where the last text offset was counted */
-    const char *finish;   /* NULL while it runs */
-    int opened, closed;   /* stream: its first chunk (chat: the role; echo: the prompt) is out; its last */
+    size_t *end, end_cap;          /* [n_tok] bytes of text up to each token's end */
+    int lp_sent;                   /* stream: tokens whose logprobs are out */
+    size_t at_byte, at_char;       /* stream: where the last text offset was counted */
+    const char *finish;            /* NULL while it runs */
+    int opened, closed;            /* stream: its first chunk (chat: the role; echo: the prompt) is out; its last */
 } GenChoice;
 
 typedef struct {
-    int32_t *ids;         /* the prompt's tokens */
+    int32_t *ids; /* the prompt's tokens */
     int n;
-    char *text;           /* echo: the tokens' text, and where each token ends in it */
+    char *text; /* echo: the tokens' text, and where each token ends in it */
     size_t text_n, *end;
 } GenPrompt;
 
@@ -41,7 +41,7 @@ typedef struct {
     ServeRequest req;
     GenPrompt *p;
     int n_p;
-    GenChoice *c;         /* choice i answers prompt i / n */
+    GenChoice *c; /* choice i answers prompt i / n */
     int n_c;
     char id[48];
     long created;
@@ -49,7 +49,7 @@ typedef struct {
     void *gone_ctx;
     int next, usage_sent, done; /* stream: the choice looked at first next time; the usage
                                    chunk and [DONE] are out */
-    double t_first;      /* when a choice's first text was made (pd_now), 0 before */
+    double t_first;             /* when a choice's first text was made (pd_now), 0 before */
 } Gen;
 
 /* parses the body and queues its jobs (seed: for a request that names none); 0, or -1

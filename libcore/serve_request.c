@@ -11,16 +11,62 @@
 #include "util.h"
 
 /* the fields each endpoint knows: OpenAI's, then paradec's own (top_k, method) */
-static const char *const COMPLETION_FIELDS[] = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
-    "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "seed", "suffix",
-    "top_k", "method", NULL};
-static const char *const CHAT_FIELDS[] = {
-    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream", "stream_options",
-    "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user", "seed",
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "store", "metadata",
-    "service_tier", "modalities", "audio", "prediction", "reasoning_effort", "web_search_options", "verbosity",
-    "top_k", "method", NULL};
+static const char *const COMPLETION_FIELDS[] = {"model",
+                                                "prompt",
+                                                "max_tokens",
+                                                "temperature",
+                                                "top_p",
+                                                "n",
+                                                "stream",
+                                                "stream_options",
+                                                "logprobs",
+                                                "echo",
+                                                "stop",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "best_of",
+                                                "logit_bias",
+                                                "user",
+                                                "seed",
+                                                "suffix",
+                                                "top_k",
+                                                "method",
+                                                NULL};
+static const char *const CHAT_FIELDS[] = {"model",
+                                          "messages",
+                                          "max_tokens",
+                                          "max_completion_tokens",
+                                          "temperature",
+                                          "top_p",
+                                          "n",
+                                          "stream",
+                                          "stream_options",
+                                          "stop",
+                                          "presence_penalty",
+                                          "frequency_penalty",
+                                          "logit_bias",
+                                          "logprobs",
+                                          "top_logprobs",
+                                          "user",
+                                          "seed",
+                                          "tools",
+                                          "tool_choice",
+                                          "functions",
+                                          "function_call",
+                                          "parallel_tool_calls",
+                                          "response_format",
+                                          "store",
+                                          "metadata",
+                                          "service_tier",
+                                          "modalities",
+                                          "audio",
+                                          "prediction",
+                                          "reasoning_effort",
+                                          "web_search_options",
+                                          "verbosity",
+                                          "top_k",
+                                          "method",
+                                          NULL};
 
 static int listed(const char *const *list, const char *key) {
     for (; *list; list++)
@@ -102,12 +148,14 @@ static int unsupported(ServeRequest *r, json_t *o) {
         return nothing_asked(o, "suffix", "", "this server does not fill in text before a suffix");
     }
     json_t *rf = json_object_get(o, "response_format"), *ptc = json_object_get(o, "parallel_tool_calls");
-    if (!absent(rf) && !(json_is_object(rf) && json_object_size(rf) == 1 && json_is_string(json_object_get(rf, "type")) &&
-                         !strcmp(json_string_value(json_object_get(rf, "type")), "text")))
+    if (!absent(rf) &&
+        !(json_is_object(rf) && json_object_size(rf) == 1 && json_is_string(json_object_get(rf, "type")) &&
+          !strcmp(json_string_value(json_object_get(rf, "type")), "text")))
         return pd_error("'response_format' is not supported: only {\"type\": \"text\"} (no JSON mode or schemas)");
     if (!absent(ptc) && !json_is_boolean(ptc)) return pd_error("'parallel_tool_calls' must be true or false");
     json_t *store = json_object_get(o, "store"), *mod = json_object_get(o, "modalities");
-    if (!absent(store) && !json_is_false(store)) return pd_error("'store' is not supported: this server keeps no completions");
+    if (!absent(store) && !json_is_false(store))
+        return pd_error("'store' is not supported: this server keeps no completions");
     if (!absent(mod) && !(json_is_array(mod) && json_array_size(mod) == 1 && json_is_string(json_array_get(mod, 0)) &&
                           !strcmp(json_string_value(json_array_get(mod, 0)), "text")))
         return pd_error("'modalities' is not supported: only [\"text\"]");
@@ -155,7 +203,8 @@ static int prompt_text(json_t *x, ReqPrompt *p) {
 static int parse_prompt(ServeRequest *r, json_t *o) {
     json_t *p = json_object_get(o, "prompt");
     if (!p) return pd_error("'prompt' is missing");
-    const char *shapes = "'prompt' must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
+    const char *shapes =
+        "'prompt' must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
     if (!json_is_string(p) && !json_is_array(p)) return pd_error("%s", shapes);
     json_t *first = json_is_array(p) ? json_array_get(p, 0) : p, *x;
     size_t n = json_is_array(p) && !json_is_integer(first) ? json_array_size(p) : 1, i; /* token ids: one prompt */
@@ -171,8 +220,7 @@ static int parse_prompt(ServeRequest *r, json_t *o) {
             if (prompt_text(x, q)) return -1;
         } else if (json_is_array(x) && json_is_array(first)) {
             if (token_ids(x, i, q)) return -1;
-        } else
-            return pd_error("%s (item %zu is neither, or differs from the first)", shapes, i);
+        } else return pd_error("%s (item %zu is neither, or differs from the first)", shapes, i);
     }
     return 0;
 }
@@ -188,7 +236,8 @@ static int content(json_t *c, size_t i, char **out) {
         if (!json_is_object(part) || !json_is_string(type))
             return pd_error("messages[%zu]: content part %zu must be an object with a 'type'", i, k);
         if (strcmp(json_string_value(type), "text"))
-            return pd_error("messages[%zu]: content part type '%s' is not supported (text only)", i, json_string_value(type));
+            return pd_error("messages[%zu]: content part type '%s' is not supported (text only)", i,
+                            json_string_value(type));
         if (!json_is_string(t) || json_object_size(part) != 2)
             return pd_error("messages[%zu]: a text part is {\"type\": \"text\", \"text\": STRING}", i);
         n += strlen(json_string_value(t));
@@ -288,7 +337,8 @@ static int parse_stream(ServeRequest *r, json_t *o) {
         /* include_obfuscation pads chunks against length side channels: nothing to pad here */
         if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
             return pd_error("'stream_options': '%s' is not supported (include_usage only)", key);
-        if (flag(so, key, !strcmp(key, "include_usage") ? &r->include_usage : &ignored)) return pd_error_prefix("stream_options");
+        if (flag(so, key, !strcmp(key, "include_usage") ? &r->include_usage : &ignored))
+            return pd_error_prefix("stream_options");
     }
     return 0;
 }
@@ -296,10 +346,12 @@ static int parse_stream(ServeRequest *r, json_t *o) {
 static int parse_fields(ServeRequest *r, json_t *o) {
     const char *key;
     json_t *v;
-    json_object_foreach(o, key, v)
-        if (!listed(r->kind == REQ_COMPLETION ? COMPLETION_FIELDS : CHAT_FIELDS, key))
-            return pd_error("unknown field '%s' (not one of OpenAI's for %s, nor top_k or method)", key,
-                            r->kind == REQ_COMPLETION ? "/v1/completions" : "/v1/chat/completions");
+    json_object_foreach(
+        o, key,
+        v) if (!listed(r->kind == REQ_COMPLETION ? COMPLETION_FIELDS : CHAT_FIELDS,
+                       key)) return pd_error("unknown field '%s' (not one of OpenAI's for %s, nor top_k or method)",
+                                             key,
+                                             r->kind == REQ_COMPLETION ? "/v1/completions" : "/v1/chat/completions");
     if (r->kind == REQ_COMPLETION ? parse_prompt(r, o) : parse_messages(r, o)) return -1;
     double max_tokens = r->max_tokens, temp = 1, top_p = 1, top_k = 0, seed = 0, n = 1;
     json_t *mt = json_object_get(o, "max_completion_tokens");
@@ -309,14 +361,16 @@ static int parse_fields(ServeRequest *r, json_t *o) {
     if (whole(o, mt_key, r->kind == REQ_COMPLETION ? 0 : 1, 1 << 30, &max_tokens) ||
         number(o, "temperature", 0, 100, &temp) || number(o, "top_p", 0, 1, &top_p) ||
         whole(o, "top_k", 0, 1 << 30, &top_k) ||
-        (!json_is_integer(json_object_get(o, "seed")) && whole(o, "seed", -9007199254740992.0, 9007199254740992.0, &seed)) ||
+        (!json_is_integer(json_object_get(o, "seed")) &&
+         whole(o, "seed", -9007199254740992.0, 9007199254740992.0, &seed)) ||
         whole(o, "n", 1, REQ_MAX_CHOICES, &n) || parse_stop(r, o) || parse_logprobs(r, o) || parse_stream(r, o) ||
         unsupported(r, o))
         return -1;
     r->max_tokens = (int)max_tokens, r->temperature = (float)temp, r->top_p = (float)top_p;
     r->top_k = (int)top_k, r->n = (int)n;
     json_t *sd = json_object_get(o, "seed"); /* any 64-bit integer, as OpenAI's (written as a float: to 2^53) */
-    r->has_seed = !absent(sd), r->seed = json_is_integer(sd) ? (uint64_t)json_integer_value(sd) : (uint64_t)(int64_t)seed;
+    r->has_seed = !absent(sd),
+    r->seed = json_is_integer(sd) ? (uint64_t)json_integer_value(sd) : (uint64_t)(int64_t)seed;
     if (r->kind == REQ_COMPLETION && r->n_prompts * r->n > REQ_MAX_CHOICES)
         return pd_error("'n' × the prompts is %d choices, %d at most", r->n_prompts * r->n, REQ_MAX_CHOICES);
     json_t *me = json_object_get(o, "method");

@@ -18,16 +18,16 @@ typedef enum { REQ_COMPLETION, REQ_CHAT } RequestKind;
 #define REQ_MAX_LOGPROBS 5      /* completions' "logprobs" at most (OpenAI's limit) */
 #define REQ_MAX_TOP_LOGPROBS 20 /* chat's "top_logprobs" at most */
 
-typedef struct {     /* a completion's prompt: */
-    char *text;      /* its text (n_text bytes), or NULL when */
+typedef struct { /* a completion's prompt: */
+    char *text;  /* its text (n_text bytes), or NULL when */
     size_t n_text;
-    int32_t *ids;    /* it came as token ids (checked against the vocabulary when encoded) */
+    int32_t *ids; /* it came as token ids (checked against the vocabulary when encoded) */
     int n_ids;
 } ReqPrompt;
 
 typedef struct {
     RequestKind kind;
-    ReqPrompt *prompt;        /* completion: the prompts, an answer each (n choices) */
+    ReqPrompt *prompt; /* completion: the prompts, an answer each (n choices) */
     int n_prompts;
     ChatTurn turn[REQ_MAX_TURNS]; /* chat: the messages (contents owned; developer is system) */
     int n_turns;
@@ -36,11 +36,11 @@ typedef struct {
     int top_k;                /* 0 = off (an extension, as llama.cpp's) */
     uint64_t seed;            /* when has_seed; else the server picks one */
     int has_seed;
-    int n;                    /* choices per prompt; choice i is sampled with seed + i */
-    int logprobs;             /* -1: none; else the alternatives each token lists (completions'
+    int n;                     /* choices per prompt; choice i is sampled with seed + i */
+    int logprobs;              /* -1: none; else the alternatives each token lists (completions'
                                  "logprobs" 0..5, chat's "top_logprobs" 0..20 with "logprobs": true) */
-    int echo;                 /* completions: the prompt before the answer */
-    int stream, include_usage;/* stream_options.include_usage: a last chunk with the usage */
+    int echo;                  /* completions: the prompt before the answer */
+    int stream, include_usage; /* stream_options.include_usage: a last chunk with the usage */
     char method[32];          /* "standard" unless given */
     char *stop[REQ_MAX_STOP];
     int n_stop;

@@ -560,8 +560,7 @@ int tf_digests(const TensorFile *tf, TfDigest **d, int *n) {
     if (!rc) {
         *d = out;
         *n = (int)json_array_size(a);
-    } else
-        free(out);
+    } else free(out);
     json_decref(a);
     return rc;
 }

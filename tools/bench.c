@@ -20,8 +20,9 @@
 #include "recipe.h"
 #include "tool.h"
 
-#define USAGE "--recipe FILE [--methods A,B] [--samples N] [--out DIR] [-t N] [-m MODEL] [--exit-heads H] " \
-              "[--medusa H] [--draft D] [--no-oracle]"
+#define USAGE                                                                                                          \
+    "--recipe FILE [--methods A,B] [--samples N] [--out DIR] [-t N] [-m MODEL] [--exit-heads H] "                      \
+    "[--medusa H] [--draft D] [--no-oracle]"
 
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
                "        + the exit heads', Medusa heads' and draft model's weights twice each, when the methods need them\n" \
@@ -62,14 +63,14 @@ typedef struct {
 static Args parse(int argc, char **argv) {
     Args a = {0};
     Flag t[] = {
-        {"--recipe", "FILE", "required", "the recipe (recipes/*.yaml): model, datasets, methods, options", F_STR(&a.recipe)},
+        {"--recipe", "FILE", "required", "the recipe (recipes/*.yaml): model, datasets, methods, options",
+         F_STR(&a.recipe)},
         {"--methods", "A,B", "the recipe's", "the methods to run (standard always runs first)", F_STR(&a.methods)},
         {"--samples", "N", "the recipe's", "prompts per dataset at most", F_INT(&a.samples, 1, 100000)},
         {"--out", "DIR", "out/NAME", "where the tables (markdown, CSV) and plots go", F_STR(&a.out)},
         {"-t, --threads", "N", "the recipe's", "threads", F_INT(&a.threads, 1, 64)},
         {"-m, --model", "FILE", "the recipe's", "the model", F_STR(&a.model)},
-        MODEL_FLAGS
-        {"--exit-heads", "FILE", "the recipe's", "exit heads (adadecode, self-speculative)", F_STR(&a.exit)},
+        MODEL_FLAGS{"--exit-heads", "FILE", "the recipe's", "exit heads (adadecode, self-speculative)", F_STR(&a.exit)},
         {"--medusa", "FILE", "the recipe's", "Medusa heads", F_STR(&a.medusa)},
         {"--draft", "FILE", "the recipe's", "the draft model (speculative)", F_STR(&a.draft)},
         {"--no-oracle", NULL, NULL, "leave out the oracle table", F_SWITCH(&a.no_oracle)},
@@ -360,8 +361,8 @@ static void csv_row(Str *c, const char *kind, const char *ds, const char *method
     if (rate >= 0) snprintf(r, sizeof r, "%.2f", rate);
     put(c, "%s,%s,%s,%.2f,%s,%d,%lld,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%d,%d,%s\n", kind, ds, method, gamma, r, s->prompts,
         (long long)s->tokens, s->t_decode, tok_s(s), tok_s(s) / (tok_s(ref) + 1e-12), by_layers(method) ? 0 : tau(s),
-        passes_per_token(s), s->drafted ? (double)s->rejected / s->drafted : 0, s->prompts - s->mismatches,
-        s->prompts, figures);
+        passes_per_token(s), s->drafted ? (double)s->rejected / s->drafted : 0, s->prompts - s->mismatches, s->prompts,
+        figures);
 }
 
 static void table_csv(const Results *R, Str *c) {

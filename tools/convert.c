@@ -10,22 +10,24 @@
 #include "draftmodel.h"
 #include "tool.h"
 
-#define USAGE "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT\n" \
-              "       convert MODEL --layers L --heads EXIT_HEADS [--dtype f32|bf16] -o DRAFT   (a draft model)"
+#define USAGE                                                                                                          \
+    "SRC [--tokenizer TOK] [--dtype f32|bf16] -o OUT\n"                                                                \
+    "       convert MODEL --layers L --heads EXIT_HEADS [--dtype f32|bf16] -o DRAFT   (a draft model)"
 
-#define NOTES "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n" \
-              "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n" \
-              "     a llama.cpp GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1, dequantised; its tokenizer inside),\n" \
-              "     or a llama2.c .bin checkpoint (needs --tokenizer); - reads stdin.\n" \
-              "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n" \
-              "     it replaces the source's own.\n" \
-              "--layers L --heads EXIT_HEADS: MODEL (a paradec model file) becomes a draft model for\n" \
-              "     --method speculative: its first L layers, and the exit head at layer L (trained with\n" \
-              "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n" \
-              "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n" \
-              "        GGUF) + the model as f32 (4 bytes a parameter, whatever the source's type); with --dtype\n" \
-              "        bf16, at least 6 bytes a parameter (the f32 model and its bf16 copy). A draft holds MODEL\n" \
-              "        as f32 and the exit heads.\n"
+#define NOTES                                                                                                          \
+    "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n"                                   \
+    "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n"                     \
+    "     a llama.cpp GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1, dequantised; its tokenizer inside),\n"                   \
+    "     or a llama2.c .bin checkpoint (needs --tokenizer); - reads stdin.\n"                                         \
+    "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n"                \
+    "     it replaces the source's own.\n"                                                                             \
+    "--layers L --heads EXIT_HEADS: MODEL (a paradec model file) becomes a draft model for\n"                          \
+    "     --method speculative: its first L layers, and the exit head at layer L (trained with\n"                      \
+    "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n"                                   \
+    "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n"                \
+    "        GGUF) + the model as f32 (4 bytes a parameter, whatever the source's type); with --dtype\n"               \
+    "        bf16, at least 6 bytes a parameter (the f32 model and its bf16 copy). A draft holds MODEL\n"              \
+    "        as f32 and the exit heads.\n"
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -64,9 +66,10 @@ int main(int argc, char **argv) {
         {"-o, --output", "OUT", "required", "the model file to write (.safetensors[.zst]); - is stdout", F_STR(&out)},
         {"--tokenizer", "TOK", "the source's", "the tokenizer (needed for a llama2.c checkpoint)", F_STR(&tok)},
         {"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},
-        MODEL_FLAGS
-        {"--layers", "L", NULL, "a draft model: the source's first L layers (with --heads)", F_INT(&layers, 1, 1 << 20)},
-        {"--heads", "EXIT_HEADS", NULL, "a draft model: the exit head at layer L folded into its lm_head", F_STR(&heads)},
+        MODEL_FLAGS{"--layers", "L", NULL, "a draft model: the source's first L layers (with --heads)",
+                    F_INT(&layers, 1, 1 << 20)},
+        {"--heads", "EXIT_HEADS", NULL, "a draft model: the exit head at layer L folded into its lm_head",
+         F_STR(&heads)},
     };
     const char *pos[2];
     int n_pos = flags_parse(t, N_FLAGS(t), argc, argv, pos, 2, USAGE, NOTES);

@@ -11,16 +11,18 @@
 #include "decode.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL (-p PROMPT | -f FILE) [-n N] [--method NAME] [method options] [--chat] [--json]\n" \
-              "       decode -m MODEL -cnv [--chat-format NAME] [--system TEXT] [-n N]"
+#define USAGE                                                                                                          \
+    "-m MODEL (-p PROMPT | -f FILE) [-n N] [--method NAME] [method options] [--chat] [--json]\n"                       \
+    "       decode -m MODEL -cnv [--chat-format NAME] [--system TEXT] [-n N]"
 
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
                "        + vocabulary-sized buffers per drafted token; --heads adds the heads' weights twice, --draft the\n" \
                "        draft model's weights twice and its own KV cache (1 × its ctx × layers × kv_dim × 8 bytes).\n"
 
-#define NOTES "A method option another method does not read is refused. -cnv: a prompt \"> \" on the terminal, the\n" \
-              "chat format applied turn by turn and the KV cache kept between turns (only what the conversation adds\n" \
-              "is prefilled); Ctrl-C stops the answer, Ctrl-C at the prompt or Ctrl-D ends the conversation.\n" MEMORY
+#define NOTES                                                                                                          \
+    "A method option another method does not read is refused. -cnv: a prompt \"> \" on the terminal, the\n"            \
+    "chat format applied turn by turn and the KV cache kept between turns (only what the conversation adds\n"          \
+    "is prefilled); Ctrl-C stops the answer, Ctrl-C at the prompt or Ctrl-D ends the conversation.\n" MEMORY
 
 typedef struct {
     const char *model, *prompt, *file, *method, *chat_format, *system, *messages, *heads, *dump, *draft;
@@ -65,42 +67,71 @@ static void parse(Args *a, int argc, char **argv) {
     *a = (Args){.method = "standard", .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0, .oracle = -1, .seed = -1};
     double oracle_exit = -1, oracle_acc = -1;
     Flag t[] = {
-        {"-m, --model", "FILE", "required", "the model: a paradec file or bundle, a GGUF file, a Hugging Face directory; - is stdin", F_STR(&a->model)},
-        MODEL_FLAGS
-        {"-p, --prompt", "TEXT", NULL, "the prompt (a conversation's first turn with -cnv); - reads it from stdin", F_STR(&a->prompt)},
-        {"-f, --file", "FILE", NULL, "the prompt from a file (one trailing newline dropped); - is stdin", F_STR(&a->file)},
-        {"-n, --n-predict", "N", "-1", "tokens to generate at most (a turn's, with -cnv); -1: until the end token or the context", F_INT(&a->n, -1, 1 << 30)},
-        {"-c, --ctx-size", "N", "the model's", "the context: prompt and output hold at most N tokens (at most the model's)", F_INT(&a->ctx, 2, 1 << 30)},
+        {"-m, --model", "FILE", "required",
+         "the model: a paradec file or bundle, a GGUF file, a Hugging Face directory; - is stdin", F_STR(&a->model)},
+        MODEL_FLAGS{"-p, --prompt", "TEXT", NULL,
+                    "the prompt (a conversation's first turn with -cnv); - reads it from stdin", F_STR(&a->prompt)},
+        {"-f, --file", "FILE", NULL, "the prompt from a file (one trailing newline dropped); - is stdin",
+         F_STR(&a->file)},
+        {"-n, --n-predict", "N", "-1",
+         "tokens to generate at most (a turn's, with -cnv); -1: until the end token or the context",
+         F_INT(&a->n, -1, 1 << 30)},
+        {"-c, --ctx-size", "N", "the model's",
+         "the context: prompt and output hold at most N tokens (at most the model's)", F_INT(&a->ctx, 2, 1 << 30)},
         {"-t, --threads", "N", "1", "threads", F_INT(&a->threads, 1, 64)},
         {"--temp", "T", "1", "temperature; 0 is greedy", F_NUM(&a->temp, 0, 1e6)},
         {"--top-k", "K", "0: off", "sample among the K likeliest tokens", F_INT(&a->top_k, 0, 1 << 30)},
-        {"--top-p", "P", "1: off", "sample within the likeliest tokens whose probabilities sum to P", F_NUM(&a->top_p, 1e-9, 1)},
-        {"-s, --seed", "S", "random, printed", "the sampler's seed (the summary prints the one used)", F_I64(&a->seed, 0, 1e19)},
-        {"--stop", "TEXT", NULL, "stop when the text contains TEXT, printed up to before it (repeatable)", F_LIST(&a->stop)},
-        {"--method", "NAME", "standard", "the decoding method (standard, adadecode, self-speculative, medusa, prompt-lookup, lookahead, speculative)", F_STR(&a->method)},
-        {"--json", NULL, NULL, "print one JSON object (tokens, text, stop reason, times, statistics) for the text", F_SWITCH(&a->json)},
-        {"--chat", NULL, NULL, "the prompt is a user turn in the model's chat format; the answer alone is printed", F_SWITCH(&a->chat)},
-        {"--chat-format", "NAME", "the model's template", "llama3, llama2 or chatml (implies --chat)", F_STR(&a->chat_format)},
+        {"--top-p", "P", "1: off", "sample within the likeliest tokens whose probabilities sum to P",
+         F_NUM(&a->top_p, 1e-9, 1)},
+        {"-s, --seed", "S", "random, printed", "the sampler's seed (the summary prints the one used)",
+         F_I64(&a->seed, 0, 1e19)},
+        {"--stop", "TEXT", NULL, "stop when the text contains TEXT, printed up to before it (repeatable)",
+         F_LIST(&a->stop)},
+        {"--method", "NAME", "standard",
+         "the decoding method (standard, adadecode, self-speculative, medusa, prompt-lookup, lookahead, speculative)",
+         F_STR(&a->method)},
+        {"--json", NULL, NULL, "print one JSON object (tokens, text, stop reason, times, statistics) for the text",
+         F_SWITCH(&a->json)},
+        {"--chat", NULL, NULL, "the prompt is a user turn in the model's chat format; the answer alone is printed",
+         F_SWITCH(&a->chat)},
+        {"--chat-format", "NAME", "the model's template", "llama3, llama2 or chatml (implies --chat)",
+         F_STR(&a->chat_format)},
         {"--system", "TEXT", "the template's own", "the system prompt of a chat", F_STR(&a->system)},
-        {"--messages", "FILE", NULL, "the conversation so far, JSON [{\"role\": ..., \"content\": ...}, ...]; -p adds a user turn (implies --chat)", F_STR(&a->messages)},
-        {"-cnv, --conversation, --interactive", NULL, NULL, "a conversation on the terminal, turn by turn, the KV cache kept (implies --chat)", F_SWITCH(&a->conversation)},
-        {"--heads", "FILE", "the bundle's", "exit heads or Medusa heads (adadecode, self-speculative, medusa)", F_STR(&a->heads)},
-        {"--gamma", "G", "0.75; self-speculative 0.5", "adadecode: exit at a head whose top probability is ≥ G; self-speculative: draft while it is", F_FLOAT(&a->opt.gamma, 1e-6, 1)},
+        {"--messages", "FILE", NULL,
+         "the conversation so far, JSON [{\"role\": ..., \"content\": ...}, ...]; -p adds a user turn (implies --chat)",
+         F_STR(&a->messages)},
+        {"-cnv, --conversation, --interactive", NULL, NULL,
+         "a conversation on the terminal, turn by turn, the KV cache kept (implies --chat)",
+         F_SWITCH(&a->conversation)},
+        {"--heads", "FILE", "the bundle's", "exit heads or Medusa heads (adadecode, self-speculative, medusa)",
+         F_STR(&a->heads)},
+        {"--gamma", "G", "0.75; self-speculative 0.5",
+         "adadecode: exit at a head whose top probability is ≥ G; self-speculative: draft while it is",
+         F_FLOAT(&a->opt.gamma, 1e-6, 1)},
         {"--max-pending", "K", "5", "adadecode: unverified early tokens at most", F_INT(&a->opt.max_pending, 1, 32)},
-        {"--exit-layer", "L", "the middle head's", "self-speculative: draft with layers [0, L) and the head at L", F_INT(&a->opt.exit_layer, 1, 1 << 20)},
+        {"--exit-layer", "L", "the middle head's", "self-speculative: draft with layers [0, L) and the head at L",
+         F_INT(&a->opt.exit_layer, 1, 1 << 20)},
         {"--draft", "FILE", NULL, "speculative: the draft model (the target's vocabulary)", F_STR(&a->draft)},
         {"--draft-min", "K", "1", "speculative: drafts per round at least", F_INT(&a->opt.draft_min, 1, 127)},
-        {"--draft-max", "K", "the method's", "drafts per round at most (self-speculative 4, speculative 8, prompt-lookup 10); medusa: tree nodes (64)", F_INT(&a->opt.draft_max, 1, 127)},
-        {"--draft-fixed", NULL, NULL, "speculative: always --draft-max drafts (no adaptation)", F_SWITCH(&a->opt.draft_fixed)},
-        {"--tree", "PATHS", "built from the heads' accuracies", "medusa: the candidate tree as paths of ranks", F_STR(&a->opt.tree)},
-        {"--fixed-tree", NULL, NULL, "drafters: verify the whole proposal every round (no size controller)", F_SWITCH(&a->opt.fixed_tree)},
+        {"--draft-max", "K", "the method's",
+         "drafts per round at most (self-speculative 4, speculative 8, prompt-lookup 10); medusa: tree nodes (64)",
+         F_INT(&a->opt.draft_max, 1, 127)},
+        {"--draft-fixed", NULL, NULL, "speculative: always --draft-max drafts (no adaptation)",
+         F_SWITCH(&a->opt.draft_fixed)},
+        {"--tree", "PATHS", "built from the heads' accuracies", "medusa: the candidate tree as paths of ranks",
+         F_STR(&a->opt.tree)},
+        {"--fixed-tree", NULL, NULL, "drafters: verify the whole proposal every round (no size controller)",
+         F_SWITCH(&a->opt.fixed_tree)},
         {"--ngram-max", "N", "3", "prompt-lookup: the longest n-gram looked up", F_INT(&a->opt.ngram_max, 1, 8)},
         {"--window", "W", "3", "lookahead: the Jacobi window", F_INT(&a->opt.window, 1, 32)},
         {"--ngram", "N", "3", "lookahead: the n-gram size", F_INT(&a->opt.ngram, 2, 8)},
         {"--guess", "G", "the window", "lookahead: candidate n-grams verified", F_INT(&a->opt.guess, 1, 64)},
-        {"--adaptive", NULL, NULL, "lookahead: the window widens and narrows with acceptance", F_SWITCH(&a->opt.adaptive)},
-        {"--oracle-exit", "RATE", NULL, "benchmarks: an oracle knowing the greedy continuation exits right at this rate", F_NUM(&oracle_exit, 0, 1)},
-        {"--oracle-acceptance", "A", NULL, "benchmarks: an oracle drafter right at this rate", F_NUM(&oracle_acc, 0, 1)},
+        {"--adaptive", NULL, NULL, "lookahead: the window widens and narrows with acceptance",
+         F_SWITCH(&a->opt.adaptive)},
+        {"--oracle-exit", "RATE", NULL,
+         "benchmarks: an oracle knowing the greedy continuation exits right at this rate", F_NUM(&oracle_exit, 0, 1)},
+        {"--oracle-acceptance", "A", NULL, "benchmarks: an oracle drafter right at this rate",
+         F_NUM(&oracle_acc, 0, 1)},
         {"--dump-logits", "FILE", NULL, "write the logits after the prompt (f32) and stop", F_STR(&a->dump)},
     };
     int n = N_FLAGS(t);
@@ -119,15 +150,21 @@ static void parse(Args *a, int argc, char **argv) {
         if (f && !word_in(a->method, METHOD_FLAGS[i].methods))
             die("%s: %s does not use it (%s do)", f->as, a->method, METHOD_FLAGS[i].methods);
     }
-    if (a->system && !a->chat) die("--system: only a chat has a system prompt (--chat, --chat-format, --messages or -cnv)");
+    if (a->system && !a->chat)
+        die("--system: only a chat has a system prompt (--chat, --chat-format, --messages or -cnv)");
     if (a->oracle >= 0 && a->temp != 0) die("--oracle-*: the oracle knows the greedy continuation; use --temp 0");
-    if (a->dump && strcmp(a->method, "standard")) die("--dump-logits: the logits after the prompt are the model's whatever the method");
+    if (a->dump && strcmp(a->method, "standard"))
+        die("--dump-logits: the logits after the prompt are the model's whatever the method");
     const char *in[] = {a->model, a->prompt, a->file, a->messages, a->heads, a->draft, a->conversation ? "-" : NULL};
     int stdin_uses = 0; /* stdin is read once */
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) stdin_uses += in[i] && !strcmp(in[i], "-");
     if (stdin_uses > 1) die("-: only one input can be stdin (a conversation reads its turns there)");
     if (a->conversation) {
-        const char *no = a->json ? "--json" : a->dump ? "--dump-logits" : a->oracle >= 0 ? "--oracle-*" : a->file ? "-f" : NULL;
+        const char *no = a->json          ? "--json"
+                         : a->dump        ? "--dump-logits"
+                         : a->oracle >= 0 ? "--oracle-*"
+                         : a->file        ? "-f"
+                                          : NULL;
         if (no) die("%s: not with a conversation (-cnv)", no);
     }
 }
@@ -145,7 +182,8 @@ static char *read_text(const char *flag, const char *path) {
 
 static unsigned long long random_seed(void) {
     uint32_t s;
-    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) die("cannot draw a seed (getrandom: %s); give --seed", strerror(errno));
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
+        die("cannot draw a seed (getrandom: %s); give --seed", strerror(errno));
     return s;
 }
 
@@ -156,7 +194,8 @@ typedef struct {
 } Turns;
 
 static void turn_add(Turns *c, const char *role, const char *content, size_t len) {
-    if (c->n == c->cap && !(c->t = realloc(c->t, sizeof *c->t * (c->cap = c->cap ? 2 * c->cap : 8)))) die("out of memory");
+    if (c->n == c->cap && !(c->t = realloc(c->t, sizeof *c->t * (c->cap = c->cap ? 2 * c->cap : 8))))
+        die("out of memory");
     char *s = strndup(content, len);
     if (!s) die("out of memory");
     c->t[c->n++] = (ChatTurn){role, s};
@@ -178,10 +217,16 @@ static void read_messages(Turns *c, const char *path) {
     if (!json_is_array(j)) die("--messages %s: not a JSON array (%s)", path, j ? "another value" : err.text);
     for (size_t i = 0; i < json_array_size(j); i++) {
         json_t *m = json_array_get(j, i), *r = json_object_get(m, "role"), *t = json_object_get(m, "content");
-        if (!json_is_string(r) || !json_is_string(t)) die("--messages %s: message %zu has no string role and content", path, i);
+        if (!json_is_string(r) || !json_is_string(t))
+            die("--messages %s: message %zu has no string role and content", path, i);
         const char *role = json_string_value(r);
-        role = !strcmp(role, "system") ? "system" : !strcmp(role, "user") ? "user" : !strcmp(role, "assistant") ? "assistant" : NULL;
-        if (!role) die("--messages %s: message %zu: role '%s' is not system, user or assistant", path, i, json_string_value(r));
+        role = !strcmp(role, "system")      ? "system"
+               : !strcmp(role, "user")      ? "user"
+               : !strcmp(role, "assistant") ? "assistant"
+                                            : NULL;
+        if (!role)
+            die("--messages %s: message %zu: role '%s' is not system, user or assistant", path, i,
+                json_string_value(r));
         if (!strcmp(role, "system") && c->n)
             die("--messages %s: message %zu: a system turn comes first, and once (--system gives one too)", path, i);
         turn_add(c, role, json_string_value(t), json_string_length(t));
@@ -200,7 +245,8 @@ static int32_t *encode_turns(const Model *m, ChatFormat f, const Turns *c, int *
     int bos;
     int32_t *ids;
     char *text = chat_apply_turns(f, m->chat_template, c->t, c->n, &bos);
-    if (!text || tok_encode_flags(m->tok, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &ids, n_ids)) die_lib();
+    if (!text || tok_encode_flags(m->tok, text, strlen(text), TOK_SPECIAL | (bos ? TOK_ADD_BOS : 0), &ids, n_ids))
+        die_lib();
     free(text);
     return ids;
 }
@@ -220,14 +266,17 @@ static int32_t *encode_prompt(const Args *a, const Model *m, int *n_prompt) {
     if (a->chat) {
         Turns c;
         chat_turns(a, &c);
-        if (!c.n || strcmp(c.t[c.n - 1].role, "user")) die("--messages: the conversation ends with no user turn to answer (-p adds one)");
+        if (!c.n || strcmp(c.t[c.n - 1].role, "user"))
+            die("--messages: the conversation ends with no user turn to answer (-p adds one)");
         ids = encode_turns(m, chat_format(a, m), &c, n_prompt);
         turns_free(&c);
         flag = a->messages && !a->prompt ? "--messages" : flag;
-    } else if (tok_encode_flags(m->tok, a->prompt, strlen(a->prompt), tok_add_bos(m->tok) ? TOK_ADD_BOS : 0, &ids, n_prompt))
+    } else if (tok_encode_flags(m->tok, a->prompt, strlen(a->prompt), tok_add_bos(m->tok) ? TOK_ADD_BOS : 0, &ids,
+                                n_prompt))
         die_lib();
     if (*n_prompt == 0) die("%s: the prompt is empty and the model takes no BOS", flag);
-    if (*n_prompt >= m->c.seq_len) die("%s: the prompt is %d tokens, the context holds %d", flag, *n_prompt, m->c.seq_len);
+    if (*n_prompt >= m->c.seq_len)
+        die("%s: the prompt is %d tokens, the context holds %d", flag, *n_prompt, m->c.seq_len);
     return ids;
 }
 
@@ -239,7 +288,7 @@ typedef struct {
     int quiet;          /* --json: nothing printed */
     const char *prompt; /* printed before the first token, so a failing method prints nothing */
     const StrList *stop;
-    char *text;         /* what was generated, cut before a stop string */
+    char *text;             /* what was generated, cut before a stop string */
     size_t len, cap, shown; /* shown: bytes of text on stdout */
     int stopped, interrupted;
 } Out;
@@ -306,20 +355,22 @@ static const char *fmt_time(double s, char *b, size_t n) {
 
 static json_t *j_rate(double v) { return json_real(round_dec(v, 3)); }
 
-static void print_json(const Args *a, DecodeCtx *d, const Out *o, int n_prompt, const char *stop, double total, double load) {
+static void print_json(const Args *a, DecodeCtx *d, const Out *o, int n_prompt, const char *stop, double total,
+                       double load) {
     json_t *ids = json_array();
     for (int i = 0; i < d->n_out; i++) json_array_append_new(ids, json_integer(d->out[i]));
     /* what is deterministic first (tests compare the objects up to tok_per_s) */
-    json_t *j = json_pack("{s:o, s:s%, s:i, s:i, s:s, s:s, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "tokens", ids, "text",
-                          o->text ? o->text : "", o->len, "n_prompt", n_prompt, "n_gen", d->n_out, "stop", stop, "method", a->method,
-                          "tok_per_s", round_dec(d->n_out / (d->t_decode + 1e-12), 1), "prefill_tok_per_s",
-                          round_dec(n_prompt / (d->t_prefill + 1e-12), 1), "target_passes", (json_int_t)d->target_passes,
-                          "weight_bytes_per_token", (json_int_t)model_weight_bytes(d->m), "seed", (json_int_t)a->seed,
-                          "prefill_s", round_dec(d->t_prefill, 6), "decode_s", round_dec(d->t_decode, 6), "total_s",
-                          round_dec(total, 6), "load_s", round_dec(load, 6));
+    json_t *j = json_pack("{s:o, s:s%, s:i, s:i, s:s, s:s, s:f, s:f, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "tokens", ids,
+                          "text", o->text ? o->text : "", o->len, "n_prompt", n_prompt, "n_gen", d->n_out, "stop", stop,
+                          "method", a->method, "tok_per_s", round_dec(d->n_out / (d->t_decode + 1e-12), 1),
+                          "prefill_tok_per_s", round_dec(n_prompt / (d->t_prefill + 1e-12), 1), "target_passes",
+                          (json_int_t)d->target_passes, "weight_bytes_per_token", (json_int_t)model_weight_bytes(d->m),
+                          "seed", (json_int_t)a->seed, "prefill_s", round_dec(d->t_prefill, 6), "decode_s",
+                          round_dec(d->t_decode, 6), "total_s", round_dec(total, 6), "load_s", round_dec(load, 6));
     if (j && !d->opt.heads && d->pending_n) { /* a drafter's: tokens per target pass, acceptance per depth */
         json_t *acc = json_array();
-        for (int k = 0; k < MAX_EXIT_HEADS && d->reached[k]; k++) json_array_append_new(acc, j_rate(d->early[k] / (d->reached[k] + 1e-12)));
+        for (int k = 0; k < MAX_EXIT_HEADS && d->reached[k]; k++)
+            json_array_append_new(acc, j_rate(d->early[k] / (d->reached[k] + 1e-12)));
         json_object_set_new(j, "tau", j_rate(tau(d)));
         json_object_set_new(j, "acceptance_per_depth", acc);
         json_object_set_new(j, "mean_tree", j_rate(1 + d->pending_sum / (d->pending_n + 1e-12)));
@@ -339,8 +390,10 @@ static void print_json(const Args *a, DecodeCtx *d, const Out *o, int n_prompt, 
             snprintf(key, sizeof key, "%d", d->opt.heads->layer[k]);
             json_object_set_new(rates, key, j_rate(d->early[k] / (d->n_out + 1e-12)));
         }
-        json_object_set_new(j, "layer_passes_per_token", j_rate((d->layer_passes - d->prefill_passes * L) / (d->n_out + 1e-12)));
-        json_object_set_new(j, "token_layers_per_token", j_rate((d->token_layers - d->prefill_token_layers) / (d->n_out + 1e-12)));
+        json_object_set_new(j, "layer_passes_per_token",
+                            j_rate((d->layer_passes - d->prefill_passes * L) / (d->n_out + 1e-12)));
+        json_object_set_new(j, "token_layers_per_token",
+                            j_rate((d->token_layers - d->prefill_token_layers) / (d->n_out + 1e-12)));
         json_object_set_new(j, "early_rate_per_head_layer", rates);
         json_object_set_new(j, "drafted", json_integer(d->drafted));
         json_object_set_new(j, "rejection_rate", j_rate(d->rejected / (d->drafted + 1e-12)));
@@ -362,13 +415,16 @@ static void summary(const Args *a, const DecodeCtx *d, int n_prompt, const char 
     if (turn) fprintf(stderr, "turn %d: ", turn);
     fprintf(stderr, "%s, %d prompt + %d generated tokens", a->method, n_prompt, d->n_out);
     if (turn) fprintf(stderr, " (%d prefilled, %d kept)", d->n_prefilled, n_prompt - d->n_prefilled);
-    fprintf(stderr, ", stop: %s, seed %lld, prefill %s (%.1f tok/s), decode %s (%.1f tok/s), total %s, %lld target passes", stop,
-            a->seed, fmt_time(d->t_prefill, tp, sizeof tp), d->n_prefilled / (d->t_prefill + 1e-12),
+    fprintf(stderr,
+            ", stop: %s, seed %lld, prefill %s (%.1f tok/s), decode %s (%.1f tok/s), total %s, %lld target passes",
+            stop, a->seed, fmt_time(d->t_prefill, tp, sizeof tp), d->n_prefilled / (d->t_prefill + 1e-12),
             fmt_time(d->t_decode, td, sizeof td), d->n_out / (d->t_decode + 1e-12), fmt_time(total, tt, sizeof tt),
             (long long)d->target_passes);
     if (!d->opt.heads && d->pending_n) {
-        fprintf(stderr, ", tau %.2f, mean tree %.1f, acceptance per depth", tau(d), 1 + d->pending_sum / (d->pending_n + 1e-12));
-        for (int j = 0; j < MAX_EXIT_HEADS && d->reached[j]; j++) fprintf(stderr, " %.2f", d->early[j] / (d->reached[j] + 1e-12));
+        fprintf(stderr, ", tau %.2f, mean tree %.1f, acceptance per depth", tau(d),
+                1 + d->pending_sum / (d->pending_n + 1e-12));
+        for (int j = 0; j < MAX_EXIT_HEADS && d->reached[j]; j++)
+            fprintf(stderr, " %.2f", d->early[j] / (d->reached[j] + 1e-12));
     } else if (d->opt.heads)
         fprintf(stderr, ", %.2f layer passes/token, %lld early, %.1f %% rejected",
                 (d->layer_passes - d->prefill_passes * m->c.n_layers) / (d->n_out + 1e-12), (long long)d->drafted,
@@ -474,7 +530,8 @@ static int converse(const Args *a, Model *m, const DecodeMethod *dm, KVCache *kv
         turn_add(&c, "user", line, strlen(line));
         int n_ids;
         int32_t *ids = encode_turns(m, f, &c, &n_ids);
-        if (n_ids >= m->c.seq_len) die("turn %d: the conversation is %d tokens, the context holds %d", turn, n_ids, m->c.seq_len);
+        if (n_ids >= m->c.seq_len)
+            die("turn %d: the conversation is %d tokens, the context holds %d", turn, n_ids, m->c.seq_len);
         int keep = 0;
         while (keep < kept && keep < n_ids - 1 && ids[keep] == held[keep]) keep++;
         int room = m->c.seq_len - n_ids, max_new = a->n < 0 || a->n > room ? room : a->n;
@@ -557,13 +614,17 @@ int main(int argc, char **argv) {
         DecodeCtx d;
         if (decode_init(&d, &m, &kv, &s, max_new)) die_lib();
         d.opt = a.opt;
-        Out o = {.m = &m, .quiet = a.json, .prompt = a.json || a.chat ? NULL : a.prompt, .stop = &a.stop}; /* a chat: the answer alone */
+        Out o = {.m = &m,
+                 .quiet = a.json,
+                 .prompt = a.json || a.chat ? NULL : a.prompt,
+                 .stop = &a.stop}; /* a chat: the answer alone */
         d.emit = emit;
         d.emit_ctx = &o;
         if (a.dump) { /* the logits after the prompt, then stop */
             AtomicFile af;
             if (decode_prefill(&d, ids, n_prompt) || atomic_open(&af, a.dump)) die_lib();
-            if (fwrite(d.logits, sizeof(float), m.c.vocab_size, af.f) != (size_t)m.c.vocab_size) die("%s: write error", a.dump);
+            if (fwrite(d.logits, sizeof(float), m.c.vocab_size, af.f) != (size_t)m.c.vocab_size)
+                die("%s: write error", a.dump);
             if (atomic_commit(&af)) die_lib();
             return 0;
         }

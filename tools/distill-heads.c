@@ -81,10 +81,11 @@ int main(int argc, char **argv) {
     const char *norm_arg = NULL;
     Flag t[] = {
         {"-m, --model", "FILE", "required", "the model (frozen)", F_STR(&model)},
-        MODEL_FLAGS
-        {"--data", "FILE", "required", "the training text: plain (.gz or not) or jsonl; - is stdin", F_STR(&data)},
+        MODEL_FLAGS{"--data", "FILE", "required", "the training text: plain (.gz or not) or jsonl; - is stdin",
+                    F_STR(&data)},
         {"--fields", "F1,F2", "text", "jsonl: the fields whose text is joined into a record", F_STR(&fields)},
-        {"--special", NULL, NULL, "control tokens written in the text (chat-formatted data) are tokens", F_SWITCH(&special)},
+        {"--special", NULL, NULL, "control tokens written in the text (chat-formatted data) are tokens",
+         F_SWITCH(&special)},
         {"-o, --output", "HEADS", "required", "the heads file to write; - is stdout", F_STR(&out)},
         {"--layers", "L1,L2,...", "auto", "the layers that get a head, or auto", F_STR(&layer_arg)},
         {"--steps", "N", "600", "training steps", F_LONG(&steps, 0, 100000000)},
@@ -92,7 +93,8 @@ int main(int argc, char **argv) {
         {"--batch", "B", "8", "sequences a step", F_LONG(&batch, 1, 1 << 16)},
         {"--seq-len", "S", "256", "tokens a sequence (at most the model's context)", F_LONG(&seq_len, 1, 1 << 20)},
         {"-s, --seed", "S", "1", "the order of the sequences", F_LONG(&seed, 0, 1e19)},
-        {"--norm", "0|1|auto", "auto", "the final RMSNorm before the head: off, on, or the lower held-out KL", F_STR(&norm_arg)},
+        {"--norm", "0|1|auto", "auto", "the final RMSNorm before the head: off, on, or the lower held-out KL",
+         F_STR(&norm_arg)},
         {"--init", "HEADS", NULL, "go on from trained heads (their layers and norm)", F_STR(&init)},
         {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&heldout, 1e-6, 0.9)},
         {"-t, --threads", "N", "1", "threads", F_LONG(&threads, 1, 64)},

@@ -9,7 +9,8 @@ int main(int argc, char **argv) {
     long threads = 1, mib = 1024;
     Flag t[] = {
         {"-t, --threads", "N", "1", "threads streaming", F_LONG(&threads, 1, 64)},
-        {"--mib", "SIZE", "1024", "MiB of the array streamed (larger than the last-level cache)", F_LONG(&mib, 64, 1 << 16)},
+        {"--mib", "SIZE", "1024", "MiB of the array streamed (larger than the last-level cache)",
+         F_LONG(&mib, 64, 1 << 16)},
     };
     flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, "[-t THREADS] [--mib SIZE]",
                 "prints the read bandwidth in GB/s.\nmemory: about --mib MiB, the array it streams.\n");

@@ -17,8 +17,7 @@ int main(int argc, char **argv) {
     Flag t[] = {
         {"-m, --model", "MODEL", "required", "the model file; - is stdin", F_STR(&model)},
         {"-o, --output", "BUNDLE", "required", "the bundle to write; - is stdout", F_STR(&out)},
-        MODEL_FLAGS
-        {"--list", "FILE", NULL, "say what a bundle (or any paradec file) holds, and stop", F_STR(&list)},
+        MODEL_FLAGS{"--list", "FILE", NULL, "say what a bundle (or any paradec file) holds, and stop", F_STR(&list)},
     };
     int n = flags_parse(t, N_FLAGS(t), argc, argv, heads, 256, USAGE, MEMORY);
     if (list) {

@@ -72,7 +72,8 @@ int main(int argc, char **argv) {
     long seed = 1;
     Flag t[] = {
         {"--config", "CONFIG.json", "required", "the shape (Hugging Face config key names)", F_STR(&cfg_path)},
-        {"--tokenizer", "TOK", "required", "a tokenizer.json (.gz), tokenizer.bin or GGUF of vocab_size tokens", F_STR(&tok)},
+        {"--tokenizer", "TOK", "required", "a tokenizer.json (.gz), tokenizer.bin or GGUF of vocab_size tokens",
+         F_STR(&tok)},
         {"--chat-template", "TOKENIZER_CONFIG.json", NULL, "the chat template to carry", F_STR(&tmpl_path)},
         {"-s, --seed", "S", "1", "the weights' seed", F_LONG(&seed, 0, 0x7fffffffL)},
         {"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},

@@ -294,12 +294,12 @@ int main(int argc, char **argv) {
     const char *o = NULL, *out = NULL, *stamps = NULL, *model = NULL, *pos[2];
     int threads = 0;
     Flag t[] = {
-        {"-o, --output", "FILE", "required by rules and answers", "rules: the make rules; answers: the jsonl", F_STR(&o)},
+        {"-o, --output", "FILE", "required by rules and answers", "rules: the make rules; answers: the jsonl",
+         F_STR(&o)},
         {"--out", "DIR", "out/NAME", "rules: where the pipeline's outputs go", F_STR(&out)},
         {"--stamps", "DIR", "build/recipe/NAME", "rules: the stages' settings stamps", F_STR(&stamps)},
         {"-m, --model", "MODEL", "required by answers", "answers: the model that answers", F_STR(&model)},
-        MODEL_FLAGS
-        {"-t, --threads", "N", "the recipe's", "answers: threads", F_INT(&threads, 1, 64)},
+        MODEL_FLAGS{"-t, --threads", "N", "the recipe's", "answers: threads", F_INT(&threads, 1, 64)},
     };
     int n_pos = flags_parse(t, N_FLAGS(t), argc, argv, pos, 2, USAGE, MEMORY);
     if (n_pos < 1) usage("a command (check, rules or answers)");

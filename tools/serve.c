@@ -28,28 +28,30 @@
 #include "tool.h"
 
 #define USAGE "-m MODEL [flags]"
-#define FLAGS \
-    "  -m,  --model FILE          the model, bundle (bin/pack), GGUF file or Hugging Face directory (required)\n" \
-    "       --no-verify           skip checking the weights against their recorded digests (off)\n" \
-    "       --host ADDR           address or host name to listen on (127.0.0.1; ::1 for IPv6, :: or 0.0.0.0 for all)\n" \
-    "       --port P              port (8080; 0 takes a free one, named in the first line on stderr)\n" \
-    "  -a,  --alias NAME          the model's name in answers and /v1/models (the model's file name)\n" \
-    "  -np, --parallel N          requests in the running batch at most; the rest queue (16)\n" \
-    "  -c,  --ctx-size C          positions per request, prompt and answer together (the model's context, also the most)\n" \
-    "       --kv-blocks B         the paged KV pool in blocks of 16 positions (N x C / 16)\n" \
-    "  -t,  --threads T           threads for the forward pass (every core)\n" \
-    "       --draft MODEL         a draft model for the speculative method (none)\n" \
-    "       --chat-format F       llama3, llama2 or chatml (recognised from the model's template)\n" \
-    "       --spec-max-batch N    a request's method runs while the batch holds at most N requests (1)\n" \
-    "       --no-speculation      standard steps only (same as --spec-max-batch 0)\n" \
-    "       --no-continuous       static batching: a batch forms when none runs (the load benchmark's baseline)\n" \
-    "       --max-body BYTES      larger request bodies get 413 (1048576)\n" \
-    "       --max-connections N   open connections at most; past it the longest-idle one is closed, or 503 (256)\n" \
-    "  -to, --timeout S           a connection that sends or takes nothing for S seconds is closed (30)\n" \
-    "       --shutdown-grace S    on SIGTERM or SIGINT, open requests have S seconds to finish (5)\n" \
-    "       --api-key KEY         /v1/* needs \"Authorization: Bearer KEY\", else 401 (none: open)\n" \
-    "       --cors ORIGIN         answers allow that browser origin, or * for any (none)\n" \
-    "  -h,  --help                this text\n" \
+#define FLAGS                                                                                                          \
+    "  -m,  --model FILE          the model, bundle (bin/pack), GGUF file or Hugging Face directory (required)\n"      \
+    "       --no-verify           skip checking the weights against their recorded digests (off)\n"                    \
+    "       --host ADDR           address or host name to listen on (127.0.0.1; ::1 for IPv6, :: or 0.0.0.0 for "      \
+    "all)\n"                                                                                                           \
+    "       --port P              port (8080; 0 takes a free one, named in the first line on stderr)\n"                \
+    "  -a,  --alias NAME          the model's name in answers and /v1/models (the model's file name)\n"                \
+    "  -np, --parallel N          requests in the running batch at most; the rest queue (16)\n"                        \
+    "  -c,  --ctx-size C          positions per request, prompt and answer together (the model's context, also the "   \
+    "most)\n"                                                                                                          \
+    "       --kv-blocks B         the paged KV pool in blocks of 16 positions (N x C / 16)\n"                          \
+    "  -t,  --threads T           threads for the forward pass (every core)\n"                                         \
+    "       --draft MODEL         a draft model for the speculative method (none)\n"                                   \
+    "       --chat-format F       llama3, llama2 or chatml (recognised from the model's template)\n"                   \
+    "       --spec-max-batch N    a request's method runs while the batch holds at most N requests (1)\n"              \
+    "       --no-speculation      standard steps only (same as --spec-max-batch 0)\n"                                  \
+    "       --no-continuous       static batching: a batch forms when none runs (the load benchmark's baseline)\n"     \
+    "       --max-body BYTES      larger request bodies get 413 (1048576)\n"                                           \
+    "       --max-connections N   open connections at most; past it the longest-idle one is closed, or 503 (256)\n"    \
+    "  -to, --timeout S           a connection that sends or takes nothing for S seconds is closed (30)\n"             \
+    "       --shutdown-grace S    on SIGTERM or SIGINT, open requests have S seconds to finish (5)\n"                  \
+    "       --api-key KEY         /v1/* needs \"Authorization: Bearer KEY\", else 401 (none: open)\n"                  \
+    "       --cors ORIGIN         answers allow that browser origin, or * for any (none)\n"                            \
+    "  -h,  --help                this text\n"                                                                         \
     "       --version             the version, commit, backends and CPU features\n\n"
 #define MEMORY "memory: about " MEMORY_MODEL "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n" \
                "        N × ctx / 16 by default) + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the\n" \
@@ -70,11 +72,11 @@ static const double TTFT_LE[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
    log and the shutdown need */
 typedef struct Link {
     int fd;
-    int busy;           /* a request is being answered (its whole body has arrived) */
-    int closing;        /* shut down to make room; no longer counted */
-    double idle_since;  /* opened, or its last request ended */
-    double t_start;     /* the current request's headers arrived */
-    int denied;         /* the current request lacks the API key */
+    int busy;          /* a request is being answered (its whole body has arrived) */
+    int closing;       /* shut down to make room; no longer counted */
+    double idle_since; /* opened, or its last request ended */
+    double t_start;    /* the current request's headers arrived */
+    int denied;        /* the current request lacks the API key */
     char method[12], path[96];
     struct Link *prev, *next;
 } Link;
@@ -88,10 +90,10 @@ typedef struct {
     size_t max_body;
     atomic_long next_id; /* starts at a random number: ids differ across restarts */
     /* operations */
-    long created;       /* the model file's time, for /v1/models */
+    long created; /* the model file's time, for /v1/models */
     const char *api_key, *cors;
     int max_conn;
-    unsigned timeout;   /* seconds a connection may be idle */
+    unsigned timeout; /* seconds a connection may be idle */
     atomic_int stopping;
     pthread_mutex_t mu; /* the links, their counts and the histograms */
     Link *head, *tail;
@@ -161,8 +163,8 @@ static enum MHD_Result fail_code(struct MHD_Connection *c, unsigned status, cons
                                  const char *message) {
     size_t n;
     char *m = utf8_clean(message, strlen(message), &n);
-    json_t *j = json_pack("{s:{s:s%, s:s, s:n, s:s?}}", "error", "message", m ? m : "", m ? n : 0, "type", type, "param",
-                          "code", code);
+    json_t *j = json_pack("{s:{s:s%, s:s, s:n, s:s?}}", "error", "message", m ? m : "", m ? n : 0, "type", type,
+                          "param", "code", code);
     free(m);
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -212,13 +214,19 @@ static char *metrics(void) {
     put(&b, "# HELP paradec_kv_blocks_free KV cache blocks free.\n# TYPE paradec_kv_blocks_free gauge\n"
             "paradec_kv_blocks_free %d\n", s.kv_free);
     pthread_mutex_lock(&S.mu);
-    put(&b, "# HELP paradec_connections_open Open client connections.\n# TYPE paradec_connections_open gauge\n"
-            "paradec_connections_open %d\n", S.n_open);
-    put(&b, "# HELP paradec_connections_closed_for_room_total Idle connections closed to make room for a new one "
-            "(--max-connections).\n# TYPE paradec_connections_closed_for_room_total counter\n"
-            "paradec_connections_closed_for_room_total %lld\n", (long long)S.made_room);
-    put(&b, "# HELP paradec_requests_refused_total Requests answered 503: every connection was busy.\n"
-            "# TYPE paradec_requests_refused_total counter\nparadec_requests_refused_total %lld\n", (long long)S.refused);
+    put(&b,
+        "# HELP paradec_connections_open Open client connections.\n# TYPE paradec_connections_open gauge\n"
+        "paradec_connections_open %d\n",
+        S.n_open);
+    put(&b,
+        "# HELP paradec_connections_closed_for_room_total Idle connections closed to make room for a new one "
+        "(--max-connections).\n# TYPE paradec_connections_closed_for_room_total counter\n"
+        "paradec_connections_closed_for_room_total %lld\n",
+        (long long)S.made_room);
+    put(&b,
+        "# HELP paradec_requests_refused_total Requests answered 503: every connection was busy.\n"
+        "# TYPE paradec_requests_refused_total counter\nparadec_requests_refused_total %lld\n",
+        (long long)S.refused);
     hist_put(&b, "paradec_request_latency_seconds",
              "Completion requests, from their headers' arrival to their answer's last byte.", &S.latency);
     hist_put(&b, "paradec_time_to_first_token_seconds",
@@ -256,7 +264,8 @@ static enum MHD_Result complete(struct MHD_Connection *c, Conn *k, RequestKind k
     char id[40];
     snprintf(id, sizeof id, "%s-%ld", kind == REQ_CHAT ? "chatcmpl" : "cmpl", atomic_fetch_add(&S.next_id, 1));
     k->gm = (GenModel){&S.m, S.e, S.chat_format, S.chat_why, S.name};
-    if (gen_start(&k->g, &k->gm, kind, k->body ? k->body : "", k->n, id, (uint64_t)time(NULL) ^ (uint64_t)atomic_load(&S.next_id)))
+    if (gen_start(&k->g, &k->gm, kind, k->body ? k->body : "", k->n, id,
+                  (uint64_t)time(NULL) ^ (uint64_t)atomic_load(&S.next_id)))
         return fail(c, 400, pd_errmsg());
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     k->fd = ci ? ci->connect_fd : -1;
@@ -291,8 +300,8 @@ static int authorized(struct MHD_Connection *c) {
 }
 
 static json_t *model_object(void) {
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", S.name, "object", "model", "created", (json_int_t)S.created, "owned_by",
-                     "paradec");
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", S.name, "object", "model", "created", (json_int_t)S.created,
+                     "owned_by", "paradec");
 }
 
 /* GET /v1/models and /v1/models/{id}: the one model this server holds */
@@ -302,8 +311,8 @@ static enum MHD_Result models(struct MHD_Connection *c, const char *url) {
     else if (!strcmp(url + strlen("/v1/models/"), S.name)) j = model_object();
     else {
         char m[400];
-        snprintf(m, sizeof m, "The model '%.200s' does not exist (this server serves '%.100s')", url + strlen("/v1/models/"),
-                 S.name);
+        snprintf(m, sizeof m, "The model '%.200s' does not exist (this server serves '%.100s')",
+                 url + strlen("/v1/models/"), S.name);
         return fail_code(c, 404, "invalid_request_error", "model_not_found", m);
     }
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -320,8 +329,9 @@ static enum MHD_Result preflight(struct MHD_Connection *c) {
     if (S.cors) {
         char h[512] = "Authorization, Content-Type";
         const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-        if (want && strlen(want) < sizeof h - 40 && strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                                 "0123456789-_, ") == strlen(want))
+        if (want && strlen(want) < sizeof h - 40 &&
+            strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                         "0123456789-_, ") == strlen(want))
             snprintf(h + strlen(h), sizeof h - strlen(h), ", %s", want);
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         MHD_add_response_header(r, "Access-Control-Allow-Headers", h);
@@ -384,7 +394,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (!strcmp(method, "OPTIONS")) return preflight(c);
     if (!strcmp(url, "/health"))
-        return reply(c, stopping ? 503 : 200, "application/json", strdup(stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}"));
+        return reply(c, stopping ? 503 : 200, "application/json",
+                     strdup(stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"ok\"}"));
     if (!strcmp(url, "/metrics")) return reply(c, 200, "text/plain; version=0.0.4", metrics());
     if (l && l->denied)
         return fail_code(c, 401, "invalid_request_error", "invalid_api_key",
@@ -397,14 +408,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         S.refused++;
         pthread_mutex_unlock(&S.mu);
         char m[160];
-        snprintf(m, sizeof m, "the server is busy: all %d connections (--max-connections) have a request running; try again",
+        snprintf(m, sizeof m,
+                 "the server is busy: all %d connections (--max-connections) have a request running; try again",
                  S.max_conn);
         return fail(c, 503, m);
     }
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", strlen("/v1/models/")))
         return strcmp(method, "GET") ? fail(c, 405, "use GET") : models(c, url);
     if (kind < 0)
-        return fail(c, 404, "no such path (paths: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)");
+        return fail(c, 404,
+                    "no such path (paths: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)");
     if (!post) return fail(c, 405, "use POST");
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* making the answer is not idling */
     enum MHD_Result rc = complete(c, k, (RequestKind)kind);
@@ -413,16 +426,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 /* one line per request on stderr: method, path, status, tokens, milliseconds */
-static void access_log(const Link *l, struct MHD_Connection *c, int tokens, double now, enum MHD_RequestTerminationCode why) {
+static void access_log(const Link *l, struct MHD_Connection *c, int tokens, double now,
+                       enum MHD_RequestTerminationCode why) {
     const union MHD_ConnectionInfo *st = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
     char status[12] = "-"; /* no answer was queued */
     if (st) snprintf(status, sizeof status, "%u", st->http_status);
-    const char *end = why == MHD_REQUEST_TERMINATED_COMPLETED_OK         ? ""
-                      : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED    ? ", timed out"
-                      : why == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN    ? ", closed by the shutdown"
-                      : why == MHD_REQUEST_TERMINATED_WITH_ERROR && st   ? ", cut short"
-                                                                         : ", client left";
-    fprintf(stderr, "serve: %s %s %s %d tok %.0f ms%s\n", l->method, l->path, status, tokens, (now - l->t_start) * 1e3, end);
+    const char *end = why == MHD_REQUEST_TERMINATED_COMPLETED_OK       ? ""
+                      : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED  ? ", timed out"
+                      : why == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN  ? ", closed by the shutdown"
+                      : why == MHD_REQUEST_TERMINATED_WITH_ERROR && st ? ", cut short"
+                                                                       : ", client left";
+    fprintf(stderr, "serve: %s %s %s %d tok %.0f ms%s\n", l->method, l->path, status, tokens, (now - l->t_start) * 1e3,
+            end);
 }
 
 /* the request is over (answered, or the client left): its job goes */
@@ -456,14 +471,16 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 static void make_room(const Link *newcomer) {
     Link *oldest = NULL;
     for (Link *l = S.head; l; l = l->next)
-        if (l != newcomer && !l->busy && !l->closing && l->fd >= 0 && (!oldest || l->idle_since < oldest->idle_since)) oldest = l;
-    if (!oldest) return; /* all busy: the newcomer gets 503 when its request is in */
+        if (l != newcomer && !l->busy && !l->closing && l->fd >= 0 && (!oldest || l->idle_since < oldest->idle_since))
+            oldest = l;
+    if (!oldest) return;             /* all busy: the newcomer gets 503 when its request is in */
     shutdown(oldest->fd, SHUT_RDWR); /* the descriptor stays MHD's until it reports the close */
     oldest->closing = 1;
     S.n_open--, S.made_room++;
 }
 
-static void notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+static void notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                   enum MHD_ConnectionNotificationCode code) {
     (void)cls;
     Link *l = *socket_context;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
@@ -555,7 +572,7 @@ static int listen_on(const char *host, int port, char *shown, size_t shown_n) {
                 continue;
             }
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on); /* a restart need not wait out TIME_WAIT */
-            if (a->ai_family == AF_INET6) { /* "::" takes IPv4 too */
+            if (a->ai_family == AF_INET6) {                           /* "::" takes IPv4 too */
                 int only = !IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
                 setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only);
             }
@@ -613,8 +630,8 @@ static int stop(struct MHD_Daemon *d, double grace, const sigset_t *sigs, int si
     atomic_store(&S.stopping, 1);
     MHD_socket ls = MHD_quiesce_daemon(d); /* shut down, not closed: its number stays taken while MHD may look at it */
     if (ls != MHD_INVALID_SOCKET) shutdown(ls, SHUT_RDWR); /* new clients are refused at once */
-    fprintf(stderr, "serve: %s: stopping (open requests: %d; %g s to finish them)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            busy(), grace);
+    fprintf(stderr, "serve: %s: stopping (open requests: %d; %g s to finish them)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", busy(), grace);
     struct timespec tick = {0, 20000000};
     for (double end = pd_now() + grace; busy() && pd_now() < end;) {
         int again = sigtimedwait(sigs, NULL, &tick);
@@ -684,7 +701,8 @@ int main(int argc, char **argv) {
     }
     if (!model) usage("-m MODEL");
     if (S.api_key && (!*S.api_key || strpbrk(S.api_key, "\r\n"))) die("--api-key: must be a non-empty line");
-    if (S.cors && (!*S.cors || strpbrk(S.cors, "\r\n"))) die("--cors: must be an origin such as https://example.com, or *");
+    if (S.cors && (!*S.cors || strpbrk(S.cors, "\r\n")))
+        die("--cors: must be an origin such as https://example.com, or *");
     /* signals are taken by sigwait at the end, in no other thread: blocked before any starts */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -695,7 +713,8 @@ int main(int argc, char **argv) {
     char shown[INET6_ADDRSTRLEN + 16];
     int ls = listen_on(host, port, shown, sizeof shown); /* before the model: a port in use fails at once */
     if (model_load(&S.m, model)) die_lib();
-    if (o.ctx > S.m.c.seq_len) die("--ctx-size %d: the model's context is %d positions, the most a request can hold", o.ctx, S.m.c.seq_len);
+    if (o.ctx > S.m.c.seq_len)
+        die("--ctx-size %d: the model's context is %d positions, the most a request can hold", o.ctx, S.m.c.seq_len);
     size_t e = strlen(model), b, nl; /* the name: --alias, or the file's (or directory's) own name */
     while (e > 1 && model[e - 1] == '/') e--;
     for (b = e; b && model[b - 1] != '/';) b--;
@@ -718,14 +737,17 @@ int main(int argc, char **argv) {
     if (!(S.e = engine_new(&S.m, &o))) die_lib();
 
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle,
-        NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)ls,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+        handle, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)ls,
         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, NULL,
         MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_CONNECTION_TIMEOUT, S.timeout, MHD_OPTION_END);
     if (!d) die("cannot start the HTTP server on %s", shown);
-    fprintf(stderr, "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: standard%s%s%s%s)\n",
-            shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ", prompt-lookup, lookahead",
-            o.opt.heads ? ", adadecode, self-speculative" : "", o.opt.medusa ? ", medusa" : "", o.opt.draft ? ", speculative" : "");
+    fprintf(
+        stderr,
+        "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: standard%s%s%s%s)\n",
+        shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ", prompt-lookup, lookahead",
+        o.opt.heads ? ", adadecode, self-speculative" : "", o.opt.medusa ? ", medusa" : "",
+        o.opt.draft ? ", speculative" : "");
     int sig;
     do sigwait(&sigs, &sig);
     while (sig == SIGPIPE);

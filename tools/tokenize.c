@@ -69,9 +69,11 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     int bos = 0, dec = 0, special = 0;
     Flag fl[] = {
-        {"--tokenizer", "PATH", "required", "a llama2.c tokenizer.bin, a tokenizer.json (.gz) or a GGUF file", F_STR(&path)},
+        {"--tokenizer", "PATH", "required", "a llama2.c tokenizer.bin, a tokenizer.json (.gz) or a GGUF file",
+         F_STR(&path)},
         {"--bos", NULL, NULL, "encode: BOS first", F_SWITCH(&bos)},
-        {"--special", NULL, NULL, "control tokens written in the text are tokens (and decode to their text)", F_SWITCH(&special)},
+        {"--special", NULL, NULL, "control tokens written in the text are tokens (and decode to their text)",
+         F_SWITCH(&special)},
         {"--decode", NULL, NULL, "read whitespace-separated ids, print the text they make", F_SWITCH(&dec)},
     };
     flags_parse(fl, N_FLAGS(fl), argc, argv, NULL, 0, "--tokenizer PATH [--bos] [--special] [--decode] < input",

@@ -137,26 +137,34 @@ typedef struct {
     const char *help;  /* one line */
     char type;         /* s text, l repeatable text, i int, L long, I long long, d double, f float, b switch */
     void *dst;
-    double lo, hi;     /* a number's range */
-    int seen;          /* times given */
-    char as[32];       /* the spelling last given, for messages */
+    double lo, hi; /* a number's range */
+    int seen;      /* times given */
+    char as[32];   /* the spelling last given, for messages */
 } Flag;
 
-#define F_STR(p) 's', (p), 0, 0, 0, {0}
-#define F_LIST(p) 'l', (p), 0, 0, 0, {0}
-#define F_INT(p, lo, hi) 'i', (p), (lo), (hi), 0, {0}
-#define F_LONG(p, lo, hi) 'L', (p), (lo), (hi), 0, {0}
-#define F_I64(p, lo, hi) 'I', (p), (lo), (hi), 0, {0}
-#define F_NUM(p, lo, hi) 'd', (p), (lo), (hi), 0, {0}
-#define F_FLOAT(p, lo, hi) 'f', (p), (lo), (hi), 0, {0}
-#define F_SWITCH(p) 'b', (p), 0, 0, 0, {0}
+#define F_STR(p)                                                                                                       \
+    's', (p), 0, 0, 0, { 0 }
+#define F_LIST(p)                                                                                                      \
+    'l', (p), 0, 0, 0, { 0 }
+#define F_INT(p, lo, hi)                                                                                               \
+    'i', (p), (lo), (hi), 0, { 0 }
+#define F_LONG(p, lo, hi)                                                                                              \
+    'L', (p), (lo), (hi), 0, { 0 }
+#define F_I64(p, lo, hi)                                                                                               \
+    'I', (p), (lo), (hi), 0, { 0 }
+#define F_NUM(p, lo, hi)                                                                                               \
+    'd', (p), (lo), (hi), 0, { 0 }
+#define F_FLOAT(p, lo, hi)                                                                                             \
+    'f', (p), (lo), (hi), 0, { 0 }
+#define F_SWITCH(p)                                                                                                    \
+    'b', (p), 0, 0, 0, { 0 }
 #define N_FLAGS(t) (int)(sizeof(t) / sizeof(t)[0])
 
 /* flags every tool that loads a model takes beside -m: such a tool lists MODEL_FLAGS in
    its table, so a loading option added here (one table row ending in a comma) reaches
    all of them; tool_model_load is where such an option takes effect */
 static int tool_no_verify;
-#define MODEL_FLAGS                                                                                      \
+#define MODEL_FLAGS                                                                                                    \
     {"--no-verify", NULL, NULL, "skip checking the weights against their recorded digests", F_SWITCH(&tool_no_verify)},
 
 static inline void tool_model_load(Model *m, const char *path) {
@@ -181,7 +189,8 @@ static inline const Flag *flag_given(const Flag *t, int n, const char *name) {
     return NULL;
 }
 
-__attribute__((noreturn)) static inline void flags_help(const Flag *t, int n, const char *usage_text, const char *notes) {
+__attribute__((noreturn)) static inline void flags_help(const Flag *t, int n, const char *usage_text,
+                                                        const char *notes) {
     printf("usage: %s %s\n\n", tool_name, usage_text);
     for (int i = 0; i < n; i++) {
         char left[96];
@@ -228,19 +237,32 @@ static inline int flags_parse(Flag *t, int n, int argc, char **argv, const char 
         if (!v) die("%s: needs a value (%s)", f->as, f->value ? f->value : "");
         double hi = f->hi > 9e18 ? 9e18 : f->hi; /* a long's range */
         switch (f->type) {
-        case 's': *(const char **)f->dst = v; break;
+        case 's':
+            *(const char **)f->dst = v;
+            break;
         case 'l': {
             StrList *l = f->dst;
             if (l->n == (int)(sizeof l->v / sizeof l->v[0])) die("%s: given more than %d times", f->as, l->n);
             l->v[l->n++] = v;
             break;
         }
-        case 'i': *(int *)f->dst = (int)arg_int(f->as, v, (long)f->lo, (long)hi); break;
-        case 'L': *(long *)f->dst = arg_int(f->as, v, (long)f->lo, f->hi > 9e18 ? 0x7fffffffffffffffL : (long)hi); break;
-        case 'I': *(long long *)f->dst = arg_int(f->as, v, (long)f->lo, f->hi > 9e18 ? 0x7fffffffffffffffL : (long)hi); break;
-        case 'd': *(double *)f->dst = arg_num(f->as, v, f->lo, f->hi); break;
-        case 'f': *(float *)f->dst = (float)arg_num(f->as, v, f->lo, f->hi); break;
-        default: die("%s: flag of unknown type '%c'", f->as, f->type);
+        case 'i':
+            *(int *)f->dst = (int)arg_int(f->as, v, (long)f->lo, (long)hi);
+            break;
+        case 'L':
+            *(long *)f->dst = arg_int(f->as, v, (long)f->lo, f->hi > 9e18 ? 0x7fffffffffffffffL : (long)hi);
+            break;
+        case 'I':
+            *(long long *)f->dst = arg_int(f->as, v, (long)f->lo, f->hi > 9e18 ? 0x7fffffffffffffffL : (long)hi);
+            break;
+        case 'd':
+            *(double *)f->dst = arg_num(f->as, v, f->lo, f->hi);
+            break;
+        case 'f':
+            *(float *)f->dst = (float)arg_num(f->as, v, f->lo, f->hi);
+            break;
+        default:
+            die("%s: flag of unknown type '%c'", f->as, f->type);
         }
     }
     pd_verify_weights = !tool_no_verify;

@@ -79,8 +79,8 @@ static Args parse(int argc, char **argv) {
     const char *targets = NULL;
     Flag t[] = {
         {"-m, --model", "FILE", "required", "the model (frozen)", F_STR(&a.model)},
-        MODEL_FLAGS
-        {"--data", "FILE", "required", "the training text: plain (.gz or not) or jsonl; - is stdin", F_STR(&a.data)},
+        MODEL_FLAGS{"--data", "FILE", "required", "the training text: plain (.gz or not) or jsonl; - is stdin",
+                    F_STR(&a.data)},
         {"--fields", "F1,F2", "text", "jsonl: the fields whose text is joined into a record", F_STR(&a.fields)},
         {"--special", NULL, NULL, "control tokens written in the text are tokens", F_SWITCH(&a.special)},
         {"-o, --output", "HEADS", "required", "the heads file to write; - is stdout", F_STR(&a.out)},
@@ -88,8 +88,10 @@ static Args parse(int argc, char **argv) {
         {"--loss-weights", "W1,W2,...", "1, 0.8, 0.6, ...", "each head's weight in the loss", F_STR(&a.weights)},
         {"--own-lm-head", NULL, NULL, "each head trains its own LM head (from the model's)", F_SWITCH(&a.own_lm)},
         {"--init", "HEADS", NULL, "go on from trained heads", F_STR(&a.init)},
-        {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's", F_STR(&targets)},
-        {"--generate", "N", "0: off", "cut each sequence to N tokens and let the model continue it greedily", F_LONG(&a.generate, 0, 1 << 20)},
+        {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's",
+         F_STR(&targets)},
+        {"--generate", "N", "0: off", "cut each sequence to N tokens and let the model continue it greedily",
+         F_LONG(&a.generate, 0, 1 << 20)},
         {"--steps", "N", "2000", "training steps", F_LONG(&a.steps, 0, 100000000)},
         {"--lr", "X", "1/dim", "Adam's learning rate (cosine decay)", F_NUM(&a.lr, 1e-9, 10)},
         {"--lm-lr", "X", "--lr", "the own LM heads' learning rate", F_NUM(&a.lm_lr, 1e-9, 10)},
@@ -97,7 +99,8 @@ static Args parse(int argc, char **argv) {
         {"--seq-len", "S", "256", "tokens a sequence (at most the model's context)", F_LONG(&a.seq_len, 2, 1 << 20)},
         {"-s, --seed", "S", "1", "the order of the sequences", F_LONG(&a.seed, 0, 1e19)},
         {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&a.heldout, 1e-6, 0.5)},
-        {"--cache-mb", "M", "1024", "keep the model's outputs in memory when they fit in M MiB", F_LONG(&a.cache_mb, 0, 1 << 30)},
+        {"--cache-mb", "M", "1024", "keep the model's outputs in memory when they fit in M MiB",
+         F_LONG(&a.cache_mb, 0, 1 << 30)},
         {"-t, --threads", "N", "1", "threads", F_LONG(&a.threads, 1, 64)},
     };
     int n_t = N_FLAGS(t);

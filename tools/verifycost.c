@@ -54,8 +54,7 @@ int main(int argc, char **argv) {
     int ctx = 64, reps = 20, threads = 1;
     Flag fl[] = {
         {"-m, --model", "FILE", "required", "the model", F_STR(&model)},
-        MODEL_FLAGS
-        {"--sizes", "1,4,8,...", "1,2,4,8,16,32,64", "tree sizes to time (nodes, 1..256)", F_STR(&sizes)},
+        MODEL_FLAGS{"--sizes", "1,4,8,...", "1,2,4,8,16,32,64", "tree sizes to time (nodes, 1..256)", F_STR(&sizes)},
         {"--ctx", "P", "64", "positions in the KV cache before the tree", F_INT(&ctx, 1, 1 << 20)},
         {"--reps", "R", "20", "repetitions (the median counts)", F_INT(&reps, 1, 100000)},
         {"-t, --threads", "N", "1", "threads", F_INT(&threads, 1, 64)},

@@ -19,16 +19,17 @@ static double preset_params(const WidenPreset *p) {
 /* --help's notes: the presets, then what the flags do together */
 static const char *notes(void) {
     static char b[8192];
-    size_t n = snprintf(b, sizeof b, "Embeds MODEL (e.g. stories260K) in a bigger Llama shape so that greedy output\n"
-                                     "stays the model's while every step costs what the big shape costs. Extra weights\n"
-                                     "are random (--seed) where they cannot reach the residual stream.\n\n"
-                                     "presets (dim, hidden, layers, heads, kv heads, head_dim; weights without the vocabulary):\n");
+    size_t n = snprintf(b, sizeof b,
+                        "Embeds MODEL (e.g. stories260K) in a bigger Llama shape so that greedy output\n"
+                        "stays the model's while every step costs what the big shape costs. Extra weights\n"
+                        "are random (--seed) where they cannot reach the residual stream.\n\n"
+                        "presets (dim, hidden, layers, heads, kv heads, head_dim; weights without the vocabulary):\n");
     for (int i = 0; i < widen_n_presets && n < sizeof b; i++) {
         const WidenPreset *p = &widen_presets[i];
         double k = preset_params(p);
-        n += snprintf(b + n, sizeof b - n, "  %-9s %5d %6d %3d %3d %3d %4d  %6.0fM  f32 %5.2f GB, bf16 %5.2f GB  %s\n", p->name,
-                      p->dim, p->hidden_dim, p->n_layers, p->n_heads, p->n_kv_heads, p->head_dim, k / 1e6, k * 4 / 1e9,
-                      k * 2 / 1e9, p->about);
+        n += snprintf(b + n, sizeof b - n, "  %-9s %5d %6d %3d %3d %3d %4d  %6.0fM  f32 %5.2f GB, bf16 %5.2f GB  %s\n",
+                      p->name, p->dim, p->hidden_dim, p->n_layers, p->n_heads, p->n_kv_heads, p->head_dim, k / 1e6,
+                      k * 4 / 1e9, k * 2 / 1e9, p->about);
     }
     if (n < sizeof b)
         snprintf(b + n, sizeof b - n,
@@ -56,8 +57,7 @@ static Args parse(int argc, char **argv) {
     Flag t[] = {
         {"-m, --model", "MODEL", "required", "the small model", F_STR(&a.model)},
         {"--preset", "NAME", "required", "the big shape (below)", F_STR(&a.preset)},
-        MODEL_FLAGS
-        {"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},
+        MODEL_FLAGS{"--dtype", "TYPE", "f32", "the weights' type: f32 or bf16", F_STR(&dtype)},
         {"-s, --seed", "S", "1", "the extra weights' seed", F_I64(&seed, 0, 1e19)},
         {"-o, --output", "OUT", "required", "the wide model to write; - is stdout", F_STR(&a.out)},
         {"--llama2c", "OUT.bin", NULL, "the same model in llama2.c's legacy format too", F_STR(&a.llama2c)},
