@@ -9,6 +9,7 @@
 
 #include "chat.h"
 #include "decode.h"
+#include "serve_gen.h" /* gen_find_stop: the stop strings serve ends answers on */
 #include "tool.h"
 
 #define USAGE                                                                                                          \
@@ -311,19 +312,9 @@ static int emit(void *ctx, int prev, int token) {
         o->text[o->len += pl] = 0;
     }
     /* a stop string begins at or after what is shown: what could begin one is held back */
-    size_t cut = SIZE_MAX, safe = o->len;
-    for (int i = 0; i < o->stop->n; i++) {
-        const char *s = o->stop->v[i];
-        size_t sl = strlen(s);
-        const char *hit = memmem(o->text + o->shown, o->len - o->shown, s, sl);
-        if (hit && (size_t)(hit - o->text) < cut) cut = hit - o->text;
-        for (size_t k = sl - 1 < o->len - o->shown ? sl - 1 : o->len - o->shown; k > 0; k--)
-            if (!memcmp(o->text + o->len - k, s, k)) {
-                if (o->len - k < safe) safe = o->len - k;
-                break;
-            }
-    }
-    if (cut != SIZE_MAX) {
+    size_t hold, cut = gen_find_stop((char *const *)o->stop->v, o->stop->n, o->text, o->len, o->shown, &hold);
+    size_t safe = o->len - hold;
+    if (cut < o->len) {
         o->text[o->len = cut] = 0;
         show(o, cut);
         return o->stopped = 1;
