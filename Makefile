@@ -60,6 +60,17 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
 
+# the kernels twice, as this machine runs them and as the scalar spec (no AVX, no FMA
+# instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output
+KERNEL_SRC := $(wildcard kernels/cpu/*.c)
+KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/scalar
+$(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread -lm
+$(BUILD)/kspec/scalar: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(subst -march=native,-march=x86-64-v2,$(CFLAGS)) $^ -o $@ $(LDFLAGS) -lpthread -lm
+
 # the embedded default model: stories260K + tok512, found through pd_data_path's order
 MODEL_DIR = $(firstword $(wildcard $(PARADEC_DATA)/models/stories260K data/models/stories260K ../shared/data/models/stories260K))
 DEFAULT_MODEL := $(BUILD)/stories260K.safetensors.zst
@@ -108,9 +119,9 @@ endif
 .PHONY: san-bins test-bins
 san-bins:
 	@$(MAKE) --no-print-directory SAN=1 test-bins
-test-bins: all $(TESTS)
+test-bins: all $(TESTS) $(KSPEC)
 
-test: all $(TESTS) $(DEFAULT_MODEL) $(TEST_HEADS) models $(SAN_BINS)
+test: all $(TESTS) $(KSPEC) $(DEFAULT_MODEL) $(TEST_HEADS) models $(SAN_BINS)
 	@{ BUILD=$(BUILD) BIN=$(BIN) MODEL=$(DEFAULT_MODEL) $(SAN_ENV) tests/run.sh; $(SAN_RUN) } | tests/totals.sh $(if $(SAN_BINS),2,1)
 
 bench: all $(DEFAULT_MODEL)

@@ -226,14 +226,91 @@ static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
 }
 #endif
 
-/* the same arithmetic one lane at a time: any build, any block size */
+#if defined(PD_AVX2)
+/* the same lanes as AVX-512's, a 16-key chunk in two halves; heads four at a time */
+static void score_avx2(const Unit *u, float *const *p, float *max) {
+    const AttnArgs *a = u->a;
+    __m256 sc = _mm256_set1_ps(a->scale);
+    for (int h0 = 0; h0 < u->g; h0 += 4) {
+        int G = u->g - h0 < 4 ? u->g - h0 : 4;
+        __m256 mx[4][2];
+        for (int h = 0; h < 4; h++) mx[h][0] = mx[h][1] = _mm256_set1_ps(-INFINITY);
+        for (int j = 0; j < u->nc; j += 16) {
+            const float *K = column(u, a->k, j);
+            int left = u->nc - j;
+            __m256 acc[4][2];
+            for (int h = 0; h < 4; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+            for (int d = 0; d < a->hd; d++) {
+                const float *Kd = K + (size_t)d * a->block_size;
+                __m256 k0 = load8_or(Kd, left, 0), k1 = load8_or(Kd + 8, left - 8, 0);
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++) {
+                    if (h >= G) break;
+                    __m256 q = _mm256_set1_ps(u->q[h0 + h][d]);
+                    acc[h][0] = _mm256_fmadd_ps(q, k0, acc[h][0]);
+                    acc[h][1] = _mm256_fmadd_ps(q, k1, acc[h][1]);
+                }
+            }
+            __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8);
+            for (int h = 0; h < G; h++) {
+                __m256 s0 = _mm256_mul_ps(acc[h][0], sc), s1 = _mm256_mul_ps(acc[h][1], sc);
+                store8_n(p[h0 + h] + j, s0, left);
+                store8_n(p[h0 + h] + j + 8, s1, left - 8);
+                mx[h][0] = _mm256_blendv_ps(mx[h][0], _mm256_max_ps(mx[h][0], s0), m0);
+                mx[h][1] = _mm256_blendv_ps(mx[h][1], _mm256_max_ps(mx[h][1], s1), m1);
+            }
+        }
+        for (int h = 0; h < G; h++) max[h0 + h] = hmax2(mx[h][0], mx[h][1]);
+    }
+}
+
+/* four dimensions of a head at a time: their 16 partials in registers over the
+   committed keys, then the lone keys lane by lane and the tree */
+static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) {
+    const AttnArgs *a = u->a;
+    int nk = u->nc + u->n_lone, bs = a->block_size;
+    for (int h = 0; h < u->g; h++) {
+        float inv = 1.0f / exp_sum(p[h], nk, mx[h]);
+        for (int d0 = 0; d0 < a->hd; d0 += 4) {
+            int D = a->hd - d0 < 4 ? a->hd - d0 : 4;
+            __m256 acc[4][2];
+            for (int d = 0; d < 4; d++) acc[d][0] = acc[d][1] = _mm256_setzero_ps();
+            for (int j = 0; j < u->nc; j += 16) {
+                int left = u->nc - j;
+                __m256 p0 = load8_or(p[h] + j, left, 0), p1 = load8_or(p[h] + j + 8, left - 8, 0);
+                const float *V = column(u, a->v, j) + (size_t)d0 * bs;
+#pragma GCC unroll 4
+                for (int d = 0; d < 4; d++) {
+                    if (d >= D) break;
+                    acc[d][0] = _mm256_fmadd_ps(p0, load8_or(V + (size_t)d * bs, left, 0), acc[d][0]);
+                    acc[d][1] = _mm256_fmadd_ps(p1, load8_or(V + (size_t)d * bs + 8, left - 8, 0), acc[d][1]);
+                }
+            }
+            for (int d = 0; d < D; d++) {
+                float s[16];
+                _mm256_storeu_ps(s, acc[d][0]);
+                _mm256_storeu_ps(s + 8, acc[d][1]);
+                for (int x = 0; x < u->n_lone; x++) {
+                    int j = u->nc + x;
+                    s[j & 15] = fmaf(p[h][j], column(u, a->v, u->lone[x])[(size_t)(d0 + d) * bs], s[j & 15]);
+                }
+                u->out[h][d0 + d] = tree_sum16(s) * inv;
+            }
+        }
+    }
+}
+#endif
+
+/* the spec, one lane at a time: any build, any block size */
 static void score_scalar(const Unit *u, float *const *p, float *max) {
     for (int h = 0; h < u->g; h++) {
-        max[h] = -INFINITY;
+        float lane[16];
+        for (int l = 0; l < 16; l++) lane[l] = -INFINITY;
         for (int j = 0; j < u->nc; j++) {
             p[h][j] = score_one(u, u->q[h], j);
-            max[h] = p[h][j] > max[h] ? p[h][j] : max[h];
+            lane[j % 16] = max1(lane[j % 16], p[h][j]);
         }
+        max[h] = tree_max16(lane);
     }
 }
 
@@ -248,9 +325,7 @@ static void weighted_sums_scalar(const Unit *u, float *const *p, const float *mx
                 const float *V = column(u, u->a->v, j < u->nc ? j : u->lone[j - u->nc]);
                 acc[j & 15] = fmaf(p[h][j], V[(size_t)d * bs], acc[j & 15]);
             }
-            for (int w = 8; w >= 1; w /= 2)
-                for (int i = 0; i < w; i++) acc[i] += acc[i + w];
-            u->out[h][d] = acc[0] * inv[h];
+            u->out[h][d] = tree_sum16(acc) * inv[h];
         }
 }
 
@@ -281,18 +356,24 @@ static void attend(void *ctx, int b, int e) {
             u.out[h] = a->out + (size_t)t * qdim + (size_t)(h_first + h) * a->hd;
             p[h] = buf + (size_t)h * stride;
         }
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
         if (fast) SCORE[u.g](&u, p, mx);
+        else
+#elif defined(PD_AVX2)
+        if (fast) score_avx2(&u, p, mx);
         else
 #endif
             score_scalar(&u, p, mx);
         for (int h = 0; h < u.g; h++)
             for (int x = 0; x < u.n_lone; x++) {
                 float s = p[h][u.nc + x] = score_one(&u, u.q[h], u.lone[x]);
-                mx[h] = s > mx[h] ? s : mx[h];
+                mx[h] = max1(s, mx[h]);
             }
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
         if (fast) weighted_sums(&u, p, mx);
+        else
+#elif defined(PD_AVX2)
+        if (fast) weighted_sums_avx2(&u, p, mx);
         else
 #endif
             weighted_sums_scalar(&u, p, mx);

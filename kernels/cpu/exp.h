@@ -1,13 +1,35 @@
 /* exp.h — e^x for softmax and SiLU, and softmax's exponent pass, shared by ops.c and
-   attention.c so that both compute the same bits. */
+   attention.c. exp1 is the spec, our own so that every build and backend computes the
+   same bits: clamp x to [-103, 88.7] (MINPS then MAXPS, so a NaN becomes 88.7), x = n
+   ln2 + r with n = x log2(e) rounded to nearest even and ln2 in two parts, a degree-6
+   polynomial for e^r by fused multiply-adds, then y 2^n rounded once (AVX-512's
+   scalef; elsewhere y 2^⌊n/2⌋, which is exact, times 2^(n-⌊n/2⌋)). About 1 ulp. */
 #ifndef PD_EXP_H
 #define PD_EXP_H
-#include <immintrin.h>
-#include <math.h>
+#include "dot.h"
 
-#ifdef __AVX512F__
-/* e^x to about 1 ulp: x = n ln2 + r, |r| ≤ ln2/2, a degree-6 polynomial for e^r,
-   then 2^n by scalef. Our own, so every build computes the same bits. */
+static inline float pow2i(int k) { /* 2^k, -126 ≤ k ≤ 127 */
+    uint32_t u = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float exp1(float x) {
+    x = max1(min1(x, 88.7f), -103.0f);
+    float n = nearbyintf(x * 1.44269504f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float y = 1.3981999507e-3f;
+    y = fmaf(y, r, 8.3334519073e-3f);
+    y = fmaf(y, r, 4.1665795894e-2f);
+    y = fmaf(y, r, 1.6666665459e-1f);
+    y = fmaf(y, r, 5.0000001201e-1f);
+    y = fmaf(y, r * r, r + 1.0f);
+    int k = (int)n, k1 = (int)floorf(n * 0.5f);
+    return y * pow2i(k1) * pow2i(k - k1);
+}
+
+#if defined(__AVX512F__)
 static inline __m512 exp_ps(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
@@ -34,11 +56,40 @@ static inline float exp_sum(float *x, int n, float m) {
     }
     return _mm512_reduce_add_ps(sum);
 }
+#elif defined(PD_AVX2)
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.7f)), _mm256_set1_ps(-103.0f));
+    __m256 n =
+        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.3981999507e-3f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), bias = _mm256_set1_epi32(127);
+    __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(k, k1), bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+}
+static inline float exp_sum(float *x, int n, float m) {
+    __m256 vm = _mm256_set1_ps(m), lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 16) {
+        __m256 e0 = _mm256_and_ps(lanes_below(n - i), exp8(_mm256_sub_ps(load8_or(x + i, n - i, 0), vm)));
+        __m256 e1 = _mm256_and_ps(lanes_below(n - i - 8), exp8(_mm256_sub_ps(load8_or(x + i + 8, n - i - 8, 0), vm)));
+        store8_n(x + i, e0, n - i);
+        store8_n(x + i + 8, e1, n - i - 8);
+        lo = _mm256_add_ps(lo, e0), hi = _mm256_add_ps(hi, e1);
+    }
+    return hsum2(lo, hi);
+}
 #else
 static inline float exp_sum(float *x, int n, float m) {
-    float sum = 0;
-    for (int i = 0; i < n; i++) sum += (x[i] = expf(x[i] - m));
-    return sum;
+    float lane[16] = {0};
+    for (int i = 0; i < n; i++) lane[i % 16] += x[i] = exp1(x[i] - m);
+    return tree_sum16(lane);
 }
 #endif
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dot.h"
 #include "pool.h"
 
 #define PANEL 16 /* rows a vector holds */
@@ -260,6 +261,85 @@ static void matmul_blocks(void *ctx, int bb, int be) {
         if (j->wt == WT_F32) K_F32[G](out, j->x, j->cols, (const float *)P, W);
         else K_BF16[G](out, j->x, j->cols, P, W);
         memcpy(j->y + r0, out, sizeof(float) * nr);
+    }
+}
+#elif defined(PD_AVX2)
+/* The same chains with a 16-row panel as two 8-lane halves: T tokens × NP panels
+   (T * NP ≤ 2 keeps the 8 chains in registers). y and x are T rows, ys and xs apart. */
+static inline __attribute__((always_inline)) void chains(float *y, size_t ys, const float *x, size_t xs, int cols,
+                                                         const void *P, int W, const int BF16, const int T,
+                                                         const int NP) {
+    __m256 a[2][2][2], b[2][2][2]; /* [token][panel][half] */
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < NP; k++) a[t][k][0] = a[t][k][1] = b[t][k][0] = b[t][k][1] = _mm256_setzero_ps();
+    const __m256i hi_half = _mm256_set1_epi32((int)0xffff0000);
+    for (int c = 0; c < cols; c += 2) {
+        __m256 w0[2][2], w1[2][2];
+        int odd = c + 1 < cols;
+#pragma GCC unroll 2
+        for (int k = 0; k < NP; k++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                if (BF16) {
+                    __m256i v = _mm256_loadu_si256(
+                        (const __m256i *)((const uint32_t *)P + (size_t)(c / 2) * W + PANEL * k + 8 * h));
+                    w0[k][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                    w1[k][h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_half));
+                } else {
+                    const float *Pc = (const float *)P + (size_t)c * W + PANEL * k + 8 * h;
+                    w0[k][h] = _mm256_loadu_ps(Pc);
+                    w1[k][h] = odd ? _mm256_loadu_ps(Pc + W) : _mm256_setzero_ps();
+                }
+            }
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            __m256 x0 = _mm256_set1_ps(x[t * xs + c]);
+#pragma GCC unroll 2
+            for (int k = 0; k < NP; k++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) a[t][k][h] = _mm256_fmadd_ps(x0, w0[k][h], a[t][k][h]);
+            if (!odd) continue;
+            __m256 x1 = _mm256_set1_ps(x[t * xs + c + 1]);
+#pragma GCC unroll 2
+            for (int k = 0; k < NP; k++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) b[t][k][h] = _mm256_fmadd_ps(x1, w1[k][h], b[t][k][h]);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < NP; k++)
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_ps(y + t * ys + PANEL * k + 8 * h, _mm256_add_ps(a[t][k][h], b[t][k][h]));
+}
+typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void *, int);
+#define CHAINS(NAME, BF16, T, NP)                                                                                      \
+    static void NAME(float *y, size_t ys, const float *x, size_t xs, int cols, const void *P, int W) {                 \
+        chains(y, ys, x, xs, cols, P, W, BF16, T, NP);                                                                 \
+    }
+CHAINS(f32_1x1, 0, 1, 1)
+CHAINS(f32_1x2, 0, 1, 2) CHAINS(f32_2x1, 0, 2, 1) CHAINS(bf16_1x1, 1, 1, 1) CHAINS(bf16_1x2, 1, 1, 2)
+    CHAINS(bf16_2x1, 1, 2, 1)
+
+        static void matmul_blocks(void *ctx, int bb, int be) {
+    const MatmulJob *j = ctx;
+    _Alignas(64) float out[2][PANEL * BLOCK]; /* a block's rows for two tokens, before the tail cut */
+    int bf = j->wt == WT_BF16;
+    ChainFn one = bf ? bf16_1x1 : f32_1x1, two_panels = bf ? bf16_1x2 : f32_1x2, two_tokens = bf ? bf16_2x1 : f32_2x1;
+    for (int b = bb; b < be; b++) {
+        int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
+        int nr = j->rows - r0 < W ? j->rows - r0 : W;
+        const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
+        for (int t = 0; t < j->n;) {
+            const float *x = j->x + (size_t)t * j->cols;
+            int T = j->n - t >= 2 ? 2 : 1;
+            if (T == 2)
+                for (int k = 0; k < G; k++)
+                    two_tokens(out[0] + PANEL * k, PANEL * BLOCK, x, j->cols, j->cols, P + PANEL * k, W);
+            else
+                for (int k = 0; k < G; k += 2)
+                    (G - k >= 2 ? two_panels : one)(out[0] + PANEL * k, 0, x, j->cols, j->cols, P + PANEL * k, W);
+            for (int i = 0; i < T; i++, t++) memcpy(j->y + (size_t)t * j->rows + r0, out[i], sizeof(float) * nr);
+        }
     }
 }
 #else

@@ -17,6 +17,9 @@ void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float e
 #ifdef __AVX512F__
         for (__m512 vs = _mm512_set1_ps(s); i + 16 <= dim; i += 16)
             _mm512_storeu_ps(yt + i, _mm512_mul_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(vs, _mm512_loadu_ps(xt + i))));
+#elif defined(PD_AVX2)
+        for (__m256 vs = _mm256_set1_ps(s); i + 8 <= dim; i += 8)
+            _mm256_storeu_ps(yt + i, _mm256_mul_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(vs, _mm256_loadu_ps(xt + i))));
 #endif
         for (; i < dim; i++) yt[i] = g[i] * (s * xt[i]);
     }
@@ -69,6 +72,8 @@ void k_add(float *y, const float *x, size_t n) {
     size_t i = 0;
 #ifdef __AVX512F__
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+#elif defined(PD_AVX2)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
 #endif
     for (; i < n; i++) y[i] += x[i];
 }
@@ -119,26 +124,79 @@ int k_argmax(const float *x, int n) {
     }
     return 0; /* all NaN */
 }
-#else
+#elif defined(PD_AVX2)
+/* the 16-lane maximum of x, lanes past n at -inf */
+static float max16(const float *x, int n) {
+    __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+    for (int i = 0; i < n; i += 16) {
+        lo = _mm256_max_ps(lo, load8_or(x + i, n - i, -INFINITY));
+        hi = _mm256_max_ps(hi, load8_or(x + i + 8, n - i - 8, -INFINITY));
+    }
+    return hmax2(lo, hi);
+}
 float k_exp_sum(float *x, int n, float *max_out) {
-    float mx = x[0];
-    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    *max_out = mx;
-    return exp_sum(x, n, mx);
+    *max_out = max16(x, n);
+    return exp_sum(x, n, *max_out);
+}
+float k_softmax(float *x, int n) {
+    float m, inv = 1.0f / k_exp_sum(x, n, &m);
+    int i = 0;
+    for (__m256 v = _mm256_set1_ps(inv); i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), v));
+    for (; i < n; i++) x[i] *= inv;
+    return m;
+}
+static inline __m256 silu8(__m256 x) {
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++) y[i] = a[i] / (1.0f + exp1(0.0f - a[i])) * b[i];
+}
+void k_silu(float *y, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = x[i] / (1.0f + exp1(0.0f - x[i]));
+}
+int k_argmax(const float *x, int n) {
+    __m256 vm = _mm256_set1_ps(max16(x, n));
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (x[i] == vm[0]) return i;
+    return 0;
+}
+#else
+/* the spec: the vector paths' lanes one at a time */
+static float max16(const float *x, int n) {
+    float lane[16];
+    for (int l = 0; l < 16; l++) lane[l] = -INFINITY;
+    for (int i = 0; i < n; i++) lane[i % 16] = max1(lane[i % 16], x[i]);
+    return tree_max16(lane);
+}
+float k_exp_sum(float *x, int n, float *max_out) {
+    *max_out = max16(x, n);
+    return exp_sum(x, n, *max_out);
 }
 
 void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+    for (size_t i = 0; i < n; i++) y[i] = a[i] / (1.0f + exp1(0.0f - a[i])) * b[i];
 }
 void k_silu(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + exp1(0.0f - x[i]));
 }
 
+/* the lowest index holding the maximum; 0 when that is NaN */
 int k_argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    float m = max16(x, n);
+    for (int i = 0; i < n; i++)
+        if (x[i] == m) return i;
+    return 0;
 }
 
 float k_softmax(float *x, int n) {
@@ -169,6 +227,14 @@ static void stream_chunk(void *ctx, int b, int e) {
             for (int k = 0; k < 8; k++) a[k] = _mm512_add_ps(a[k], _mm512_loadu_ps(x + i + 16 * k));
         for (int k = 1; k < 8; k++) a[0] = _mm512_add_ps(a[0], a[k]);
         j->sums[c] = hsum(a[0]);
+#elif defined(PD_AVX2)
+        __m256 a[8];
+        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+        for (size_t i = 0; i + 64 <= j->per; i += 64)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) a[k] = _mm256_add_ps(a[k], _mm256_loadu_ps(x + i + 8 * k));
+        for (int k = 2; k < 8; k++) a[k % 2] = _mm256_add_ps(a[k % 2], a[k]);
+        j->sums[c] = hsum2(a[0], a[1]);
 #else
         double s = 0;
         for (size_t i = 0; i < j->per; i++) s += x[i];

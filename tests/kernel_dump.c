@@ -1,0 +1,182 @@
+/* kernel_dump SEED DIR — runs every CPU kernel on random inputs drawn from SEED (odd
+   sizes, every path's shapes, exp's clamps and subnormal results, ties for argmax) and
+   writes each kernel's outputs to DIR/NAME.bin. The Makefile builds it twice, on the
+   kernels as this machine runs them and on the scalar spec (-march=x86-64-v2: no AVX,
+   no FMA instructions); tests/test_kernel_spec.sh compares the two bit for bit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+static uint64_t rng;
+static uint32_t next32(void) { /* splitmix64 */
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull, z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+static int urand(int n) { return (int)(next32() % (uint32_t)n); }
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(next32() >> 8) / (1 << 24); }
+static void fill(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = frand(lo, hi);
+}
+
+static const char *dir;
+static FILE *out(const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.bin", dir, name);
+    FILE *f = fopen(path, "ab");
+    if (!f) perror(path), exit(1);
+    return f;
+}
+static void put(const char *name, const void *p, size_t bytes) {
+    FILE *f = out(name);
+    fwrite(p, 1, bytes, f);
+    fclose(f);
+}
+
+static void matmul(void) {
+    static const int shape[][2] = {{1, 1},    {7, 3},     {16, 16},  {17, 33}, {64, 64},
+                                   {65, 127}, {130, 257}, {200, 64}, {513, 96}};
+    static const int ns[] = {1, 2, 3, 4, 5, 13};
+    for (int wt = 0; wt < 2; wt++)
+        for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
+            int rows = shape[s][0], cols = shape[s][1], n = ns[urand(6)];
+            float *w = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * n * cols);
+            float *y = malloc(sizeof(float) * n * rows);
+            uint16_t *h = malloc(2 * (size_t)rows * cols);
+            fill(w, (size_t)rows * cols, -1, 1), fill(x, (size_t)n * cols, -2, 2);
+            for (size_t i = 0; i < (size_t)rows * cols; i++) h[i] = (uint16_t)(next32() >> 16) & 0xbfff; /* |w| < 2 */
+            const void *src = wt == WT_F32 ? (const void *)w : (const void *)h;
+            void *P = aligned_alloc(64, (k_packed_bytes(wt, rows, cols) + 63) / 64 * 64);
+            k_pack(P, wt, cols, 1, &src, &rows);
+            k_matmul(y, x, P, wt, n, cols, rows);
+            put(wt == WT_F32 ? "matmul_f32" : "matmul_bf16", y, sizeof(float) * n * rows);
+            free(w), free(x), free(y), free(h), free(P);
+        }
+}
+
+static void rows(void) {
+    static const int dims[] = {1, 7, 16, 63, 64, 65, 100, 257, 576};
+    for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
+        int dim = dims[d], n = 1 + urand(3);
+        float *x = malloc(sizeof(float) * n * dim), *g = malloc(sizeof(float) * dim),
+              *y = malloc(sizeof(float) * n * dim);
+        fill(x, (size_t)n * dim, -3, 3), fill(g, dim, -2, 2);
+        k_rmsnorm(y, x, g, n, dim, 1e-5f);
+        put("rmsnorm", y, sizeof(float) * n * dim);
+        free(x), free(g), free(y);
+    }
+    static const int hds[] = {2, 4, 6, 8, 16, 32, 64, 128}, heads[] = {1, 3, 9};
+    for (size_t i = 0; i < sizeof hds / sizeof *hds; i++)
+        for (int j = 0; j < 3; j++) {
+            int hd = hds[i], nh = heads[j], n = 1 + urand(3), stride = nh * hd + 5, npos = 64;
+            float *x = malloc(sizeof(float) * n * stride), *c = malloc(sizeof(float) * npos * hd / 2);
+            float *s = malloc(sizeof(float) * npos * hd / 2);
+            int32_t pos[3];
+            fill(x, (size_t)n * stride, -4, 4), fill(c, (size_t)npos * hd / 2, -1, 1),
+                fill(s, (size_t)npos * hd / 2, -1, 1);
+            for (int t = 0; t < n; t++) pos[t] = urand(npos);
+            k_rope(x, stride, pos, n, nh, hd, c, s);
+            put("rope", x, sizeof(float) * n * stride);
+            free(x), free(c), free(s);
+        }
+}
+
+static void elementwise(void) {
+    static const int ns[] = {1, 7, 8, 15, 16, 17, 31, 100, 1000, 32000, 49152};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        int n = ns[i];
+        float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+        float lo = i % 2 ? -20 : -120, hi = i % 2 ? 20 : 100; /* every other size reaches exp's clamps */
+        fill(a, n, lo, hi), fill(b, n, -3, 3);
+        if (n > 4) a[0] = 0.0f, a[1] = -0.0f, a[2] = 88.7f, a[3] = -103.0f;
+        k_silu_mul(y, a, b, n);
+        put("silu_mul", y, sizeof(float) * n);
+        k_silu(y, a, n);
+        put("silu", y, sizeof(float) * n);
+        memcpy(y, b, sizeof(float) * n);
+        k_add(y, a, n);
+        put("add", y, sizeof(float) * n);
+
+        float m, sum;
+        fill(a, n, i % 2 ? -110 : -30, i % 2 ? 5 : 30); /* wide logits: e^(x-max) down to subnormals */
+        memcpy(y, a, sizeof(float) * n);
+        sum = k_exp_sum(y, n, &m);
+        put("exp_sum", y, sizeof(float) * n), put("exp_sum", &sum, 4), put("exp_sum", &m, 4);
+        memcpy(y, a, sizeof(float) * n);
+        m = k_softmax(y, n);
+        put("softmax", y, sizeof(float) * n), put("softmax", &m, 4);
+
+        for (int k = 0; k < n; k++) a[k] = (float)urand(50) - 25; /* ties */
+        int32_t am = k_argmax(a, n);
+        put("argmax", &am, 4);
+        free(a), free(b), free(y);
+    }
+}
+
+/* attention over a shuffled block table: each token sees a committed run, a few of
+   this call's slots continuing it, then lone slots further on (a tree's ancestors) */
+static void attention(void) {
+    static const int cfg[][3] = {{1, 1, 8}, {2, 1, 16}, {4, 2, 8}, {8, 4, 8}, {9, 3, 64}, {16, 2, 6}, {12, 1, 32}};
+    static const int bss[] = {16, 32, 7};
+    for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++)
+        for (int b = 0; b < 3; b++) {
+            int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = bss[b], kvd = nkv * hd, qd = nh * hd;
+            int slots = 160, nblk = slots / bs + 1, n = 1 + urand(4);
+            int *table = malloc(sizeof(int) * nblk);
+            for (int i = 0; i < nblk; i++) table[i] = i;
+            for (int i = nblk - 1; i > 0; i--) {
+                int o = urand(i + 1), x = table[i];
+                table[i] = table[o], table[o] = x;
+            }
+            float *K = malloc(sizeof(float) * nblk * kvd * bs), *V = malloc(sizeof(float) * nblk * kvd * bs);
+            fill(K, (size_t)nblk * kvd * bs, -1, 1), fill(V, (size_t)nblk * kvd * bs, -1, 1);
+            float *q = malloc(sizeof(float) * n * qd), *o = malloc(sizeof(float) * n * qd);
+            fill(q, (size_t)n * qd, -3, 3);
+            int n_ctx[4], off[5] = {0}, extra[4 * 16];
+            const int *tables[4];
+            for (int t = 0; t < n; t++) {
+                n_ctx[t] = urand(70), tables[t] = table;
+                int run = urand(4), lone = urand(5), e = off[t];
+                for (int i = 0; i < run; i++) extra[e++] = n_ctx[t] + i;
+                for (int i = 0, s = n_ctx[t] + run + 2; i < lone; i++, s += 1 + urand(5)) extra[e++] = s;
+                if (e == off[t]) extra[e++] = n_ctx[t]; /* itself */
+                off[t + 1] = e;
+            }
+            AttnArgs a = {n,          nh,    nkv, hd,   1.0f / sqrtf((float)hd), q,
+                          (size_t)qd, o,     K,   V,    (size_t)kvd * bs,        bs,
+                          tables,     n_ctx, off, extra};
+            k_attention(&a);
+            put("attention", o, sizeof(float) * n * qd);
+            free(table), free(K), free(V), free(q), free(o);
+        }
+}
+
+static void q8(void) {
+    static const int shape[][2] = {{1, 1}, {16, 3}, {17, 4}, {64, 64}, {100, 97}, {130, 576}};
+    for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
+        int rows = shape[s][0], cols = shape[s][1];
+        float *w = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * cols),
+              *y = malloc(sizeof(float) * rows);
+        fill(w, (size_t)rows * cols, -1, 1), fill(x, cols, -2, 2);
+        void *P = aligned_alloc(64, (k_q8_bytes(rows, cols) + 63) / 64 * 64);
+        k_q8_pack(P, w, rows, cols);
+        k_q8_matvec(y, x, P, rows, cols);
+        put("q8_pack", P, k_q8_bytes(rows, cols));
+        put("q8_matvec", y, sizeof(float) * rows);
+        free(w), free(x), free(y), free(P);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: kernel_dump SEED DIR\n");
+        return 1;
+    }
+    rng = strtoull(argv[1], NULL, 10), dir = argv[2];
+    k_init(2);
+    matmul(), rows(), elementwise(), attention(), q8();
+    return 0;
+}
