@@ -61,7 +61,7 @@ static float quantize_x(uint8_t *ux, const float *x, int cols) {
     int c = 0;
 #if defined(__AVX512F__)
     __m512 m = _mm512_setzero_ps();
-    for (; c + 16 <= cols; c += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + c)));
+    for (; c + 16 <= cols; c += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + c)), m); /* NaN: kept out, as below */
     mx = _mm512_reduce_max_ps(m);
 #endif
     for (; c < cols; c++) mx = fabsf(x[c]) > mx ? fabsf(x[c]) : mx;
@@ -107,6 +107,26 @@ static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int n
     panel_out(out + QPANEL, a1, sx, scale + QPANEL, sum + QPANEL);
     panel_out(out + 2 * QPANEL, a2, sx, scale + 2 * QPANEL, sum + 2 * QPANEL);
     panel_out(out + 3 * QPANEL, a3, sx, scale + 3 * QPANEL, sum + 3 * QPANEL);
+#elif defined(__AVX2__)
+    /* u8 and s8 widened to 16 bits, so that madd's pair sums are exact (maddubs would
+       saturate); a row's two pair sums land side by side and are added at the end */
+    for (int i = 0; i < QGROUP; i++, panel += stride) {
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int c = 0; c < nq; c++) {
+            const int8_t *w = panel + (size_t)c * QPANEL * 4;
+            uint64_t xq = (uint64_t)ux[4 * c] | (uint64_t)ux[4 * c + 1] << 16 | (uint64_t)ux[4 * c + 2] << 32 |
+                          (uint64_t)ux[4 * c + 3] << 48;
+            __m256i xv = _mm256_set1_epi64x((long long)xq);
+            for (int k = 0; k < 4; k++) {
+                __m256i wk = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16 * k)));
+                acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(wk, xv));
+            }
+        }
+        int32_t pair[2 * QPANEL];
+        for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(pair + 8 * k), acc[k]);
+        for (int q = 0; q < QPANEL; q++)
+            out[i * QPANEL + q] = sx * scale[i * QPANEL + q] * (float)(pair[2 * q] + pair[2 * q + 1] - 128 * sum[i * QPANEL + q]);
+    }
 #else
     for (int i = 0; i < QGROUP; i++, panel += stride)
         for (int q = 0; q < QPANEL; q++) {
