@@ -26,7 +26,8 @@ PD_VERSION := 0.21
 PD_COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 COMMIT_STAMP := $(BUILD)/.commit-$(PD_COMMIT)
 
-LIB_SRC  := $(wildcard libcore/*.c libcore/decode/*.c kernels/cpu/*.c)
+# libcore/FOLDER/*.c, in the folders libcore/LAYERS lists (tests/test_layers.sh checks their includes)
+LIB_SRC  := $(wildcard libcore/*/*.c kernels/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libcore.a
 TOOLS    := $(patsubst tools/%.c,$(BIN)/%,$(wildcard tools/*.c))
