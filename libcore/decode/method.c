@@ -1,4 +1,4 @@
-/* decode.c — the method registry and the helpers every method shares. */
+/* method.c — the method registry and the helpers every method shares. */
 #include "decode/method.h"
 
 #include <stdlib.h>

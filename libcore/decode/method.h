@@ -1,4 +1,4 @@
-/* decode.h — the interface every decoding method implements, and what they share.
+/* method.h — the interface every decoding method implements, and what they share.
    A method is one file in libcore/decode/; it generates up to max_new tokens after
    the prompt, handing each accepted token to emit() as soon as it is final. */
 #ifndef PD_DECODE_H

@@ -1,4 +1,4 @@
-/* medusa.c — see medusa.h. Every W, b and own lm_head lives in the arena as an aligned
+/* medusa_heads.c — see medusa_heads.h. Every W, b and own lm_head lives in the arena as an aligned
    f32 copy (a mapped file's data need not be aligned) with a packed copy for k_matmul,
    so medusa_logits is batch-invariant kernels and element-wise steps only: rmsnorm,
    matmul by W, bias and SiLU, matmul by the LM head. */

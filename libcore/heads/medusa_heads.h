@@ -1,4 +1,4 @@
-/* medusa.h — Medusa heads (Cai et al. 2024). Head k (k = 1..K, stored 0-based) reads
+/* medusa_heads.h — Medusa heads (Cai et al. 2024). Head k (k = 1..K, stored 0-based) reads
    the model's last hidden state after the final RMSNorm, x = norm(h_L) [dim], and
    predicts the token k positions after the one the model's own LM head predicts:
 
