@@ -45,7 +45,10 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# made afresh: `ar r` keeps members whose source is gone (a renamed file), and an old
+# member would still define its symbols
 $(LIB): $(LIB_OBJ)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(COMMIT_STAMP): | $(DEPS_OK)
@@ -144,6 +147,7 @@ $(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_OK)
 	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/main.c tests/fuzz/targets.c tests/fuzz/targets.h $(FUZZ_LIB)

@@ -120,6 +120,9 @@ def check_tree(root, objdir=None):
             elif g in rank and name.endswith('.c'):
                 fails.append('%s: includes a .c file "%s"' % (at, name))
                 ok = False
+            elif g in rank:
+                fails.append('%s: includes "%s": there is no libcore/%s' % (at, name, name))
+                ok = False
             else:
                 fails.append('%s: include "%s" names no libcore folder%s' % (at, name, flat_hint(name)))
                 ok = False
