@@ -26,7 +26,8 @@ PD_VERSION := 0.21
 PD_COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 COMMIT_STAMP := $(BUILD)/.commit-$(PD_COMMIT)
 
-LIB_SRC  := $(wildcard libcore/*.c libcore/decode/*.c kernels/cpu/*.c)
+# libcore/FOLDER/*.c, in the folders libcore/LAYERS lists (tests/test_layers.sh checks their includes)
+LIB_SRC  := $(wildcard libcore/*/*.c kernels/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libcore.a
 TOOLS    := $(patsubst tools/%.c,$(BIN)/%,$(wildcard tools/*.c))
@@ -44,7 +45,10 @@ $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# made afresh: `ar r` keeps members whose source is gone (a renamed file), and an old
+# member would still define its symbols
 $(LIB): $(LIB_OBJ)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(COMMIT_STAMP): | $(DEPS_OK)
@@ -154,6 +158,7 @@ $(FUZZ_DIR)/obj/%.o: %.c | $(DEPS_OK)
 	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_LIB): $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/main.c tests/fuzz/targets.c tests/fuzz/targets.h $(FUZZ_LIB)

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "util.h"
+#include "base/util.h"
+#include "model/model.h"
 
 static inline const char *test_model_path(void) {
     const char *path = getenv("MODEL");

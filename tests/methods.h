@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "drafter.h"
+#include "decode/drafter.h"
 #include "fixture.h"
 
 /* every test uses some of what follows */

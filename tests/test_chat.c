@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "tokenizer/chat.h"
 #include "check.h"
 #include "fixture.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "base/util.h"
+#include "tokenizer/tokenizer.h"
 
 /* tokenizer_config.json's chat_template, the Llama 3 one in shared data */
 static char *llama3_template(void) {

@@ -11,8 +11,8 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "distill.h"
-#include "forward.h"
+#include "model/forward.h"
+#include "train/distill.h"
 
 static Model M;
 static uint64_t rng = 7;

@@ -11,8 +11,8 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "exit_heads.h"
-#include "forward.h"
+#include "heads/exit_heads.h"
+#include "model/forward.h"
 
 static Model M;
 static char dir[64];

@@ -7,8 +7,8 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "checkpoint.h"
-#include "forward.h"
+#include "model/checkpoint.h"
+#include "model/forward.h"
 
 static Model M;
 static KVCache KV;

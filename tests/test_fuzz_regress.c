@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "fuzz/targets.c"
-#include "util.h"
+#include "base/util.h"
 
 /* each file of dir through the target; counts what it accepted */
 static int replay(const FuzzTarget *t, const char *dir, int *files, int *skipped) {

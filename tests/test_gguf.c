@@ -22,8 +22,9 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "checkpoint.h"
-#include "gguf.h"
+#include "formats/gguf.h"
+#include "import/gguf_model.h"
+#include "model/checkpoint.h"
 #include "gguf_pyw.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -18,8 +18,9 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "checkpoint.h"
-#include "forward.h"
+#include "import/hf.h"
+#include "model/checkpoint.h"
+#include "model/forward.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {

@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "check.h"
-#include "checkpoint.h"
-#include "gguf.h"
-#include "tensorfile.h"
-#include "tokenizer.h"
+#include "formats/gguf.h"
+#include "formats/tensorfile.h"
+#include "import/hf.h"
+#include "import/llama2c.h"
+#include "model/checkpoint.h"
+#include "tokenizer/tokenizer.h"
 
 #define HUGE_CLAIM 1000000000000000ull /* 10^15 */
 

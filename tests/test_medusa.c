@@ -18,10 +18,10 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "distill.h" /* SeqOrder, distill_lr */
-#include "forward.h"
-#include "medusa_train.h"
-#include "widen.h"
+#include "model/forward.h"
+#include "train/distill.h" /* SeqOrder, distill_lr */
+#include "train/medusa_train.h"
+#include "train/widen.h"
 
 static Model M;
 static char dir[64];

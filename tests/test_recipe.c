@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "fixture.h"
-#include "recipe.h"
+#include "recipe/recipe.h"
 
 static const char *GOOD =
     "# a comment\n"

@@ -11,7 +11,7 @@
 #include "backend.h"
 #include "check.h"
 #include "fixture.h"
-#include "serve_gen.h"
+#include "serve/serve_gen.h"
 
 static Model M;
 static Engine *E;

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "serve_request.h"
-#include "util.h"
+#include "base/util.h"
+#include "serve/serve_request.h"
 
 static int parse(ServeRequest *r, RequestKind k, const char *body) { return serve_request_parse(r, k, body, strlen(body)); }
 

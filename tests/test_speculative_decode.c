@@ -15,7 +15,7 @@
    differing token named. */
 #include <unistd.h>
 
-#include "draftmodel.h"
+#include "heads/draftmodel.h"
 #include "methods.h"
 
 static char DIR_[64];

@@ -2,8 +2,8 @@
    interoperability with the zstd CLI, the reference implementation's published byte
    vectors, refusal of bad files, truncation/mutation fuzzing, and atomic writes. */
 #include "check.h"
-#include "tensorfile.h"
-#include "util.h"
+#include "base/util.h"
+#include "formats/tensorfile.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -4,8 +4,8 @@
 #include "check.h"
 #include "fixture.h"
 #include "vocab_vectors.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "base/util.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,9 +6,9 @@
 #include "check.h"
 #include "fixture.h"
 #include "vocab_vectors.h"
-#include "gguf.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "base/util.h"
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdlib.h>

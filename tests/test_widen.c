@@ -4,8 +4,9 @@
    a perturbed unreachable weight must not; presets too small are refused; the streamed
    writer must write the very bytes ck_write_model writes. */
 #include "check.h"
-#include "forward.h"
-#include "widen.h"
+#include "import/llama2c.h"
+#include "model/forward.h"
+#include "train/widen.h"
 
 #include <math.h>
 #include <stdlib.h>

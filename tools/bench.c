@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "decode.h"
-#include "recipe.h"
+#include "decode/method.h"
+#include "recipe/recipe.h"
 #include "tool.h"
 
 #define USAGE                                                                                                          \

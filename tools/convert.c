@@ -6,8 +6,11 @@
    layer L folded into the lm_head (draftmodel.h; docs/speculative.md). */
 #include <sys/stat.h>
 
-#include "checkpoint.h"
-#include "draftmodel.h"
+#include "heads/draftmodel.h"
+#include "import/gguf_model.h"
+#include "import/hf.h"
+#include "import/llama2c.h"
+#include "model/checkpoint.h"
 #include "tool.h"
 
 #define USAGE                                                                                                          \

@@ -7,9 +7,9 @@
 #include <signal.h>
 #include <sys/random.h>
 
-#include "chat.h"
-#include "decode.h"
-#include "serve_gen.h" /* gen_find_stop: the stop strings serve ends answers on */
+#include "decode/method.h"
+#include "serve/serve_gen.h" /* gen_find_stop: the stop strings serve ends answers on */
+#include "tokenizer/chat.h"
 #include "tool.h"
 
 #define USAGE                                                                                                          \

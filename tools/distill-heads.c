@@ -15,7 +15,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "distill.h"
+#include "train/distill.h"
 #include "tool.h"
 
 #define USAGE "-m MODEL --data FILE [--layers L1,L2,...|auto] [--steps N] ... -o HEADS"

@@ -3,7 +3,7 @@
    bin/pack --list FILE                     what a bundle (or any paradec file) holds
    bin/decode -m BUNDLE --method adadecode|self-speculative|medusa then finds its heads
    inside. Heads trained for another model are refused, both digests named. */
-#include "bundle.h"
+#include "heads/bundle.h"
 #include "tool.h"
 
 #define USAGE "-m MODEL HEADS... -o BUNDLE | --list FILE"

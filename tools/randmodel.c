@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 #include "tool.h"
 
 #define MEMORY "memory: about the model as f32 (4 bytes a parameter of the config's shape) + 2 bytes a parameter more\n" \

@@ -13,8 +13,8 @@
 #include <jansson.h>
 #include <sys/stat.h>
 
-#include "decode.h"
-#include "recipe.h"
+#include "decode/method.h"
+#include "recipe/recipe.h"
 #include "tool.h"
 
 #define MEMORY "memory: check and rules, a few MiB (the recipe); answers, about\n        " MEMORY_MODEL "\n" \

@@ -22,9 +22,9 @@
 
 #include <jansson.h>
 
-#include "bundle.h"
-#include "engine.h"
-#include "serve_gen.h"
+#include "decode/engine.h"
+#include "heads/bundle.h"
+#include "serve/serve_gen.h"
 #include "tool.h"
 
 #define USAGE "-m MODEL [flags]"

@@ -5,7 +5,7 @@
    line (BOS only with --bos); --special recognises control tokens written in the text
    (<|begin_of_text|>, <|im_start|>, ...). Decoding reads whitespace-separated ids and
    prints exactly the text they make; with --special control tokens print their text. */
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "tool.h"
 
 static int fail(const char *msg) {

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "backend.h"
-#include "model.h"
-#include "util.h"
+#include "base/util.h"
+#include "model/model.h"
 
 static const char *tool_name = "paradec";
 

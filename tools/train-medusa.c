@@ -15,8 +15,8 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "distill.h" /* SeqOrder, distill_lr */
-#include "medusa_train.h"
+#include "train/distill.h" /* SeqOrder, distill_lr */
+#include "train/medusa_train.h"
 #include "tool.h"
 
 #define USAGE "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS"

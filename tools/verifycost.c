@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "forward.h"
+#include "model/forward.h"
 #include "tool.h"
 
 #define MAX_N 256

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include "tool.h"
-#include "widen.h"
+#include "import/hf.h"
+#include "import/llama2c.h"
+#include "train/widen.h"
 
 #define USAGE "-m MODEL --preset NAME [--dtype f32|bf16] [--seed S] -o OUT [--llama2c OUT.bin] [--hf DIR] [--heads HEADS --heads-out WIDE_HEADS]"
 

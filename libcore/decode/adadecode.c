@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../decode.h"
+#include "decode/method.h"
 
 #define MAX_ACTIVE 34 /* max_pending (≤ 32) + the youngest + one spare */
 

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../drafter.h"
+#include "decode/drafter.h"
 
 #define DEFAULT_WINDOW 3
 #define DEFAULT_NGRAM 3

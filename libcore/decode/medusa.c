@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../drafter.h"
+#include "decode/drafter.h"
 
 #define DEFAULT_NODES 64 /* the built tree; the controller verifies a prefix */
 #define MAX_RANK 32      /* candidates a head offers at most */

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "../drafter.h"
+#include "decode/drafter.h"
 
 #define DEFAULT_NGRAM_MAX 3
 #define MAX_NGRAM 8

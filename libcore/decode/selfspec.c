@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../decode.h"
+#include "decode/method.h"
 
 #define DEFAULT_DRAFT_MAX 4
 #define DEFAULT_CONFIDENCE 0.5f

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../drafter.h"
+#include "decode/drafter.h"
 
 #define START_K 3
 #define DEFAULT_MAX 8

@@ -1,6 +1,6 @@
 /* standard.c — one token per pass through the whole model: the reference every
    other method must reproduce token for token. */
-#include "../decode.h"
+#include "decode/method.h"
 
 static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     if (decode_prefill(d, prompt, n_prompt)) return -1;

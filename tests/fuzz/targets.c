@@ -11,14 +11,17 @@
 #include <time.h>
 
 #include "backend.h"
-#include "checkpoint.h"
-#include "dataset.h"
-#include "drafter.h"
-#include "gguf.h"
-#include "recipe.h"
-#include "serve_gen.h"
-#include "tensorfile.h"
-#include "tokenizer.h"
+#include "decode/drafter.h"
+#include "formats/gguf.h"
+#include "formats/tensorfile.h"
+#include "import/gguf_model.h"
+#include "import/hf.h"
+#include "import/llama2c.h"
+#include "model/checkpoint.h"
+#include "recipe/recipe.h"
+#include "serve/serve_gen.h"
+#include "tokenizer/tokenizer.h"
+#include "train/dataset.h"
 
 #define EXPECT(cond) \
     do {             \

@@ -1,0 +1,80 @@
+/* drafter.h — guess, then check. A drafter proposes a token tree rooted at the last
+   accepted token; drafter_generate runs the whole tree through the model in one
+   forward call with the tree's attention mask (each node sees its ancestors, not its
+   siblings), keeps the longest path the model agrees with, and cuts the KV cache to
+   that path. Medusa, prompt lookup, draft-model speculative decoding and the
+   benchmarks' oracle are drafters; adding one touches no other file.
+
+   Lossless: greedy keeps a child only when its token is the model's argmax at the
+   parent; sampling walks the tree with rejection sampling — at a node with model
+   distribution p, child c (token t, drawn from q_c, a point mass when the drafter
+   chose it deterministically) is accepted with probability min(1, p(t)/q_c(t)); when
+   rejected, p becomes norm(max(0, p − q_c)) and the next child is tried; when no child
+   is left the token comes from what remains of p. Every emitted token is then
+   distributed as the model's own (Leviathan et al. 2023; SpecInfer, Miao et al. 2024).
+
+   How big a tree is verified changes the speed only: the round size controller keeps
+   per-size measured throughput and hill-climbs over prefixes of the proposed tree
+   (1 = a plain step, with no drafting at all), so a drafter that does not pay falls
+   back to plain steps and probes again later (a cheap one is asked for its tree even
+   then, and what it would have kept is read off the tokens that follow). */
+#ifndef PD_DRAFTER_H
+#define PD_DRAFTER_H
+#include "decode/method.h"
+
+#define MAX_TREE 128 /* nodes a round verifies at most, the root included (side nodes apart) */
+_Static_assert(2 * MAX_TREE <= MAX_ROUND_NODES, "a round's tree and side nodes are counted in rounds_by_nodes");
+
+typedef struct {
+    int n;                    /* nodes; node 0 is the root */
+    int32_t token[MAX_TREE];  /* node 0: the last accepted token x, at position P, not yet run */
+    int32_t parent[MAX_TREE]; /* parent[i] < i; parent[0] = -1 */
+    int32_t depth[MAX_TREE];  /* filled by drafter_generate: node i sits at P + depth[i] */
+    float *q;                 /* [MAX_TREE][vocab] sampling: row i = the distribution node i's
+                                 token was drawn from, when sampled[i] */
+    uint8_t sampled[MAX_TREE];/* 0: a deterministic draft (a point mass at token[i]) */
+    /* side nodes (lookahead's Jacobi window): n_side more nodes after the tree, run in
+       the same call but never kept; side node i is at position side_pos[i] and sees
+       the committed context plus the batch nodes j < n + i with side_mask[i][j] set */
+    int n_side;
+    int32_t token_side[MAX_TREE], side_pos[MAX_TREE];
+    uint8_t side_mask[MAX_TREE][2 * MAX_TREE];
+} DraftTree;
+
+typedef struct Drafter {
+    void *self;
+    /* after the prompt: hidden[dim] = its last token's state after the last layer */
+    int (*start)(struct Drafter *, DecodeCtx *, const int32_t *prompt, int n_prompt, const float *hidden);
+    /* adds nodes below the root (t->n = 1, token[0] set), at most max_nodes in all and
+       no deeper than max_depth; nodes ordered so that every prefix is a good smaller
+       tree (the controller may verify a prefix only). Returns 0, -1 on error */
+    int (*propose)(struct Drafter *, DecodeCtx *, DraftTree *t, int max_nodes, int max_depth);
+    /* the outcome: nodes path[0..n_path) were kept (path[0] = 0, the root; t->n = 1
+       after a plain step, which asked for no drafts), `next` follows them;
+       hidden[dim] = the last kept node's state after the last layer (the one `next`
+       came from); logits[n + n_side][vocab]: every node's (the walked ones turned into
+       probabilities when sampling; the side nodes' as they came) */
+    int (*accepted)(struct Drafter *, DecodeCtx *, const DraftTree *t, const int *path, int n_path, int next,
+                    const float *hidden, const float *logits);
+    void (*free)(struct Drafter *);
+    /* proposing costs next to nothing and drafts are deterministic (prompt lookup):
+       where a step is slow enough, the loop then asks for the biggest tree each round,
+       verifies the prefix it chose, and learns what the rest would have kept from the
+       tokens that follow */
+    int cheap;
+} Drafter;
+
+/* the verify loop every drafter runs in; frees the drafter */
+int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_prompt);
+
+/* Medusa's --tree (decode/medusa.c): a JSON list of rank paths, as Medusa's mc_sim
+   choices ("[[0], [1], [0, 0]]"), for n_heads heads, as nodes: node 0 is the root,
+   node i (parent[i] < i) head depth[i]-1's rank-rank[i] candidate. Every path's
+   parent path must be listed too. */
+typedef struct {
+    int n;
+    int parent[MAX_TREE], rank[MAX_TREE], depth[MAX_TREE];
+} MedusaTree;
+int medusa_tree_parse(MedusaTree *tr, const char *spec, int n_heads);
+
+#endif

@@ -1,0 +1,187 @@
+/* exit_heads.c — see exit_heads.h. Every T lives in the arena as an aligned f32 copy
+   (a mapped file's data need not be aligned) and packed for k_matmul, so
+   head_logits is three batch-invariant kernels: rmsnorm, matmul by T, matmul by E. */
+#include "heads/exit_heads.h"
+
+#include "heads/bundle.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static int check_layers(const Model *m, const int *layers, int n, const char *what) {
+    int L = m->c.n_layers;
+    if (n < 1 || n > MAX_EXIT_HEADS) return pd_error("%s: %d exit heads; 1 to %d are allowed", what, n, MAX_EXIT_HEADS);
+    for (int k = 0; k < n; k++) {
+        if (layers[k] < 1 || layers[k] >= L)
+            return pd_error("%s: a head at layer %d, but the model has %d layers (heads go at layers 1..%d)", what,
+                            layers[k], L, L - 1);
+        if (k && layers[k] <= layers[k - 1]) return pd_error("%s: layer %d given twice or out of order", what, layers[k]);
+    }
+    return 0;
+}
+
+/* the arena and the layer list; T and Tp point into the arena, T zeroed */
+static int heads_alloc(ExitHeads *h, const Model *m, const int *layers, int n, int norm, const char *what) {
+    if (check_layers(m, layers, n, what)) return -1;
+    int d = m->c.dim;
+    size_t per = pd_mul(pd_mul(sizeof(float), d), d) + k_packed_bytes(WT_F32, d, d) + 128;
+    if (arena_init(&h->arena, pd_mul(per, n))) return pd_error_prefix(what);
+    h->n = n;
+    h->dim = d;
+    h->norm = norm;
+    snprintf(h->model_digest, sizeof h->model_digest, "%s", m->digest);
+    for (int k = 0; k < n; k++) {
+        h->layer[k] = layers[k];
+        h->T[k] = arena_push(&h->arena, sizeof(float) * d * d);
+        h->Tp[k] = arena_push(&h->arena, k_packed_bytes(WT_F32, d, d));
+    }
+    return 0;
+}
+
+int heads_set_T(ExitHeads *h, int k, const float *T) {
+    if (k < 0 || k >= h->n) return pd_error("exit heads: no head %d", k);
+    int d = h->dim;
+    float *own = (float *)h->T[k]; /* the arena's copy: ours to write */
+    if (own != T) memcpy(own, T, sizeof(float) * d * d);
+    const void *src[1] = {own};
+    int rows[1] = {d};
+    k_pack((void *)h->Tp[k], WT_F32, d, 1, src, rows);
+    return 0;
+}
+
+int heads_identity(ExitHeads *h, const Model *m, const int *layers, int n, int norm) {
+    memset(h, 0, sizeof *h);
+    if (heads_alloc(h, m, layers, n, norm, "exit heads")) return -1;
+    for (int k = 0; k < n; k++) {
+        float *T = (float *)h->T[k];
+        for (int i = 0; i < h->dim; i++) T[(size_t)i * h->dim + i] = 1;
+        heads_set_T(h, k, T);
+    }
+    return 0;
+}
+
+/* "4,1,3" → sorted layers; -1 on anything else */
+static int parse_layers(const char *s, int *layers, int *n, const char *what) {
+    *n = 0;
+    for (const char *p = s;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1 << 20 || (*end && *end != ',') || *n == MAX_EXIT_HEADS)
+            return pd_error("%s: paradec.exit.layers '%s' is not a list of up to %d layers", what, s, MAX_EXIT_HEADS);
+        layers[(*n)++] = (int)v;
+        if (!*end) break;
+        p = end + 1;
+    }
+    qsort(layers, *n, sizeof(int), cmp_int);
+    return 0;
+}
+
+static int load_T(ExitHeads *h, const Model *m, int k, const char *path) {
+    char name[64];
+    snprintf(name, sizeof name, "exit.%d.T", h->layer[k]);
+    const Tensor *t = tf_get(&h->tf, name);
+    if (!t) return pd_error("%s: tensor '%s' is missing", path, name);
+    if (t->dtype != DT_F32 || t->ndim != 2) return pd_error("%s: tensor '%s' must be 2-d F32", path, name);
+    if (t->shape[0] != t->shape[1] || t->shape[0] != m->c.dim)
+        return pd_error("%s: tensor '%s' is %lldx%lld but the model's dim is %d: heads for another model", path, name,
+                        (long long)t->shape[0], (long long)t->shape[1], m->c.dim);
+    float *T = (float *)h->T[k];
+    memcpy(T, t->data, t->nbytes);
+    for (size_t i = 0; i < (size_t)h->dim * h->dim; i++)
+        if (!isfinite(T[i])) return pd_error("%s: tensor '%s' holds a non-finite value", path, name);
+    return heads_set_T(h, k, T);
+}
+
+int heads_load(ExitHeads *h, const char *path, const Model *m) {
+    TensorFile tf;
+    memset(h, 0, sizeof *h);
+    if (tf_open(&tf, path)) return -1;
+    int rc = heads_load_tf(h, &tf, m, path);
+    tf_close(&tf);
+    return rc;
+}
+
+int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const char *path) {
+    memset(h, 0, sizeof *h);
+    if (bundle_view(file, "exit-heads", &h->tf, path)) return -1;
+    if (tf_verify(&h->tf, NULL)) {
+        tf_close(&h->tf);
+        return -1;
+    }
+    const char *kind = tf_meta(&h->tf, "paradec.kind"), *ls = tf_meta(&h->tf, "paradec.exit.layers");
+    const char *norm = tf_meta(&h->tf, "paradec.exit.norm"), *dig = tf_meta(&h->tf, "paradec.model_digest");
+    int layers[MAX_EXIT_HEADS], n = 0, rc = 0;
+    if (!kind || strcmp(kind, "exit-heads"))
+        rc = pd_error("%s: not an exit-heads file (paradec.kind is '%s')", path, kind ? kind : "missing");
+    else if (!ls)
+        rc = pd_error("%s: no exit heads inside (paradec.exit.layers is missing)", path);
+    else if (!norm || (strcmp(norm, "0") && strcmp(norm, "1")))
+        rc = pd_error("%s: paradec.exit.norm must be 0 or 1", path);
+    else if (!dig)
+        rc = pd_error("%s: paradec.model_digest is missing: cannot tell which model the heads are for", path);
+    rc = rc ? rc : parse_layers(ls, layers, &n, path);
+    rc = rc ? rc : heads_alloc(h, m, layers, n, norm[0] == '1', path); /* leaves h->tf */
+    for (int k = 0; k < h->n && !rc; k++) rc = load_T(h, m, k, path);
+    /* the shapes fit; the weights must be the very ones the heads were trained on */
+    if (!rc && strcmp(dig, m->digest))
+        rc = pd_error("%s: heads trained for model %s, but this model is %s", path, dig,
+                      m->digest[0] ? m->digest : "(no digest)");
+    if (rc) heads_free(h);
+    return rc;
+}
+
+void heads_free(ExitHeads *h) {
+    tf_close(&h->tf);
+    arena_free(&h->arena);
+    memset(h, 0, sizeof *h);
+}
+
+int heads_find(const ExitHeads *h, int layer) {
+    for (int k = 0; k < h->n; k++)
+        if (h->layer[k] == layer) return k;
+    return -1;
+}
+
+int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *logits) {
+    if (k < 0 || k >= h->n) return pd_error("exit heads: no head %d", k);
+    if (n < 1) return 0;
+    int d = h->dim;
+    /* x | z, [n][dim] each: on the stack for the one-token calls decoding makes */
+    float small[2 * 4096], *buf = 2 * (size_t)n * d <= 2 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d));
+    if (!buf) return -1;
+    float *x = buf, *z = buf + (size_t)n * d;
+    if (h->norm) k_rmsnorm(x, hidden, m->final_norm, n, d, m->c.norm_eps);
+    else memcpy(x, hidden, sizeof(float) * n * d);
+    k_matmul(z, x, h->Tp[k], WT_F32, n, d, d);
+    k_matmul(logits, z, m->lm_head.p, m->lm_head.t, n, d, m->c.vocab_size);
+    if (buf != small) free(buf);
+    return 0;
+}
+
+int heads_save(const ExitHeads *h, const char *path, const char *const *meta, int n_meta) {
+    TfWriter *w = tfw_begin(path, -1);
+    if (!w) return -1;
+    tfw_record_digests(w);
+    char layers[16 * MAX_EXIT_HEADS] = "", name[MAX_EXIT_HEADS][32], dim[16];
+    int64_t shape[2] = {h->dim, h->dim};
+    int rc = 0;
+    for (int k = 0; k < h->n && !rc; k++) {
+        size_t l = strlen(layers);
+        snprintf(layers + l, sizeof layers - l, "%s%d", k ? "," : "", h->layer[k]);
+        snprintf(name[k], sizeof name[k], "exit.%d.T", h->layer[k]);
+        rc = tfw_add(w, name[k], DT_F32, 2, shape, h->T[k]);
+    }
+    snprintf(dim, sizeof dim, "%d", h->dim);
+    rc = rc || tfw_meta(w, "paradec.kind", "exit-heads") || tfw_meta(w, "paradec.version", "1") ||
+         tfw_meta(w, "paradec.exit.layers", layers) || tfw_meta(w, "paradec.exit.norm", h->norm ? "1" : "0") ||
+         tfw_meta(w, "paradec.exit.dim", dim) || tfw_meta(w, "paradec.model_digest", h->model_digest);
+    for (int i = 0; i < n_meta && !rc; i++) rc = tfw_meta(w, meta[2 * i], meta[2 * i + 1]);
+    if (rc) {
+        tfw_abort(w);
+        return -1;
+    }
+    return tfw_commit(w);
+}

@@ -1,0 +1,45 @@
+/* exit_heads.h — AdaDecode's intermediate-layer heads: for a head at layer l, the
+   hidden state after layers [0, l) goes through the model's final RMSNorm (when
+   `norm` is set), then a d×d matrix T_l, then the model's own output embedding E:
+       logits_l = E · T_l · norm(h_l)
+   Files of kind `exit-heads` hold tensors `exit.{l}.T` [d][d] and metadata naming the
+   model they were trained for. */
+#ifndef PD_EXIT_HEADS_H
+#define PD_EXIT_HEADS_H
+#include "model/model.h"
+
+#define MAX_EXIT_HEADS 16
+
+typedef struct {
+    int n;                         /* heads, by increasing layer */
+    int layer[MAX_EXIT_HEADS];     /* 1 .. n_layers-1 */
+    const float *T[MAX_EXIT_HEADS];/* [dim][dim] row-major, f32 (in tf or owned) */
+    const void *Tp[MAX_EXIT_HEADS];/* the same, packed for k_matmul */
+    int norm;                      /* apply the final RMSNorm (with its gain) before T */
+    int dim;
+    char model_digest[40];
+    TensorFile tf;                 /* the file's metadata (a view: its tensors are gone after load) */
+    Arena arena;                   /* packed copies, owned T when built in memory */
+} ExitHeads;
+
+/* load and check against the model: dimension, layer range, the model digest the
+   heads were trained for (refused with both digests named) */
+int heads_load(ExitHeads *h, const char *path, const Model *m);
+/* the same from a file already open: an exit-heads file, or a bundle (its first exit
+   head set). h keeps the metadata (h->tf, a view), not the tensors */
+int heads_load_tf(ExitHeads *h, const TensorFile *tf, const Model *m, const char *what);
+/* identity heads (T = I) at the given layers: the "logit lens", and the untrained
+   start of distill-heads */
+int heads_identity(ExitHeads *h, const Model *m, const int *layers, int n, int norm);
+void heads_free(ExitHeads *h);
+/* index of the head at this layer, -1 when none */
+int heads_find(const ExitHeads *h, int layer);
+/* logits[n][vocab] of head k for n hidden states hidden[n][dim] (batch-invariant) */
+int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *logits);
+/* replace head k's matrix (copied, repacked): what training writes back */
+int heads_set_T(ExitHeads *h, int k, const float *T);
+/* an `exit-heads` file: exit.{l}.T, paradec.exit.layers/.norm/.dim, paradec.model_digest,
+   and n_meta more key/value pairs (meta[2i], meta[2i+1]: training facts); atomic */
+int heads_save(const ExitHeads *h, const char *path, const char *const *meta, int n_meta);
+
+#endif

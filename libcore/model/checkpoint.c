@@ -1,0 +1,275 @@
+/* checkpoint.c — in-memory checkpoints and paradec model files. */
+#include "model/checkpoint.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "formats/gguf.h"
+
+float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols) {
+    if (ck->n == ck->cap) {
+        int cap = ck->cap ? 2 * ck->cap : 64;
+        CkTensor *t = pd_realloc(ck->t, sizeof(CkTensor) * cap);
+        if (!t) return NULL;
+        ck->t = t;
+        ck->cap = cap;
+    }
+    CkTensor *t = &ck->t[ck->n];
+    memset(t, 0, sizeof *t);
+    t->ndim = rows ? 2 : 1;
+    t->shape[0] = rows ? rows : cols;
+    t->shape[1] = rows ? cols : 1;
+    size_t count = pd_mul((size_t)t->shape[0], (size_t)t->shape[1]);
+    t->name = pd_strdup(name);
+    t->data = pd_alloc(pd_mul(count, sizeof(float)));
+    if (!t->name || !t->data) {
+        free(t->name);
+        free(t->data);
+        return NULL;
+    }
+    ck->n++;
+    return t->data;
+}
+
+CkTensor *ck_get(const Checkpoint *ck, const char *name) {
+    for (int i = 0; i < ck->n; i++)
+        if (!strcmp(ck->t[i].name, name)) return &ck->t[i];
+    return NULL;
+}
+
+void ck_free(Checkpoint *ck) {
+    for (int i = 0; i < ck->n; i++) {
+        free(ck->t[i].name);
+        free(ck->t[i].data);
+    }
+    free(ck->t);
+    free(ck->tok);
+    free(ck->chat_template);
+    memset(ck, 0, sizeof *ck);
+}
+
+/* a GGUF's tokenizer metadata (a vocabulary-only file or a whole model) as a
+   vocabulary-only GGUF; its chat template too */
+static int take_gguf_vocab(Checkpoint *ck, char **bytes, size_t *n, const char *path) {
+    Gguf g;
+    if (gguf_parse(&g, *bytes, *n, path)) return -1;
+    const GgufKV *toks = gguf_find(&g, "tokenizer.ggml.tokens");
+    GgufStr tmpl;
+    unsigned char *out = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if (!toks || toks->type != GGUF_ARRAY || toks->elem != GGUF_STRING)
+        rc = pd_error("%s: no tokenizer.ggml.tokens: not a GGUF with a vocabulary", path);
+    else if (toks->n != (uint64_t)ck->c.vocab_size)
+        rc = pd_error("%s: tokenizer has %llu tokens but the model's vocabulary is %d", path,
+                      (unsigned long long)toks->n, ck->c.vocab_size);
+    rc = rc ? rc : gguf_write_vocab(&g, &out, &len);
+    if (!rc && gguf_find(&g, "tokenizer.chat_template") && !gguf_get_str(&g, "tokenizer.chat_template", &tmpl)) {
+        free(ck->chat_template);
+        if (!(ck->chat_template = strndup(tmpl.s, tmpl.len))) rc = pd_error("%s: out of memory", path);
+    }
+    gguf_close(&g);
+    if (rc) {
+        free(out);
+        return -1;
+    }
+    free(*bytes);
+    *bytes = (char *)out;
+    *n = len;
+    return 0;
+}
+
+/* the tokenizer module's loader for the kind must take it, and its vocabulary must be
+   the model's (a tokenizer.json may be smaller: Qwen2 pads its embedding) */
+int ck_check_tokenizer(const Checkpoint *ck, const void *bytes, size_t n, const char *kind, const char *what) {
+    Tokenizer *t;
+    if (tok_load_bytes(&t, bytes, n, kind, what)) return -1;
+    int v = tok_vocab_size(t);
+    tok_free(t);
+    if (v > ck->c.vocab_size || (v < ck->c.vocab_size && strcmp(kind, "hf-json")))
+        return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", what, v, ck->c.vocab_size);
+    return 0;
+}
+
+int ck_set_tokenizer(Checkpoint *ck, const char *path) {
+    char *bytes;
+    size_t n, i = 0;
+    if (pd_read_file_gz(path, &bytes, &n)) return -1;
+    while (i < n && (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\t' || bytes[i] == '\r')) i++;
+    const char *kind = n >= 4 && !memcmp(bytes, "GGUF", 4) ? "gguf" : i < n && bytes[i] == '{' ? "hf-json" : "llama2c";
+    if ((!strcmp(kind, "gguf") && take_gguf_vocab(ck, &bytes, &n, path)) ||
+        ck_check_tokenizer(ck, bytes, n, kind, path)) {
+        free(bytes);
+        return -1;
+    }
+    free(ck->tok);
+    ck->tok = (unsigned char *)bytes;
+    ck->tok_len = n;
+    snprintf(ck->tok_kind, sizeof ck->tok_kind, "%s", kind);
+    return 0;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);               /* round to nearest even */
+}
+
+/* canonical tensor order (model_tensor_order): the same weights give the same file
+   and digest whatever order an importer used */
+static int by_canonical_order(const void *a, const void *b) {
+    return model_tensor_order(((const CkTensor *)a)->name, ((const CkTensor *)b)->name);
+}
+
+/* small vectors stay F32 whatever the weights are stored as */
+static int is_norm(const char *name) { return strstr(name, "norm") || strstr(name, ".bias"); }
+
+int mw_begin(ModelWriter *mw, const char *path, DType dt) {
+    memset(mw, 0, sizeof *mw);
+    if (dt != DT_F32 && dt != DT_BF16) return pd_error("%s: weights can be stored F32 or BF16", path);
+    mw->dt = dt;
+    mw->hash = XXH3_createState();
+    if (!mw->hash) return pd_error("%s: out of memory", path);
+    XXH3_128bits_reset(mw->hash);
+    if (!(mw->path = pd_strdup(path)) || !(mw->w = tfw_begin(path, -1))) {
+        XXH3_freeState(mw->hash);
+        free(mw->path);
+        return -1;
+    }
+    tfw_record_digests(mw->w);
+    return 0;
+}
+
+static void mw_free(ModelWriter *mw) {
+    for (int i = 0; i < mw->n_owned; i++) free(mw->owned[i]);
+    free(mw->owned);
+    XXH3_freeState(mw->hash);
+    free(mw->path);
+    memset(mw, 0, sizeof *mw);
+}
+
+/* a NaN or infinity in a weight is refused when the file is written: the digest then
+   vouches for finite weights, and loading need not scan them */
+static int check_finite(const ModelWriter *mw, const char *name, const void *bytes, DType dt, size_t count) {
+    int bad = 0;
+    if (dt == DT_F32) {
+        const uint32_t *u = bytes;
+        for (size_t j = 0; j < count; j++) bad |= (u[j] & 0x7f800000u) == 0x7f800000u;
+    } else {
+        const uint16_t *u = bytes;
+        for (size_t j = 0; j < count; j++) bad |= (u[j] & 0x7f80u) == 0x7f80u;
+    }
+    if (!bad) return 0;
+    size_t j = 0;
+    while (dt == DT_F32 ? (((const uint32_t *)bytes)[j] & 0x7f800000u) != 0x7f800000u
+                        : (((const uint16_t *)bytes)[j] & 0x7f80u) != 0x7f80u)
+        j++;
+    return pd_error("%s: tensor '%s' element %zu is not finite%s: refusing to write it", mw->path, name, j,
+                    dt == DT_BF16 ? " in bf16" : "");
+}
+
+int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data) {
+    DType dt = is_norm(name) ? DT_F32 : mw->dt;
+    size_t count = (size_t)shape[0] * shape[1];
+    const void *bytes = data;
+    if (dt == DT_BF16) {
+        if (mw->n_owned == mw->cap) {
+            void **o = pd_realloc(mw->owned, sizeof(void *) * (mw->cap = mw->cap ? 2 * mw->cap : 64));
+            if (!o) return -1;
+            mw->owned = o;
+        }
+        uint16_t *b = pd_alloc(pd_mul(count, 2));
+        if (!b) return -1;
+        for (size_t j = 0; j < count; j++) b[j] = f32_to_bf16(data[j]);
+        bytes = mw->owned[mw->n_owned++] = b;
+    }
+    if (check_finite(mw, name, bytes, dt, count)) return -1;
+    model_digest_update(mw->hash, name, dt, shape, bytes, count * dtype_size(dt));
+    return tfw_add(mw->w, name, dt, ndim, shape, bytes);
+}
+
+int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t tok_len, const char *tok_kind) {
+    int64_t tn = (int64_t)tok_len;
+    XXH128_hash_t d = XXH3_128bits_digest(mw->hash);
+    char digest[40], *cfg = config_to_json(c);
+    snprintf(digest, sizeof digest, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
+    int rc = !cfg || tfw_add(mw->w, "tokenizer.bytes", DT_U8, 1, &tn, tok) ||
+             tfw_meta(mw->w, "paradec.kind", "model") || tfw_meta(mw->w, "paradec.version", "1") ||
+             tfw_meta(mw->w, "paradec.config", cfg) || tfw_meta(mw->w, "paradec.digest", digest) ||
+             tfw_meta(mw->w, "paradec.tokenizer", tok_kind) ||
+             (mw->chat_template && tfw_meta(mw->w, "paradec.chat_template", mw->chat_template));
+    for (int i = 0; i < mw->n_meta && !rc; i++) rc = tfw_meta(mw->w, mw->meta[2 * i], mw->meta[2 * i + 1]);
+    free(cfg);
+    rc = rc ? (tfw_abort(mw->w), -1) : tfw_commit(mw->w);
+    mw_free(mw);
+    return rc;
+}
+
+void mw_abort(ModelWriter *mw) {
+    if (mw->w) tfw_abort(mw->w);
+    mw_free(mw);
+}
+
+int ck_write_model(const Checkpoint *ck, const char *path, DType dt) {
+    if (!ck->tok) return pd_error("%s: no tokenizer given (--tokenizer)", path);
+    qsort(ck->t, ck->n, sizeof(CkTensor), by_canonical_order);
+    ModelWriter mw;
+    if (mw_begin(&mw, path, dt)) return -1;
+    for (int i = 0; i < ck->n; i++)
+        if (mw_add(&mw, ck->t[i].name, ck->t[i].ndim, ck->t[i].shape, ck->t[i].data)) {
+            mw_abort(&mw);
+            return -1;
+        }
+    mw.chat_template = ck->chat_template;
+    return mw_commit(&mw, &ck->c, ck->tok, ck->tok_len, ck->tok_kind);
+}
+
+int ck_read_model(Checkpoint *ck, const char *path) {
+    Model m;
+    memset(ck, 0, sizeof *ck);
+    if (model_load(&m, path)) return -1;
+    ck->c = m.c;
+    int rc = 0;
+    for (int i = 0; i < m.tf.n && !rc; i++) {
+        const Tensor *t = &m.tf.t[i];
+        if (!strcmp(t->name, "tokenizer.bytes")) continue;
+        int64_t rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->shape[t->ndim - 1];
+        float *d = ck_add(ck, t->name, rows, cols);
+        if (!d) { rc = -1; break; }
+        for (int64_t r = 0; r < (rows ? rows : 1); r++)
+            k_row_to_f32(d + r * cols, t->data, t->dtype == DT_F32 ? WT_F32 : WT_BF16, r, (int)cols);
+    }
+    const Tensor *tok = tf_get(&m.tf, "tokenizer.bytes");
+    if (!rc && (ck->tok = pd_alloc(tok->nbytes))) {
+        memcpy(ck->tok, tok->data, tok->nbytes);
+        ck->tok_len = tok->nbytes;
+        snprintf(ck->tok_kind, sizeof ck->tok_kind, "%s", tf_meta(&m.tf, "paradec.tokenizer"));
+        const char *tmpl = tf_meta(&m.tf, "paradec.chat_template");
+        if (tmpl && !(ck->chat_template = pd_strdup(tmpl))) rc = -1;
+    } else
+        rc = -1;
+    model_free(&m);
+    if (rc) ck_free(ck);
+    return rc;
+}
+
+int rope_rows_permute(float *w, int n_heads, int hd, int cols, int to_hf) {
+    float *tmp = pd_alloc(pd_mul(pd_mul(sizeof(float), hd), cols));
+    if (!tmp) return -1;
+    size_t row = sizeof(float) * cols;
+    for (int h = 0; h < n_heads; h++) {
+        float *W = w + (size_t)h * hd * cols;
+        memcpy(tmp, W, row * hd);
+        /* Meta row 2i+c (pair i, component c) is HF row c*hd/2 + i */
+        for (int i = 0; i < hd / 2; i++)
+            for (int c = 0; c < 2; c++) {
+                size_t meta = 2 * i + c, hf = (size_t)c * hd / 2 + i;
+                memcpy(W + (to_hf ? hf : meta) * cols, tmp + (to_hf ? meta : hf) * cols, row);
+            }
+    }
+    free(tmp);
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* forward.h — the central primitive every decoding method builds on. */
+#ifndef PD_FORWARD_H
+#define PD_FORWARD_H
+#include "model/kvcache.h"
+#include "model/model.h"
+
+/* one step of work: n tokens, each with its sequence, position and the tokens of the
+   same step it may attend to. With parent and mask both NULL, each token sees the
+   earlier tokens of its own sequence in the batch (a chain: prefill, drafts). */
+typedef struct {
+    int n;
+    const int32_t *token;  /* [n] (read only when the call starts at layer 0) */
+    const int32_t *seq;    /* [n] KV sequence each token extends; NULL = all 0 */
+    const int32_t *pos;    /* [n] its position (RoPE) */
+    const int32_t *parent; /* [n] index of its parent in this batch, -1 = none; parents
+                              come first; ancestors are visible, siblings are not */
+    const uint8_t *mask;   /* [n][n] or NULL: mask[i*n+j] = token i sees token j (j < i) */
+} Batch;
+
+/* runs layers [layer_begin, layer_end) for the batch. hidden[n][dim] is the input
+   (ignored and filled from the embedding when layer_begin is 0) and the output.
+   Each token's K/V goes to the slots after those already filled in each layer. */
+int forward_layers(Model *m, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
+                   float *hidden);
+/* logits[n][vocab] from the last hidden states */
+int final_logits(Model *m, const float *hidden, int n, float *logits);
+/* embedding rows for n tokens into hidden[n][dim] */
+void embed_tokens(Model *m, const int32_t *tokens, int n, float *hidden);
+void forward_free_workspace(Model *m);
+
+#endif

@@ -1,0 +1,50 @@
+/* kvcache.h — the paged KV cache. Keys and values live in fixed-size blocks taken
+   from one pool; each sequence has a block table. Every layer records how far it is
+   filled, because AdaDecode fills the layers of one position at different times.
+   Slot i of a sequence holds position i once a step is accepted; a token tree in
+   flight occupies the slots after the accepted ones until kv_keep_path compacts the
+   accepted branch.
+   Within a block, keys and values are stored transposed ([kv_dim][block_size]) so
+   attention takes a block's slots 16 at a time. */
+#ifndef PD_KVCACHE_H
+#define PD_KVCACHE_H
+#include "model/model.h"
+
+typedef struct {
+    int n_layers, kv_dim, block_size;
+    int n_blocks, max_seqs, max_blocks; /* pool size, sequences, blocks per sequence */
+    float *k;          /* [n_blocks][n_layers][kv_dim][block_size] */
+    float *v;          /* [n_blocks][n_layers][kv_dim][block_size] */
+    int *free_blocks;  /* [n_blocks] stack of free block ids */
+    int n_free;
+    int *table;        /* [max_seqs][max_blocks] block ids */
+    int *n_table;      /* [max_seqs] blocks held */
+    int *len;          /* [max_seqs][n_layers] filled slots per layer */
+    char *live;        /* [max_seqs] */
+    Arena arena;
+} KVCache;
+
+/* room for max_tokens slots in all, shared by up to max_seqs sequences, each at most
+   seq_len slots (the model's context) */
+int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size);
+void kv_free(KVCache *kv);
+int kv_seq_new(KVCache *kv);                 /* a sequence id, or -1 when none is free */
+void kv_seq_free(KVCache *kv, int seq);      /* its blocks go back to the pool */
+int kv_len(const KVCache *kv, int seq, int layer);
+int kv_reserve(KVCache *kv, int seq, int slots); /* blocks for slots [0, slots) */
+void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v); /* [kv_dim] each */
+void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v);
+const int *kv_table(const KVCache *kv, int seq);     /* the sequence's block ids */
+size_t kv_block_stride(const KVCache *kv);           /* floats between blocks of one layer */
+const float *kv_layer_k(const KVCache *kv, int layer); /* block 0's keys of this layer */
+const float *kv_layer_v(const KVCache *kv, int layer);
+void kv_set_len(KVCache *kv, int seq, int layer, int len);
+/* rollback: every layer keeps at most len slots; whole blocks past it are freed */
+int kv_truncate(KVCache *kv, int seq, int len);
+/* keep an accepted branch: slots base+path[i] move to base+i (path increasing),
+   then every layer is cut to base+n */
+int kv_keep_path(KVCache *kv, int seq, int base, const int *path, int n);
+/* a copy of seq's first len slots into a new sequence (prefix reuse, tests) */
+int kv_fork(KVCache *kv, int seq, int len);
+
+#endif

@@ -1,0 +1,347 @@
+#!/bin/sh
+# test_layers — libcore's layering (libcore/LAYERS, the one place the folder order is
+# written). Fails, naming the file and line, when
+#   - a libcore file includes a header of a folder listed after its own;
+#   - an include of a libcore header names no folder ("util.h", "../decode.h"), in
+#     libcore, tools/ or tests/; or a libcore file lies outside a listed folder;
+#   - headers include each other in a cycle, or two modules do (a module is x.c with
+#     x.h; a.c including b.h while b.c or b.h includes a.h is a cycle); a header with
+#     no .c of its own (tokenizer_impl.h) is the private header of the module it serves,
+#     so it never closes a cycle by itself;
+#   - folders include each other in a cycle;
+#   - kernels/ includes a libcore header;
+#   - an object in $BUILD/obj/libcore/F/ uses a symbol defined in a folder above F (what
+#     an extern declaration could hide from the include check; skipped without objects).
+# Then it proves it can fail: on a copy of the tree with an upward include, flat
+# includes, a header cycle, a module cycle, a folder cycle, a stray file and an upward
+# symbol, every one must be caught (LAYERS_DEBUG=1 prints what each case reported).
+. tests/lib.sh
+
+python3 - "$TMP" <<'EOF'
+import os, re, shutil, subprocess, sys
+
+TMP = sys.argv[1]
+BUILD = os.environ.get('BUILD', 'build')
+INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+SRC = ('.c', '.h')
+
+
+def read_layers(root):
+    order = []
+    for line in open(os.path.join(root, 'libcore/LAYERS')):
+        w = line.split('#', 1)[0].split()
+        if w: order.append(w[0])
+    return order
+
+
+def files_under(root, top, exts):
+    out = []
+    for d, subdirs, fs in os.walk(os.path.join(root, top)):
+        subdirs.sort()
+        for f in sorted(fs):
+            if f.endswith(exts): out.append(os.path.relpath(os.path.join(d, f), root))
+    return out
+
+
+def sccs(nodes, edges):
+    """strongly connected components (Tarjan), each as a sorted list"""
+    index, low, on, stack, out, n = {}, {}, set(), [], [], [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v: break
+            out.append(sorted(comp))
+
+    for v in sorted(nodes):
+        if v not in index: visit(v)
+    return out
+
+
+def check_tree(root, objdir=None):
+    """(passed, failures): failures are 'path:line: what' lines"""
+    fails, passed = [], 0
+    order = read_layers(root)
+    rank = {f: i for i, f in enumerate(order)}
+    chain = ' < '.join(order)
+    exists = lambda p: os.path.isfile(os.path.join(root, p))
+    lib = files_under(root, 'libcore', SRC)
+    hdr_by_base = {}
+    for p in lib:
+        if p.endswith('.h'): hdr_by_base.setdefault(os.path.basename(p), []).append(p[len('libcore/'):])
+
+    def folder_of(p):  # libcore/F/... -> F
+        parts = p.split('/')
+        return parts[1] if len(parts) > 2 else None
+
+    def flat_hint(name):
+        c = hdr_by_base.get(os.path.basename(name))
+        return ' (write "%s")' % c[0] if c else ''
+
+    file_edges, where = {}, {}  # file -> headers it includes; (a, b) -> 'path:line'
+    for p in lib:
+        f = folder_of(p)
+        if f is None:
+            fails.append('%s: lies in libcore/ itself, in no folder of libcore/LAYERS' % p)
+            continue
+        if f not in rank:
+            fails.append('%s: folder %s/ is not in libcore/LAYERS (%s)' % (p, f, chain))
+            continue
+        ok = True
+        for ln, line in enumerate(open(os.path.join(root, p), errors='replace'), 1):
+            m = INC.match(line)
+            if not m: continue
+            name, at = m.group(1), '%s:%d' % (p, ln)
+            g = name.split('/')[0] if '/' in name else None
+            if g in rank and exists('libcore/' + name) and not name.endswith('.c'):
+                if rank[g] > rank[f]:
+                    fails.append('%s: includes "%s": %s/ is above %s/ (libcore/LAYERS: %s)' % (at, name, g, f, chain))
+                    ok = False
+                h = 'libcore/' + name
+                file_edges.setdefault(p, set()).add(h)
+                where.setdefault((p, h), at)
+            elif '/' not in name and exists('kernels/' + name):
+                pass  # the device interface (kernels/backend.h) keeps its own -Ikernels name
+            elif g in rank and name.endswith('.c'):
+                fails.append('%s: includes a .c file "%s"' % (at, name))
+                ok = False
+            elif g in rank:
+                fails.append('%s: includes "%s": there is no libcore/%s' % (at, name, name))
+                ok = False
+            else:
+                fails.append('%s: include "%s" names no libcore folder%s' % (at, name, flat_hint(name)))
+                ok = False
+        passed += ok
+
+    # tools/ and tests/: their own headers (the file's directory, and tests/ through
+    # -Itests) and kernels' stay as they are; a libcore header is named with its folder
+    for p in files_under(root, 'tools', SRC) + files_under(root, 'tests', SRC):
+        ok = True
+        dirs = [os.path.dirname(p)] + (['tests'] if p.startswith('tests/') else [])
+        for ln, line in enumerate(open(os.path.join(root, p), errors='replace'), 1):
+            m = INC.match(line)
+            if not m: continue
+            name, at = m.group(1), '%s:%d' % (p, ln)
+            local = any(exists(os.path.normpath(os.path.join(d, name))) and
+                        not os.path.normpath(os.path.join(d, name)).startswith('libcore/') for d in dirs)
+            g = name.split('/')[0] if '/' in name else None
+            if local or exists('kernels/' + name):
+                continue
+            if g in rank and exists('libcore/' + name):
+                continue
+            fails.append('%s: include "%s" names no libcore folder%s' % (at, name, flat_hint(name)))
+            ok = False
+        passed += ok
+
+    # kernels/ sees nothing of libcore
+    ok = True
+    for p in files_under(root, 'kernels', SRC + ('.cu', '.cuh')):
+        for ln, line in enumerate(open(os.path.join(root, p), errors='replace'), 1):
+            m = INC.match(line)
+            if not m: continue
+            name = m.group(1)
+            here = os.path.normpath(os.path.join(os.path.dirname(p), name))
+            if not exists(here) and not exists('kernels/' + name) and (exists('libcore/' + name) or os.path.basename(name) in hdr_by_base):
+                fails.append('%s:%d: kernels/ includes the libcore header "%s"' % (p, ln, name))
+                ok = False
+    passed += ok
+
+    # a cycle is told as one path round it, each step with the include that makes it
+    def report(kind, comp, edges, name, step_at):
+        inside, path, prev = set(comp), None, {comp[0]: None}
+        todo = [comp[0]]
+        while todo and path is None:  # breadth first, back to comp[0]
+            v = todo.pop(0)
+            for w in sorted(edges.get(v, ())):
+                if w == comp[0]:
+                    path = [w]
+                    while v is not None: path.append(v); v = prev[v]
+                    path.reverse()
+                    break
+                if w in inside and w not in prev:
+                    prev[w] = v
+                    todo.append(w)
+        steps = ['%s → %s (%s)' % (name(x), name(y), step_at(x, y)) for x, y in zip(path, path[1:])]
+        fails.append('%s: include cycle between %s: %s' % (step_at(path[0], path[1]), kind, '; '.join(steps)))
+
+    first_at = lambda key: lambda x, y: min(where[(a, h)] for (a, h) in where if key(a) == x and key(h) == y)
+
+    # cycles between headers
+    nodes = set(file_edges) | {h for hs in file_edges.values() for h in hs}
+    hdr_edges = {a: bs for a, bs in file_edges.items() if a.endswith('.h')}
+    ok = True
+    for comp in sccs(nodes, hdr_edges):
+        if len(comp) > 1:
+            report('headers', comp, hdr_edges, lambda x: x[len('libcore/'):], first_at(lambda p: p))
+            ok = False
+    passed += ok
+
+    # cycles between modules (x.c + x.h)
+    mod = lambda p: p.rsplit('.', 1)[0]
+    implemented = {mod(p) for p in lib if p.endswith('.c')}
+    mod_edges = {}
+    for a, hs in file_edges.items():
+        for h in hs:
+            if mod(h) != mod(a): mod_edges.setdefault(mod(a), set()).add(mod(h))
+    ok = True
+    for comp in sccs({mod(p) for p in nodes}, mod_edges):
+        if sum(c in implemented for c in comp) > 1:
+            report('modules', comp, mod_edges, lambda x: x[len('libcore/'):], first_at(mod))
+            ok = False
+    passed += ok
+
+    # cycles between folders
+    fold_edges = {}
+    for a, hs in file_edges.items():
+        for h in hs:
+            if folder_of(a) != folder_of(h): fold_edges.setdefault(folder_of(a), set()).add(folder_of(h))
+    ok = True
+    for comp in sccs(set(rank), fold_edges):
+        if len(comp) > 1:
+            report('folders', comp, fold_edges, lambda x: x + '/', first_at(folder_of))
+            ok = False
+    passed += ok
+
+    # symbols: what each object uses is defined in its folder or below
+    if objdir:
+        defs, uses = {}, []
+        for p in lib:
+            if not p.endswith('.c') or folder_of(p) not in rank: continue
+            o = os.path.join(objdir, p[:-2] + '.o')
+            if not os.path.isfile(o): continue
+            r = subprocess.run(['nm', o], capture_output=True, text=True)
+            for l in r.stdout.splitlines():
+                w = l.split()
+                if len(w) == 3 and w[1] in 'TDBRGSVWC': defs.setdefault(w[2], p)
+                elif len(w) == 2 and w[0] == 'U': uses.append((p, w[1]))
+        ok = True
+        for p, s in uses:
+            d = defs.get(s)
+            if d and rank[folder_of(d)] > rank[folder_of(p)]:
+                fails.append('%s: uses %s, defined in %s: %s/ is above %s/' % (p, s, d, folder_of(d), folder_of(p)))
+                ok = False
+        passed += ok
+    return passed, fails
+
+
+# ---- the tree itself ----
+objdir = os.path.join(BUILD, 'obj')
+has_objs = os.path.isdir(os.path.join(objdir, 'libcore')) and shutil.which('nm')
+if not has_objs:
+    print('SKIP test_layers: symbols: no objects in %s/obj/libcore (run make first)' % BUILD)
+passed, fails = check_tree('.', objdir if has_objs else None)
+for f in fails: print('FAIL: ' + f)
+
+# ---- it can fail: each defect on its own copy of the tree must be caught ----
+def fresh_copy(n):
+    copy = os.path.join(TMP, 'tree%d' % n)
+    keep = SRC + ('.cu', '.cuh')
+    for top in ('libcore', 'tools', 'tests', 'kernels'):
+        shutil.copytree(top, os.path.join(copy, top),
+                        ignore=lambda d, fs: [f for f in fs if os.path.isfile(os.path.join(d, f)) and not (f.endswith(keep) or f == 'LAYERS')])
+    return copy
+
+
+def append(copy, rel, text):
+    os.makedirs(os.path.dirname(os.path.join(copy, rel)), exist_ok=True)
+    with open(os.path.join(copy, rel), 'a') as f: f.write(text)
+    return sum(1 for _ in open(os.path.join(copy, rel)))  # the line just written
+
+
+def objects(copy, *sources):  # compiled into copy/obj, for the symbol check
+    for s in sources:
+        o = os.path.join(copy, 'obj', s[:-2] + '.o')
+        os.makedirs(os.path.dirname(o), exist_ok=True)
+        subprocess.run([os.environ.get('CC', 'cc'), '-c', os.path.join(copy, s), '-o', o], check=True)
+    return os.path.join(copy, 'obj')
+
+
+def upward(c):
+    return 'libcore/base/util.c:%d: includes "model/model.h": model/ is above base/' % append(c, 'libcore/base/util.c', '#include "model/model.h"\n')
+
+
+def flat_lib(c):
+    return 'libcore/model/sampler.c:%d: include "util.h" names no libcore folder (write "base/util.h")' % append(c, 'libcore/model/sampler.c', '#include "util.h"\n')
+
+
+def flat_tool(c):
+    return 'tools/decode.c:%d: include "forward.h" names no libcore folder (write "model/forward.h")' % append(c, 'tools/decode.c', '#include "forward.h"\n')
+
+
+def flat_test(c):
+    return 'tests/fuzz/targets.c:%d: include "gguf.h" names no libcore folder' % append(c, 'tests/fuzz/targets.c', '#include "gguf.h"\n')
+
+
+def relative(c):
+    return 'libcore/decode/standard.c:%d: include "../decode/drafter.h" names no libcore folder' % append(c, 'libcore/decode/standard.c', '#include "../decode/drafter.h"\n')
+
+
+def header_cycle(c):  # model/forward.h includes model/kvcache.h
+    n = append(c, 'libcore/model/kvcache.h', '#include "model/forward.h"\n')
+    return 'include cycle between headers: model/forward.h → model/kvcache.h (libcore/model/forward.h:4); model/kvcache.h → model/forward.h (libcore/model/kvcache.h:%d)' % n
+
+
+def module_cycle(c):  # one folder, no header includes the other: a .c each way
+    n1 = append(c, 'libcore/formats/tensorfile.c', '#include "formats/gguf.h"\n')
+    n2 = append(c, 'libcore/formats/gguf.c', '#include "formats/tensorfile.h"\n')
+    return 'include cycle between modules: formats/gguf → formats/tensorfile (libcore/formats/gguf.c:%d); formats/tensorfile → formats/gguf (libcore/formats/tensorfile.c:%d)' % (n2, n1)
+
+
+def folder_cycle(c):  # decode/method.h includes heads/exit_heads.h
+    n = append(c, 'libcore/heads/bundle.c', '#include "decode/engine.h"\n')
+    return 'include cycle between folders: decode/ → heads/ (libcore/decode/method.h:6); heads/ → decode/ (libcore/heads/bundle.c:%d)' % n
+
+
+def kernels_up(c):
+    return 'kernels/backend.h:%d: kernels/ includes the libcore header "model/model.h"' % append(c, 'kernels/backend.h', '#include "model/model.h"\n')
+
+
+def stray(c):
+    append(c, 'libcore/stray.c', 'int stray;\n')
+    return 'libcore/stray.c: lies in libcore/ itself'
+
+
+def unlisted(c):
+    append(c, 'libcore/extra/x.c', 'int x;\n')
+    return 'libcore/extra/x.c: folder extra/ is not in libcore/LAYERS'
+
+
+def symbol(c):  # base/ calls into model/ through an extern: no include shows it
+    append(c, 'libcore/base/sym_low.c', 'int sym_high(void);\nint sym_low(void) { return sym_high(); }\n')
+    append(c, 'libcore/model/sym_high.c', 'int sym_high(void) { return 1; }\n')
+    return 'libcore/base/sym_low.c: uses sym_high, defined in libcore/model/sym_high.c: model/ is above base/'
+
+
+cases = [('an upward include', upward), ('a flat include in libcore', flat_lib), ('a flat include in a tool', flat_tool),
+         ('a flat include in a fuzz target', flat_test), ('a relative include', relative), ('a header cycle', header_cycle),
+         ('a module cycle', module_cycle), ('a folder cycle', folder_cycle), ('kernels/ including libcore', kernels_up),
+         ('a file outside the folders', stray), ('a folder not in LAYERS', unlisted), ('an upward symbol', symbol)]
+for n, (what, make) in enumerate(cases):
+    copy = fresh_copy(n)
+    text = make(copy)
+    obj = objects(copy, 'libcore/base/sym_low.c', 'libcore/model/sym_high.c') if make is symbol else None
+    _, bad = check_tree(copy, obj)
+    if os.environ.get('LAYERS_DEBUG'): print('%s:\n  %s' % (what, '\n  '.join(bad)))
+    if any(text in b for b in bad): passed += 1
+    else:
+        fails.append('self-test: %s was not caught' % what)
+        print('FAIL: self-test: %s was not caught (no line with: %s; got: %s)' % (what, text, bad))
+
+print('layers: %d passed, %d failed' % (passed, len(fails)))
+sys.exit(1 if fails else 0)
+EOF
