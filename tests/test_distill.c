@@ -237,10 +237,10 @@ static void test_training(void) {
     CHECK(d.t == 30, "adam steps %d", d.t);
     /* the first-exit rule: no more exits than the most covering head allows and no
        fewer than the best single head; layers between the first head's and L */
-    for (int g = 0; g < DISTILL_N_GAMMA; g++) {
+    for (int g = 0; g < EXIT_N_GAMMA; g++) {
         double lo = fmax(b[0].cover[g], b[1].cover[g]), hi = fmin(1, b[0].cover[g] + b[1].cover[g]);
         CHECK(eb.rate[g] >= lo - 1e-9 && eb.rate[g] <= hi + 1e-9, "γ %.2f: exit rate %.4f outside [%.4f, %.4f]",
-              distill_gamma[g], eb.rate[g], lo, hi);
+              exit_gamma[g], eb.rate[g], lo, hi);
         CHECK(eb.layers[g] >= 2 && eb.layers[g] <= M.c.n_layers, "mean layers %.3f", eb.layers[g]);
         double want = M.c.n_layers - eb.rate[g] * M.c.n_layers + (b[0].cover[g] * 2 + (eb.rate[g] - b[0].cover[g]) * 4);
         CHECK(fabs(eb.layers[g] - want) < 1e-9, "mean layers %.5f, want %.5f", eb.layers[g], want);

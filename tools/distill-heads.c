@@ -64,12 +64,12 @@ static void print_table(const ExitHeads *h, const HeadStats *before, const HeadS
     for (int k = 0; k < h->n; k++) {
         const HeadStats *a = &after[k];
         fprintf(stderr, "  %5d   %9.4f  %8.4f  %12.4f  %11.4f  ", h->layer[k], before[k].kl, a->kl, before[k].top1, a->top1);
-        for (int g = 0; g < DISTILL_N_GAMMA; g++) fprintf(stderr, "  %.3f/%.3f", a->cover[g], a->prec[g]);
+        for (int g = 0; g < EXIT_N_GAMMA; g++) fprintf(stderr, "  %.3f/%.3f", a->cover[g], a->prec[g]);
         fprintf(stderr, "\n");
     }
-    for (int g = 0; g < DISTILL_N_GAMMA; g++)
+    for (int g = 0; g < EXIT_N_GAMMA; g++)
         fprintf(stderr, "  first exit at gamma %.2f: %.3f of positions, precision %.3f, %.3f of %d layers per token\n",
-                distill_gamma[g], first->rate[g], first->prec[g], first->layers[g], n_layers);
+                exit_gamma[g], first->rate[g], first->prec[g], first->layers[g], n_layers);
 }
 
 int main(int argc, char **argv) {
@@ -193,20 +193,16 @@ int main(int argc, char **argv) {
     meta_add(&meta, "paradec.exit.data_bytes", "%zu", text.bytes);
     meta_add(&meta, "paradec.exit.heldout_positions", "%lld", (long long)seqs_tokens(&held));
     for (int k = 0; k < n_heads; k++) {
-        char key[48];
+        char key[EXIT_KEY_MAX];
         int l = h.layer[k];
-#define FACT(what, fmt, v) (snprintf(key, sizeof key, "paradec.exit.%d." what, l), meta_add(&meta, key, fmt, v))
-        FACT("kl_before", "%.6f", before[k].kl);
-        FACT("top1_before", "%.6f", before[k].top1);
-        FACT("kl", "%.6f", after[k].kl);
-        FACT("top1", "%.6f", after[k].top1);
-        for (int g = 0; g < DISTILL_N_GAMMA; g++) {
-            snprintf(key, sizeof key, "paradec.exit.%d.cover@%g", l, distill_gamma[g]);
-            meta_add(&meta, key, "%.6f", after[k].cover[g]);
-            snprintf(key, sizeof key, "paradec.exit.%d.precision@%g", l, distill_gamma[g]);
-            meta_add(&meta, key, "%.6f", after[k].prec[g]);
+        meta_add(&meta, exit_record_key(key, l, "kl_before", -1), "%.6f", before[k].kl);
+        meta_add(&meta, exit_record_key(key, l, "top1_before", -1), "%.6f", before[k].top1);
+        meta_add(&meta, exit_record_key(key, l, "kl", -1), "%.6f", after[k].kl);
+        meta_add(&meta, exit_record_key(key, l, "top1", -1), "%.6f", after[k].top1);
+        for (int g = 0; g < EXIT_N_GAMMA; g++) {
+            meta_add(&meta, exit_record_key(key, l, "cover", g), "%.6f", after[k].cover[g]);
+            meta_add(&meta, exit_record_key(key, l, "precision", g), "%.6f", after[k].prec[g]);
         }
-#undef FACT
     }
     if (heads_save(&h, out, meta.kv, meta.n)) die_lib();
 

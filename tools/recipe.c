@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <sys/stat.h>
 
+#include "base/utf8.h"
 #include "decode/method.h"
 #include "recipe/recipe.h"
 #include "tool.h"
@@ -218,18 +219,6 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
 
 /* ---- answers ---- */
 
-/* valid UTF-8 only (a byte-level token can end inside a character): invalid bytes dropped */
-static void utf8_clean(char *s) {
-    unsigned char *r = (unsigned char *)s, *w = r;
-    while (*r) {
-        int n = *r < 0x80 ? 1 : (*r >> 5) == 6 ? 2 : (*r >> 4) == 14 ? 3 : (*r >> 3) == 30 ? 4 : 0, ok = n > 0;
-        for (int i = 1; ok && i < n; i++) ok = (r[i] & 0xC0) == 0x80;
-        if (!ok) { r++; continue; }
-        memmove(w, r, n), w += n, r += n;
-    }
-    *w = 0;
-}
-
 static void answers(const Recipe *r, const char *model, int threads, const char *path) {
     if (!r->answers.on) die("%s: the recipe has no 'answers' section", r->file);
     Model m;
@@ -269,11 +258,12 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
                 if (piece) put(&t, "%.*s", (int)len, piece);
             }
             tokens += d.n_out;
-            utf8_clean(t.s);
-            json_t *o = json_pack("{s:s}", "text", t.s);
+            size_t cn; /* a byte-level token can end inside a character */
+            char *clean = utf8_clean(t.s, strlen(t.s), &cn);
+            json_t *o = clean ? json_pack("{s:s}", "text", clean) : NULL;
             char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
             if (line) fprintf(af.f, "%s\n", line), written++; /* else text JSON cannot hold: left out */
-            free(line), json_decref(o), free(t.s), free(text), free(ids);
+            free(line), json_decref(o), free(clean), free(t.s), free(text), free(ids);
             decode_free(&d);
         }
     progress_end(&pg);

@@ -147,37 +147,57 @@ int pd_read_file(const char *path, char **data, size_t *n) {
     return rc;
 }
 
-int pd_read_file_gz(const char *path, char **data, size_t *n) {
-    size_t pl = strlen(path);
-    if (pl < 3 || strcmp(path + pl - 3, ".gz")) return pd_read_file(path, data, n);
-    gzFile g = gzopen(path, "rb");
-    if (!g) return pd_error("%s: %s", path, strerror(errno));
-    size_t cap = 1 << 20, len = 0;
+#define MAX_INFLATED ((size_t)16 << 30) /* a gzip bomb stops here */
+
+int pd_gunzip(const void *gz, size_t n, char **out, size_t *out_n, const char *what) {
+    const unsigned char *in = gz;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return pd_error("%s: cannot start zlib", what);
+    size_t cap = n * 4 + 4096, len = 0, used = 0;
     char *buf = pd_alloc(cap + 1);
-    int got;
-    while (buf) {
+    int rc = buf ? 0 : -1;
+    while (!rc) {
         if (len == cap) {
-            char *nb = pd_realloc(buf, 2 * cap + 1);
-            if (!nb) { free(buf); buf = NULL; break; }
+            char *nb = cap * 2 > MAX_INFLATED ? NULL : pd_realloc(buf, cap * 2 + 1);
+            if (!nb) { rc = pd_error("%s: inflates to more than %zu bytes", what, cap); break; }
             buf = nb;
             cap *= 2;
         }
-        unsigned want = cap - len > (1u << 30) ? (1u << 30) : (unsigned)(cap - len);
-        got = gzread(g, buf + len, want);
-        if (got < 0) {
-            free(buf);
-            gzclose(g);
-            return pd_error("%s: corrupt gzip data", path);
-        }
-        if (got == 0) break;
-        len += (size_t)got;
+        size_t in_left = n - used, out_left = cap - len;
+        z.next_in = (unsigned char *)in + used;
+        z.avail_in = in_left > (1u << 30) ? (1u << 30) : (unsigned)in_left;
+        z.next_out = (unsigned char *)buf + len;
+        z.avail_out = out_left > (1u << 30) ? (1u << 30) : (unsigned)out_left;
+        unsigned ai = z.avail_in, ao = z.avail_out;
+        int zr = inflate(&z, Z_NO_FLUSH);
+        used += ai - z.avail_in;
+        len += ao - z.avail_out;
+        if (zr == Z_STREAM_END) {
+            if (used == n) break;
+            inflateReset(&z); /* another member follows */
+        } else if (zr != Z_OK && !(zr == Z_BUF_ERROR && len == cap)) /* stuck with room left: input ended */
+            rc = pd_error("%s: corrupt or truncated gzip data", what);
     }
-    gzclose(g);
-    if (!buf) return -1;
+    inflateEnd(&z);
+    if (rc) {
+        free(buf);
+        return -1;
+    }
     buf[len] = 0;
-    *data = buf;
-    *n = len;
+    *out = buf;
+    *out_n = len;
     return 0;
+}
+
+int pd_read_file_gz(const char *path, char **data, size_t *n) {
+    size_t pl = strlen(path);
+    if (pd_read_file(path, data, n)) return -1;
+    if (pl < 3 || strcmp(path + pl - 3, ".gz")) return 0;
+    char *gz = *data;
+    int rc = pd_gunzip(gz, *n, data, n, path);
+    free(gz);
+    return rc;
 }
 
 /* the directory a path is in ("." for a bare name) */

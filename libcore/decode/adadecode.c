@@ -92,14 +92,12 @@ static int commit(Ada *s, int prev, int token, const float *raw) {
    layer passes a check saves, net of the check and of the rejections. Without the
    records: optimistic, so the head gets probed. */
 static double prior_gain(const Ada *s, int k) {
-    static const float G[3] = {0.5f, 0.75f, 0.9f};
-    double c[3], p[3];
-    char key[64];
-    for (int i = 0; i < 3; i++) {
-        snprintf(key, sizeof key, "paradec.exit.%d.cover@%g", s->heads->layer[k], G[i]);
-        const char *cv = tf_meta(&s->heads->tf, key);
-        snprintf(key, sizeof key, "paradec.exit.%d.precision@%g", s->heads->layer[k], G[i]);
-        const char *pv = tf_meta(&s->heads->tf, key);
+    const float *G = exit_gamma;
+    double c[EXIT_N_GAMMA], p[EXIT_N_GAMMA];
+    char key[EXIT_KEY_MAX];
+    for (int i = 0; i < EXIT_N_GAMMA; i++) {
+        const char *cv = tf_meta(&s->heads->tf, exit_record_key(key, s->heads->layer[k], "cover", i));
+        const char *pv = tf_meta(&s->heads->tf, exit_record_key(key, s->heads->layer[k], "precision", i));
         if (!cv || !pv) return 1;
         c[i] = atof(cv);
         p[i] = atof(pv);

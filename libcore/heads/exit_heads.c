@@ -6,8 +6,17 @@
 #include "heads/bundle.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const float exit_gamma[EXIT_N_GAMMA] = {0.5f, 0.75f, 0.9f};
+
+const char *exit_record_key(char key[EXIT_KEY_MAX], int layer, const char *what, int g) {
+    if (g < 0) snprintf(key, EXIT_KEY_MAX, "paradec.exit.%d.%s", layer, what);
+    else snprintf(key, EXIT_KEY_MAX, "paradec.exit.%d.%s@%g", layer, what, exit_gamma[g]);
+    return key;
+}
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
@@ -70,7 +79,7 @@ static int parse_layers(const char *s, int *layers, int *n, const char *what) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > 1 << 20 || (*end && *end != ',') || *n == MAX_EXIT_HEADS)
-            return pd_error("%s: paradec.exit.layers '%s' is not a list of up to %d layers", what, s, MAX_EXIT_HEADS);
+            return pd_error("%s: " EXIT_KEY_LAYERS " '%s' is not a list of up to %d layers", what, s, MAX_EXIT_HEADS);
         layers[(*n)++] = (int)v;
         if (!*end) break;
         p = end + 1;
@@ -111,15 +120,15 @@ int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const ch
         tf_close(&h->tf);
         return -1;
     }
-    const char *kind = tf_meta(&h->tf, "paradec.kind"), *ls = tf_meta(&h->tf, "paradec.exit.layers");
-    const char *norm = tf_meta(&h->tf, "paradec.exit.norm"), *dig = tf_meta(&h->tf, "paradec.model_digest");
+    const char *kind = tf_meta(&h->tf, "paradec.kind"), *ls = tf_meta(&h->tf, EXIT_KEY_LAYERS);
+    const char *norm = tf_meta(&h->tf, EXIT_KEY_NORM), *dig = tf_meta(&h->tf, "paradec.model_digest");
     int layers[MAX_EXIT_HEADS], n = 0, rc = 0;
     if (!kind || strcmp(kind, "exit-heads"))
         rc = pd_error("%s: not an exit-heads file (paradec.kind is '%s')", path, kind ? kind : "missing");
     else if (!ls)
-        rc = pd_error("%s: no exit heads inside (paradec.exit.layers is missing)", path);
+        rc = pd_error("%s: no exit heads inside (" EXIT_KEY_LAYERS " is missing)", path);
     else if (!norm || (strcmp(norm, "0") && strcmp(norm, "1")))
-        rc = pd_error("%s: paradec.exit.norm must be 0 or 1", path);
+        rc = pd_error("%s: " EXIT_KEY_NORM " must be 0 or 1", path);
     else if (!dig)
         rc = pd_error("%s: paradec.model_digest is missing: cannot tell which model the heads are for", path);
     rc = rc ? rc : parse_layers(ls, layers, &n, path);
@@ -176,8 +185,8 @@ int heads_save(const ExitHeads *h, const char *path, const char *const *meta, in
     }
     snprintf(dim, sizeof dim, "%d", h->dim);
     rc = rc || tfw_meta(w, "paradec.kind", "exit-heads") || tfw_meta(w, "paradec.version", "1") ||
-         tfw_meta(w, "paradec.exit.layers", layers) || tfw_meta(w, "paradec.exit.norm", h->norm ? "1" : "0") ||
-         tfw_meta(w, "paradec.exit.dim", dim) || tfw_meta(w, "paradec.model_digest", h->model_digest);
+         tfw_meta(w, EXIT_KEY_LAYERS, layers) || tfw_meta(w, EXIT_KEY_NORM, h->norm ? "1" : "0") ||
+         tfw_meta(w, EXIT_KEY_DIM, dim) || tfw_meta(w, "paradec.model_digest", h->model_digest);
     for (int i = 0; i < n_meta && !rc; i++) rc = tfw_meta(w, meta[2 * i], meta[2 * i + 1]);
     if (rc) {
         tfw_abort(w);

@@ -38,6 +38,17 @@ int heads_find(const ExitHeads *h, int layer);
 int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *logits);
 /* replace head k's matrix (copied, repacked): what training writes back */
 int heads_set_T(ExitHeads *h, int k, const float *T);
+/* an exit-heads file's metadata keys, and a head's held-out records: distill-heads writes
+   them (at EXIT_GAMMA's thresholds), AdaDecode's prior reads them, widen copies them */
+#define EXIT_KEY_LAYERS "paradec.exit.layers"
+#define EXIT_KEY_NORM "paradec.exit.norm"
+#define EXIT_KEY_DIM "paradec.exit.dim"
+#define EXIT_N_GAMMA 3
+extern const float exit_gamma[EXIT_N_GAMMA]; /* 0.5, 0.75, 0.9: AdaDecode's thresholds */
+#define EXIT_KEY_MAX 64
+/* "paradec.exit.{layer}.{what}", with "@{γ}" for g ≥ 0 (what: "cover", "precision"), into key */
+const char *exit_record_key(char key[EXIT_KEY_MAX], int layer, const char *what, int g);
+
 /* an `exit-heads` file: exit.{l}.T, paradec.exit.layers/.norm/.dim, paradec.model_digest,
    and n_meta more key/value pairs (meta[2i], meta[2i+1]: training facts); atomic */
 int heads_save(const ExitHeads *h, const char *path, const char *const *meta, int n_meta);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/utf8.h"
 #include "tokenizer/chat.h"
 
 typedef enum { REQ_COMPLETION, REQ_CHAT } RequestKind;
@@ -53,14 +54,5 @@ void serve_request_free(ServeRequest *r);
 /* an error answer's JSON object (malloc'd); the others are serve_gen's */
 char *serve_error(const char *message, const char *type);
 
-/* streamed text is cut into UTF-8 a token at a time: how much of s[0..n) is whole
-   characters (a sequence cut at the end waits for the next token) */
-size_t utf8_whole(const char *s, size_t n);
-/* s[0..n) with every byte that is not valid UTF-8 replaced by U+FFFD (malloc'd) */
-char *utf8_clean(const char *s, size_t n, size_t *out_n);
-/* how many characters utf8_clean makes of the sequences of s[0..n) that start in
-   [*from, at); *from (a sequence's start) moves on past them: a text offset in
-   characters, counted on from where the last one ended */
-size_t utf8_count(const char *s, size_t n, size_t *from, size_t at);
 
 #endif

@@ -9,7 +9,6 @@
 
 #include "base/util.h"
 
-#define MAX_INFLATED ((size_t)16 << 30) /* a gzip bomb stops here */
 #define MAX_FIELDS 16
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -17,47 +16,6 @@ static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 static int has_text(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!is_space(s[i])) return 1;
-    return 0;
-}
-
-/* gzip (every member, as gunzip does) → a malloc'd buffer, NUL-terminated */
-static int inflate_gz(const unsigned char *in, size_t n, char **out, size_t *out_n, const char *what) {
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return pd_error("%s: cannot start zlib", what);
-    size_t cap = n * 4 + 4096, len = 0, used = 0;
-    char *buf = pd_alloc(cap + 1);
-    int rc = buf ? 0 : -1;
-    while (!rc) {
-        if (len == cap) {
-            char *nb = cap * 2 > MAX_INFLATED ? NULL : pd_realloc(buf, cap * 2 + 1);
-            if (!nb) { rc = pd_error("%s: inflates to more than %zu bytes", what, cap); break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t in_left = n - used, out_left = cap - len;
-        z.next_in = (unsigned char *)in + used;
-        z.avail_in = in_left > (1u << 30) ? (1u << 30) : (unsigned)in_left;
-        z.next_out = (unsigned char *)buf + len;
-        z.avail_out = out_left > (1u << 30) ? (1u << 30) : (unsigned)out_left;
-        unsigned ai = z.avail_in, ao = z.avail_out;
-        int zr = inflate(&z, Z_NO_FLUSH);
-        used += ai - z.avail_in;
-        len += ao - z.avail_out;
-        if (zr == Z_STREAM_END) {
-            if (used == n) break;
-            inflateReset(&z); /* another member follows */
-        } else if (zr != Z_OK && !(zr == Z_BUF_ERROR && len == cap)) /* stuck with room left: input ended */
-            rc = pd_error("%s: corrupt or truncated gzip data", what);
-    }
-    inflateEnd(&z);
-    if (rc) {
-        free(buf);
-        return -1;
-    }
-    buf[len] = 0;
-    *out = buf;
-    *out_n = len;
     return 0;
 }
 
@@ -168,7 +126,7 @@ int dataset_parse(TextSet *ds, const void *bytes, size_t n, const char *fields, 
     const unsigned char *b = bytes;
     char *inflated = NULL;
     if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
-        if (inflate_gz(b, n, &inflated, &n, what)) return -1;
+        if (pd_gunzip(b, n, &inflated, &n, what)) return -1;
         b = (const unsigned char *)inflated;
     }
     const char *s = (const char *)b;

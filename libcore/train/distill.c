@@ -10,7 +10,6 @@
 
 #include "model/forward.h"
 
-const float distill_gamma[DISTILL_N_GAMMA] = {0.5f, 0.75f, 0.9f};
 
 /* sixteen partial sums: the compiler turns the inner loop into one vector FMA */
 static float dot(const float *a, const float *b, int n) {
@@ -82,7 +81,7 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
         d->dzT = pd_alloc(pd_mul(N * D, sizeof(float)));
         d->xTp_buf = pd_alloc(k_packed_bytes(WT_F32, (int)D, (int)N) + 64);
         d->dT = pd_alloc(dd);
-        d->exited = pd_alloc(N * DISTILL_N_GAMMA);
+        d->exited = pd_alloc(N * EXIT_N_GAMMA);
         rc = !d->exited || !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL || !d->pos || !d->x || !d->z ||
              !d->dz || !d->xT || !d->dzT || !d->xTp_buf || !d->dT;
     }
@@ -123,9 +122,9 @@ static int targets(Distill *d, const float *hL, int n) {
 }
 
 typedef struct {
-    double kl, top1, cover[DISTILL_N_GAMMA], hit[DISTILL_N_GAMMA];
+    double kl, top1, cover[EXIT_N_GAMMA], hit[EXIT_N_GAMMA];
     /* the first-exit rule: exits that happen at this head, and how many agree */
-    double first[DISTILL_N_GAMMA], first_hit[DISTILL_N_GAMMA];
+    double first[EXIT_N_GAMMA], first_hit[EXIT_N_GAMMA];
 } Tally;
 
 /* head k on n positions (targets already set): Σ KL into *loss; statistics into
@@ -148,10 +147,10 @@ static void head_pass(Distill *d, int k, const float *h, int n, double *loss, Ta
         if (tally) {
             int agree = arg == d->argL[t];
             tally->top1 += agree;
-            for (int g = 0; g < DISTILL_N_GAMMA; g++) {
-                if (inv < distill_gamma[g]) continue; /* max p_l = e^0 / s */
+            for (int g = 0; g < EXIT_N_GAMMA; g++) {
+                if (inv < exit_gamma[g]) continue; /* max p_l = e^0 / s */
                 tally->cover[g]++, tally->hit[g] += agree;
-                signed char *e = &d->exited[t * DISTILL_N_GAMMA + g];
+                signed char *e = &d->exited[t * EXIT_N_GAMMA + g];
                 if (*e < 0) *e = (signed char)agree, tally->first[g]++, tally->first_hit[g] += agree;
             }
         }
@@ -205,7 +204,7 @@ static int forward_seq(Distill *d, const int32_t *tok, int n) {
 static int run_seq(Distill *d, const int32_t *tok, int n, double *loss, Tally *tally, int train) {
     if (n > d->cap) return pd_error("distill: a sequence of %d tokens; %d fit", n, d->cap);
     if (forward_seq(d, tok, n) || targets(d, d->hid, n)) return -1;
-    memset(d->exited, -1, (size_t)n * DISTILL_N_GAMMA);
+    memset(d->exited, -1, (size_t)n * EXIT_N_GAMMA);
     for (int k = 0; k < d->h->n; k++)
         head_pass(d, k, d->hl + (size_t)k * d->cap * d->m->c.dim, n, &loss[k], tally ? &tally[k] : NULL,
                   train ? d->grad[k] : NULL);
@@ -266,12 +265,12 @@ int distill_eval(Distill *d, const Sequences *s, HeadStats *out, ExitStats *firs
         HeadStats *o = &out[k];
         o->kl = tally[k].kl / positions;
         o->top1 = tally[k].top1 / positions;
-        for (int g = 0; g < DISTILL_N_GAMMA; g++) {
+        for (int g = 0; g < EXIT_N_GAMMA; g++) {
             o->cover[g] = tally[k].cover[g] / positions;
             o->prec[g] = tally[k].cover[g] ? tally[k].hit[g] / tally[k].cover[g] : 1;
         }
     }
-    for (int g = 0; first && g < DISTILL_N_GAMMA; g++) {
+    for (int g = 0; first && g < EXIT_N_GAMMA; g++) {
         double exits = 0, hits = 0, layers = 0;
         for (int k = 0; k < H; k++) {
             exits += tally[k].first[g];

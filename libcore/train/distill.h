@@ -19,22 +19,20 @@
 #include "model/kvcache.h"
 #include "train/dataset.h"
 
-#define DISTILL_N_GAMMA 3
-extern const float distill_gamma[DISTILL_N_GAMMA]; /* 0.5, 0.75, 0.9: AdaDecode's thresholds */
 
 /* a head against the final layer, over held-out positions */
 typedef struct {
     double kl;                       /* mean KL(p_L || p_l), nats */
     double top1;                     /* share of positions where argmax p_l = argmax p_L */
-    double cover[DISTILL_N_GAMMA];   /* share of positions with max p_l ≥ γ (would exit) */
-    double prec[DISTILL_N_GAMMA];    /* top-1 agreement among those (1 when none) */
+    double cover[EXIT_N_GAMMA];   /* share of positions with max p_l ≥ γ (would exit) */
+    double prec[EXIT_N_GAMMA];    /* top-1 agreement among those (1 when none) */
 } HeadStats;
 
 /* AdaDecode's rule over all heads: a token exits at the first head whose max p_l ≥ γ */
 typedef struct {
-    double rate[DISTILL_N_GAMMA];   /* share of positions that exit early */
-    double prec[DISTILL_N_GAMMA];   /* top-1 agreement of those exits (1 when none) */
-    double layers[DISTILL_N_GAMMA]; /* mean layers a position runs before its token is
+    double rate[EXIT_N_GAMMA];   /* share of positions that exit early */
+    double prec[EXIT_N_GAMMA];   /* top-1 agreement of those exits (1 when none) */
+    double layers[EXIT_N_GAMMA]; /* mean layers a position runs before its token is
                                        out (the exit layer, or all of them), rollbacks aside */
 } ExitStats;
 

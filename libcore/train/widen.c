@@ -439,21 +439,20 @@ int widen_heads(const char *heads_in, const char *small_model, const char *wide_
         rc = heads_set_T(&dst, k, T);
     }
     /* the held-out records travel with each head, under its wide layer */
-    static const char *const stats[] = {"cover@0.5", "precision@0.5", "cover@0.75", "precision@0.75",
-                                        "cover@0.9", "precision@0.9", "kl", "top1"};
-    enum { N_STATS = sizeof stats / sizeof stats[0] };
+    enum { N_STATS = 2 + 2 * EXIT_N_GAMMA };
     const char *meta[2 * (1 + MAX_EXIT_HEADS * N_STATS)];
-    char keys[MAX_EXIT_HEADS * N_STATS][64];
+    char keys[MAX_EXIT_HEADS * N_STATS][EXIT_KEY_MAX];
     int n_meta = 0;
     meta[2 * n_meta] = "paradec.widened_from", meta[2 * n_meta++ + 1] = src.model_digest;
     for (int k = 0; !rc && k < src.n; k++)
         for (int i = 0; i < N_STATS; i++) {
-            char from[64];
-            snprintf(from, sizeof from, "paradec.exit.%d.%s", src.layer[k], stats[i]);
-            const char *v = tf_meta(&src.tf, from);
+            int g = i < 2 * EXIT_N_GAMMA ? i / 2 : -1; /* cover@γ, precision@γ, ..., kl, top1 */
+            const char *what = g >= 0 ? (i % 2 ? "precision" : "cover") : i == 2 * EXIT_N_GAMMA ? "kl" : "top1";
+            char from[EXIT_KEY_MAX];
+            const char *v = tf_meta(&src.tf, exit_record_key(from, src.layer[k], what, g));
             if (!v) continue;
-            snprintf(keys[k * N_STATS + i], sizeof keys[0], "paradec.exit.%d.%s", layers[k], stats[i]);
-            meta[2 * n_meta] = keys[k * N_STATS + i], meta[2 * n_meta++ + 1] = v;
+            meta[2 * n_meta] = exit_record_key(keys[k * N_STATS + i], layers[k], what, g);
+            meta[2 * n_meta++ + 1] = v;
         }
     rc = rc ? rc : heads_save(&dst, heads_out, meta, n_meta);
     free(T);
