@@ -29,29 +29,29 @@ static int ref_argmax(const float *x, int n) {
 }
 
 static void memory(Device *d) {
-    Buf a, b;
+    DevBuf a, b;
     CHECK(dev_alloc(d, 1000, &a) == 0 && dev_alloc(d, 1000, &b) == 0, "%s", dev_errmsg());
     unsigned char src[300], got[300], zero[1000] = {0}, all[1000];
     for (int i = 0; i < 300; i++) src[i] = (unsigned char)(i * 7 + 1);
     CHECK(dev_download(d, all, a, 1000) == 0 && !memcmp(all, zero, 1000), "a fresh buffer is not zeroed");
-    CHECK(dev_upload(d, buf_at(a, 100), src, 300) == 0, "%s", dev_errmsg());
-    CHECK(dev_copy(d, buf_at(b, 650), buf_at(a, 100), 300) == 0, "%s", dev_errmsg());
-    CHECK(dev_download(d, got, buf_at(b, 650), 300) == 0 && !memcmp(got, src, 300), "copy at offsets");
+    CHECK(dev_upload(d, dbuf_at(a, 100), src, 300) == 0, "%s", dev_errmsg());
+    CHECK(dev_copy(d, dbuf_at(b, 650), dbuf_at(a, 100), 300) == 0, "%s", dev_errmsg());
+    CHECK(dev_download(d, got, dbuf_at(b, 650), 300) == 0 && !memcmp(got, src, 300), "copy at offsets");
     CHECK(dev_download(d, all, b, 1000) == 0 && !memcmp(all, zero, 650) && !memcmp(all + 950, zero, 50),
           "a copy wrote outside its range");
-    CHECK(buf_bytes(buf_at(b, 650)) == 350, "buf_bytes %zu", buf_bytes(buf_at(b, 650)));
-    CHECK(dev_upload(d, buf_at(a, 701), src, 300) == -1 && strstr(dev_errmsg(), "overrun"), "upload past the end: %s",
+    CHECK(dbuf_bytes(dbuf_at(b, 650)) == 350, "dbuf_bytes %zu", dbuf_bytes(dbuf_at(b, 650)));
+    CHECK(dev_upload(d, dbuf_at(a, 701), src, 300) == -1 && strstr(dev_errmsg(), "overrun"), "upload past the end: %s",
           dev_errmsg());
-    CHECK(dev_copy(d, b, buf_at(a, 999), 2) == -1, "copy from past the end accepted");
-    CHECK(dev_download(d, got, buf_at(a, 1001), 0) == -1, "an offset past the end accepted");
+    CHECK(dev_copy(d, b, dbuf_at(a, 999), 2) == -1, "copy from past the end accepted");
+    CHECK(dev_download(d, got, dbuf_at(a, 1001), 0) == -1, "an offset past the end accepted");
     /* wrapped memory is the caller's bytes, not a copy */
     float host[64];
     for (int i = 0; i < 64; i++) host[i] = (float)i;
-    Buf w;
+    DevBuf w;
     CHECK(dev_wrap(d, host, sizeof host, &w) == 0, "%s", dev_errmsg());
-    CHECK(dev_host(d, buf_at(w, 8)) == (void *)(host + 2), "wrapped buffer is not the host memory");
+    CHECK(dev_host(d, dbuf_at(w, 8)) == (void *)(host + 2), "wrapped buffer is not the host memory");
     float nine = 9;
-    dev_upload(d, buf_at(w, 4 * sizeof(float)), &nine, sizeof nine);
+    dev_upload(d, dbuf_at(w, 4 * sizeof(float)), &nine, sizeof nine);
     CHECK(host[4] == 9, "an upload into wrapped memory did not land in it");
     dev_free(d, w), dev_free(d, a), dev_free(d, b);
     CHECK(dev_open("cuda") == NULL && strstr(dev_errmsg(), "not compiled in"), "unknown device: %s", dev_errmsg());
@@ -61,7 +61,7 @@ static void events(Device *d, Device *d2) {
     DevEvent *e = dev_event_new(d);
     CHECK(dev_event_done(e) == -1, "an event never recorded reads as done");
     CHECK(dev_wait(d2, e) == -1, "waiting on an event never recorded accepted");
-    Buf a, b;
+    DevBuf a, b;
     dev_alloc(d, 64, &a), dev_alloc(d2, 64, &b);
     int v = 42, got = 0;
     dev_upload(d, a, &v, sizeof v);
@@ -75,7 +75,7 @@ static void events(Device *d, Device *d2) {
 
 /* the rows ops once directly, against the loops above */
 static void rows(Device *d) {
-    Buf x, ids, p, y, cnt;
+    DevBuf x, ids, p, y, cnt;
     dev_alloc(d, sizeof(float) * R * C, &x), dev_alloc(d, sizeof(int32_t) * R * K, &ids);
     dev_alloc(d, sizeof(float) * R * K, &p), dev_alloc(d, sizeof(float) * R * C, &y);
     dev_alloc(d, sizeof(int32_t), &cnt);
@@ -129,7 +129,7 @@ static void rows(Device *d) {
 /* one step of a toy pipeline: the step's rows and count arrive in buffers; copy the rows
    aside, move some strided columns, argmax, top-k, softmax */
 typedef struct {
-    Buf x, x2, ids, tk, tp, sm, cnt, list, nmov;
+    DevBuf x, x2, ids, tk, tp, sm, cnt, list, nmov;
 } Step;
 
 static int step_calls(Device *d, const Step *s) {
@@ -165,7 +165,7 @@ static void new_step(Device *d, const Step *s, int step) {
 
 static void graphs(Device *d) {
     Step s;
-    Buf *all[] = {&s.x, &s.x2, &s.ids, &s.tk, &s.tp, &s.sm, &s.cnt, &s.list, &s.nmov};
+    DevBuf *all[] = {&s.x, &s.x2, &s.ids, &s.tk, &s.tp, &s.sm, &s.cnt, &s.list, &s.nmov};
     size_t sz[] = {4 * R * C, 4 * R * C, 4 * R, 4 * R * K, 4 * R * K, 4 * R * C, 4, 32, 4};
     for (int i = 0; i < 9; i++) dev_alloc(d, sz[i], all[i]);
     CHECK(dev_graph_begin(d) == 0, "%s", dev_errmsg());
@@ -202,7 +202,7 @@ static void graphs(Device *d) {
 
 /* a graph's upload keeps the bytes as they were at capture */
 static void captured_upload(Device *d) {
-    Buf a;
+    DevBuf a;
     dev_alloc(d, 16, &a);
     int v = 7, got = 0;
     dev_graph_begin(d);

@@ -66,9 +66,9 @@ void dev_close(Device *d) {
 
 const char *dev_kind(const Device *d) { return d ? "cpu" : "none"; }
 
-int dev_alloc(Device *d, size_t bytes, Buf *out) {
+int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
     (void)d;
-    *out = (Buf){0};
+    *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
     size_t sz = (bytes + 63) / 64 * 64;
     if (!m || sz < bytes || !(m->p = aligned_alloc(64, sz ? sz : 64))) {
@@ -82,9 +82,9 @@ int dev_alloc(Device *d, size_t bytes, Buf *out) {
     return 0;
 }
 
-int dev_wrap(Device *d, const void *host, size_t bytes, Buf *out) {
+int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
     (void)d;
-    *out = (Buf){0};
+    *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
     if (!m) return fail("device: out of memory");
     m->p = (unsigned char *)host;
@@ -93,21 +93,21 @@ int dev_wrap(Device *d, const void *host, size_t bytes, Buf *out) {
     return 0;
 }
 
-void dev_free(Device *d, Buf b) {
+void dev_free(Device *d, DevBuf b) {
     (void)d;
     if (!b.mem) return;
     if (b.mem->owned) free(b.mem->p);
     free(b.mem);
 }
 
-size_t buf_bytes(Buf b) { return b.mem && b.off <= b.mem->size ? b.mem->size - b.off : 0; }
+size_t dbuf_bytes(DevBuf b) { return b.mem && b.off <= b.mem->size ? b.mem->size - b.off : 0; }
 
-void *dev_host(const Device *d, Buf b) {
+void *dev_host(const Device *d, DevBuf b) {
     (void)d;
     return b.mem ? b.mem->p + b.off : NULL;
 }
 
-static int in_bounds(Buf b, size_t n, const char *what) {
+static int in_bounds(DevBuf b, size_t n, const char *what) {
     if (!b.mem) return fail("device: %s: no buffer", what);
     if (b.off > b.mem->size || n > b.mem->size - b.off)
         return fail("device: %s: %zu bytes at offset %zu overrun a %zu-byte buffer", what, n, b.off, b.mem->size);
@@ -144,7 +144,7 @@ int dev_host_call(Device *d, void (*fn)(const void *), const void *args, size_t 
    graph's memcpy node reads its source at replay; the CPU keeps a copy, which is what
    a caller may rely on either way: the source need not outlive the call) */
 typedef struct {
-    Buf dst;
+    DevBuf dst;
     size_t n;
     unsigned char src[];
 } Upload;
@@ -152,7 +152,7 @@ static void run_upload(const void *a) {
     const Upload *u = a;
     memcpy(u->dst.mem->p + u->dst.off, u->src, u->n);
 }
-int dev_upload(Device *d, Buf dst, const void *src, size_t n) {
+int dev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
     if (in_bounds(dst, n, "upload")) return -1;
     if (!d->capturing) {
         memcpy(dst.mem->p + dst.off, src, n);
@@ -168,7 +168,7 @@ int dev_upload(Device *d, Buf dst, const void *src, size_t n) {
     return rc;
 }
 
-int dev_download(Device *d, void *dst, Buf src, size_t n) {
+int dev_download(Device *d, void *dst, DevBuf src, size_t n) {
     if (d->capturing) return fail("device: download while capturing a graph");
     if (in_bounds(src, n, "download")) return -1;
     memcpy(dst, src.mem->p + src.off, n);
@@ -176,21 +176,21 @@ int dev_download(Device *d, void *dst, Buf src, size_t n) {
 }
 
 typedef struct {
-    Buf dst, src;
+    DevBuf dst, src;
     size_t n;
 } CopyArgs;
 static void run_copy(const void *a) {
     const CopyArgs *c = a;
     memmove(c->dst.mem->p + c->dst.off, c->src.mem->p + c->src.off, c->n);
 }
-int dev_copy(Device *d, Buf dst, Buf src, size_t n) {
+int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n) {
     if (in_bounds(dst, n, "copy destination") || in_bounds(src, n, "copy source")) return -1;
     CopyArgs c = {dst, src, n};
     return submit(d, run_copy, &c, sizeof c);
 }
 
 typedef struct {
-    Buf base, list, count;
+    DevBuf base, list, count;
     int max_count, len;
     size_t stride;
 } MoveArgs;
@@ -206,7 +206,7 @@ static void run_move(const void *a) {
         for (int j = 0; j < m->len; j++) t[(size_t)j * m->stride] = s[(size_t)j * m->stride];
     }
 }
-int dev_move_cols(Device *d, Buf base, Buf list, Buf count_buf, int max_count, int len, size_t stride) {
+int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride) {
     if (max_count < 0 || len < 0) return fail("device: move_cols: negative sizes");
     if (in_bounds(list, sizeof(int32_t) * 2 * (size_t)max_count, "move_cols list") ||
         in_bounds(count_buf, sizeof(int32_t), "move_cols count") || in_bounds(base, 0, "move_cols base"))
@@ -275,7 +275,7 @@ int dev_graph_calls(const DevGraph *g) { return g ? g->n : 0; }
 /* ---- rows ---- */
 
 typedef struct {
-    Buf ids, p, x, rows;
+    DevBuf ids, p, x, rows;
     int max_rows, cols, k;
 } RowArgs;
 
@@ -335,7 +335,7 @@ static void run_topk(const void *v) {
     free(row);
 }
 
-static int rows_check(Buf x, Buf rows_buf, int max_rows, int cols) {
+static int rows_check(DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
     if (max_rows < 0 || cols < 1) return fail("device: rows: bad sizes (%d rows of %d)", max_rows, cols);
     return in_bounds(x, sizeof(float) * (size_t)max_rows * cols, "rows input") ||
                    in_bounds(rows_buf, sizeof(int32_t), "row count")
@@ -343,21 +343,21 @@ static int rows_check(Buf x, Buf rows_buf, int max_rows, int cols) {
                : 0;
 }
 
-int dev_argmax_rows(Device *d, Buf ids, Buf x, Buf rows_buf, int max_rows, int cols) {
+int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * (size_t)max_rows, "argmax ids"))
         return -1;
     RowArgs a = {ids, {0}, x, rows_buf, max_rows, cols, 1};
     return submit(d, run_argmax, &a, sizeof a);
 }
 
-int dev_softmax_rows(Device *d, Buf y, Buf x, Buf rows_buf, int max_rows, int cols) {
+int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
     RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0};
     return submit(d, run_softmax, &a, sizeof a);
 }
 
-int dev_topk_rows(Device *d, Buf ids, Buf p, Buf x, Buf rows_buf, int max_rows, int cols, int k) {
+int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k) {
     if (k < 1 || k > cols) return fail("device: top-k: k = %d for rows of %d", k, cols);
     size_t out = (size_t)max_rows * k;
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * out, "top-k ids") ||

@@ -3,6 +3,7 @@
 #define PD_FORWARD_H
 #include "model/kvcache.h"
 #include "model/model.h"
+#include "model/runner.h"
 
 /* one step of work: n tokens, each with its sequence, position and the tokens of the
    same step it may attend to. With parent and mask both NULL, each token sees the
@@ -20,12 +21,11 @@ typedef struct {
 /* runs layers [layer_begin, layer_end) for the batch. hidden[n][dim] is the input
    (ignored and filled from the embedding when layer_begin is 0) and the output.
    Each token's K/V goes to the slots after those already filled in each layer. */
-int forward_layers(Model *m, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
+int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
                    float *hidden);
 /* logits[n][vocab] from the last hidden states */
-int final_logits(Model *m, const float *hidden, int n, float *logits);
+int final_logits(Runner *r, const float *hidden, int n, float *logits);
 /* embedding rows for n tokens into hidden[n][dim] */
-void embed_tokens(Model *m, const int32_t *tokens, int n, float *hidden);
-void forward_free_workspace(Model *m);
+void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden);
 
 #endif
