@@ -42,7 +42,7 @@ void *dev_host(const Device *d, DevBuf b);
 int dev_upload(Device *d, DevBuf dst, const void *src, size_t n);
 int dev_download(Device *d, void *dst, DevBuf src, size_t n); /* waits for the stream */
 int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n);
-/* for each of the count pairs {src, dst} (int32 element indices in list), len floats
+/* for each of the count pairs {src, dst} (int64 float indices in list), len floats
    strided stride floats apart from base+src to base+dst, pairs in order: the KV
    cache's slot moves (keep a path, fork). count is read from count_buf (int32) when
    the call runs, so a replay can move a different number */

@@ -153,8 +153,9 @@ static void step_out(Device *d, const Step *s, StepOut *o) {
 static void new_step(Device *d, const Step *s, int step) {
     float h[R * C];
     for (int i = 0; i < R * C; i++) h[i] = frand();
-    int32_t n = 1 + step % R, moves = step % 5, list[8];
-    for (int i = 0; i < 8; i++) list[i] = (int32_t)urand(C); /* column starts in row 0 .. 4 rows down stay inside */
+    int32_t n = 1 + step % R, moves = step % 5;
+    int64_t list[8];
+    for (int i = 0; i < 8; i++) list[i] = urand(C); /* column starts in row 0 .. 4 rows down stay inside */
     dev_upload(d, s->x, h, sizeof h), dev_upload(d, s->cnt, &n, sizeof n);
     dev_upload(d, s->list, list, sizeof list), dev_upload(d, s->nmov, &moves, sizeof moves);
     /* outputs cleared, so a replay that skipped a call cannot pass on stale bits */
@@ -166,7 +167,7 @@ static void new_step(Device *d, const Step *s, int step) {
 static void graphs(Device *d) {
     Step s;
     DevBuf *all[] = {&s.x, &s.x2, &s.ids, &s.tk, &s.tp, &s.sm, &s.cnt, &s.list, &s.nmov};
-    size_t sz[] = {4 * R * C, 4 * R * C, 4 * R, 4 * R * K, 4 * R * K, 4 * R * C, 4, 32, 4};
+    size_t sz[] = {4 * R * C, 4 * R * C, 4 * R, 4 * R * K, 4 * R * K, 4 * R * C, 4, 64, 4};
     for (int i = 0; i < 9; i++) dev_alloc(d, sz[i], all[i]);
     CHECK(dev_graph_begin(d) == 0, "%s", dev_errmsg());
     CHECK(dev_graph_begin(d) == -1, "a second capture accepted");

@@ -2,8 +2,9 @@
    its own thread with its own KV cache, give the same bits as one runner doing both
    jobs in turn (a prompt, a token tree over it, greedy steps), with the kernels on one
    thread and on two (the second caller then runs its kernels alone). The Model's bytes
-   are unchanged by the forward passes. Also the logits rows through the device ops
-   (argmax, top-k, softmax over rows) against final_logits read on the host. */
+   are unchanged by the forward passes. Also: logits_argmax / _topk / _softmax (the
+   device's row ops) against final_logits' rows read on the host and plain loops; the KV
+   cache's device moves (keep a path, fork) against slot-by-slot reads. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,11 +101,121 @@ static uint64_t model_sum(void) {
     return h;
 }
 
+/* the reference: the largest, lowest index among equals; softmax in double for a
+   sanity bound, k_softmax for the bits */
+static int ref_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void row_ops(void) {
+    enum { N = 5, K = 4 };
+    Runner *r = runner_new(&M);
+    KVCache kv;
+    int V = M.c.vocab_size, D = M.c.dim;
+    float *h = malloc(sizeof(float) * N * D), *lg = malloc(sizeof(float) * N * V), *sm = malloc(sizeof(float) * N * V);
+    if (!r || !h || !lg || !sm || kv_init(&kv, &M.c, 1, 64, 16)) {
+        CHECK(0, "setup: %s", pd_errmsg());
+        return;
+    }
+    int seq = kv_seq_new(&kv);
+    int32_t tok[N] = {1, 200, 33, 401, 5}, pos[N], sq[N], ids[N], tk[N][K];
+    float pk[N][K];
+    for (int i = 0; i < N; i++) pos[i] = i, sq[i] = seq;
+    Batch b = {N, tok, sq, pos, NULL, NULL};
+    CHECK(forward_layers(r, &kv, &b, 0, M.c.n_layers, h) == 0, "%s", pd_errmsg());
+    CHECK(final_logits(r, h, N, lg) == 0, "%s", pd_errmsg());
+    CHECK(logits_argmax(r, h, N, ids) == 0, "%s", pd_errmsg());
+    int ok = 1;
+    for (int i = 0; i < N; i++) ok &= ids[i] == ref_argmax(lg + (size_t)i * V, V);
+    CHECK(ok, "logits_argmax differs from the argmax of final_logits' rows");
+    CHECK(logits_softmax(r, h, N, sm) == 0, "%s", pd_errmsg());
+    ok = 1;
+    for (int i = 0; i < N; i++) {
+        float row[V];
+        memcpy(row, lg + (size_t)i * V, sizeof row);
+        k_softmax(row, V);
+        ok &= !memcmp(row, sm + (size_t)i * V, sizeof row);
+    }
+    CHECK(ok, "logits_softmax is not k_softmax of final_logits' rows");
+    CHECK(logits_topk(r, h, N, K, &tk[0][0], &pk[0][0]) == 0, "%s", pd_errmsg());
+    ok = 1;
+    for (int i = 0; i < N; i++) {
+        const float *p = sm + (size_t)i * V;
+        char taken[V];
+        memset(taken, 0, sizeof taken);
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int v = 0; v < V; v++)
+                if (!taken[v] && (best < 0 || p[v] > p[best])) best = v;
+            taken[best] = 1;
+            ok &= tk[i][j] == best && pk[i][j] == p[best];
+        }
+        ok &= tk[i][0] == ids[i];
+    }
+    CHECK(ok, "logits_topk differs from repeated selection over the softmax");
+    CHECK(logits_topk(r, h, N, V + 1, &tk[0][0], NULL) == -1, "top-k past the vocabulary accepted");
+    kv_free(&kv);
+    runner_free(r);
+    free(h), free(lg), free(sm);
+}
+
+/* keep a path and fork through the device moves, against values written and read slot
+   by slot */
+static void kv_moves(void) {
+    KVCache kv;
+    if (kv_init(&kv, &M.c, 3, 3 * 64, 8)) {
+        CHECK(0, "kv: %s", pd_errmsg());
+        return;
+    }
+    int s = kv_seq_new(&kv), L = kv.n_layers, kd = kv.kv_dim, n = 30;
+    float k[kd], v[kd], gk[kd], gv[kd];
+    kv_reserve(&kv, s, n);
+    for (int l = 0; l < L; l++) {
+        for (int i = 0; i < n; i++) {
+            for (int d = 0; d < kd; d++) k[d] = (float)(l * 10000 + i * 100 + d), v[d] = -k[d];
+            kv_write(&kv, s, l, i, k, v);
+        }
+        kv_set_len(&kv, s, l, n);
+    }
+    int f = kv_fork(&kv, s, 21), ok = f >= 0;
+    for (int l = 0; l < L && ok; l++) {
+        ok &= kv_len(&kv, f, l) == 21;
+        for (int i = 0; i < 21; i++) {
+            kv_read(&kv, f, l, i, gk, gv);
+            for (int d = 0; d < kd; d++) ok &= gk[d] == (float)(l * 10000 + i * 100 + d) && gv[d] == -gk[d];
+        }
+    }
+    CHECK(ok, "a forked sequence does not hold the first 21 slots");
+    int bad[3] = {1, 0, 4}; /* not increasing: refused before anything moves */
+    CHECK(kv_keep_path(&kv, s, 10, bad, 3) == -1, "a decreasing path accepted");
+    int path[4] = {1, 4, 5, 9}; /* slots 11, 14, 15, 19 move to 10..13 */
+    CHECK(kv_keep_path(&kv, s, 10, path, 4) == 0, "%s", pd_errmsg());
+    ok = 1;
+    for (int l = 0; l < L; l++) {
+        ok &= kv_len(&kv, s, l) == 14;
+        for (int i = 0; i < 14; i++) {
+            int from = i < 10 ? i : 10 + path[i - 10];
+            kv_read(&kv, s, l, i, gk, gv);
+            for (int d = 0; d < kd; d++) ok &= gk[d] == (float)(l * 10000 + from * 100 + d) && gv[d] == -gk[d];
+        }
+        kv_read(&kv, f, l, 12, gk, gv); /* the fork keeps its own copy */
+        ok &= gk[0] == (float)(l * 10000 + 1200);
+    }
+    CHECK(ok, "keep_path did not move the accepted slots (or touched the fork)");
+    kv_free(&kv);
+}
+
 int main(void) {
     if (test_model_load(&M)) return check_done("runner");
     uint64_t before = model_sum();
     two_threads(1);
     two_threads(2);
+    k_init(1);
+    row_ops();
+    kv_moves();
     CHECK(model_sum() == before, "a forward pass wrote into the shared Model");
     Runner *r = runner_new(&M);
     CHECK(r && r->m == &M && dev_host(r->dev, r->packed) == (void *)M.packed.base,

@@ -197,7 +197,7 @@ typedef struct {
 static void run_move(const void *a) {
     const MoveArgs *m = a;
     float *base = (float *)(m->base.mem->p + m->base.off);
-    const int32_t *list = (const int32_t *)(m->list.mem->p + m->list.off);
+    const int64_t *list = (const int64_t *)(m->list.mem->p + m->list.off);
     int n = *(const int32_t *)(m->count.mem->p + m->count.off);
     n = n < 0 ? 0 : n > m->max_count ? m->max_count : n;
     for (int i = 0; i < n; i++) {
@@ -208,7 +208,7 @@ static void run_move(const void *a) {
 }
 int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride) {
     if (max_count < 0 || len < 0) return fail("device: move_cols: negative sizes");
-    if (in_bounds(list, sizeof(int32_t) * 2 * (size_t)max_count, "move_cols list") ||
+    if (in_bounds(list, sizeof(int64_t) * 2 * (size_t)max_count, "move_cols list") ||
         in_bounds(count_buf, sizeof(int32_t), "move_cols count") || in_bounds(base, 0, "move_cols base"))
         return -1;
     MoveArgs m = {base, list, count_buf, max_count, len, stride};

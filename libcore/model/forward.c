@@ -41,11 +41,11 @@ static int check_batch(const Model *m, KVCache *kv, const Batch *b, int lb, int 
    its sequence (its slot is the sequence's committed length in a layer plus the rank),
    its block-table row, and the ranks of the batch tokens it sees, itself last. Ranks,
    not slots, so the lists hold in every layer, however full each layer is. */
-static int build_desc(Runner *r, KVCache *kv, const Batch *b) {
+static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
     int n = b->n;
-    if (runner_reserve(r, n, (size_t)n * (n + 1) / 2)) return -1;
+    if (runner_reserve(r, n, (size_t)n * (n + 1) / 2, le - lb)) return -1;
     StepDesc *d = &r->ws.desc;
-    d->n = n;
+    d->n = n, d->layers = le - lb;
     for (int i = 0; i < n; i++) {
         int s = seq_of(b, i), rank = 0;
         for (int j = 0; j < i; j++) rank += seq_of(b, j) == s;
@@ -62,20 +62,23 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b) {
             if (j == i || visible(b, i, j)) d->vis[at++] = d->rank[j];
     }
     d->vis_off[n] = at;
+    for (int l = lb; l < le; l++) /* AdaDecode fills layers unevenly */
+        for (int i = 0; i < n; i++) {
+            size_t x = (size_t)(l - lb) * n + i;
+            d->base[x] = kv_len(kv, d->seq[i], l);
+            d->slot[x] = d->base[x] + d->rank[i];
+        }
     return 0;
 }
 
-static void layer_forward(Runner *r, KVCache *kv, int l, float *x) {
+static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const Model *m = r->m;
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     Workspace *w = &r->ws;
     StepDesc *d = &w->desc;
     int n = d->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
-    for (int i = 0; i < n; i++) { /* this layer's committed lengths: AdaDecode fills layers unevenly */
-        d->base[i] = kv_len(kv, d->seq[i], l);
-        d->slot[i] = d->base[i] + d->rank[i];
-    }
+    const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
@@ -87,11 +90,11 @@ static void layer_forward(Runner *r, KVCache *kv, int l, float *x) {
     }
     k_rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
     size_t lo = (size_t)l * kv->block_size * kv->kv_dim;
-    k_kv_write(kv->k + lo, kv->v + lo, kv_block_stride(kv), kv->block_size, kv->kv_dim, d->table, d->slot,
+    k_kv_write(kv->k + lo, kv->v + lo, kv_block_stride(kv), kv->block_size, kv->kv_dim, d->table, slot,
                w->qkv + qd, row, kvd, n);
     AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->qkv, row, w->att,
                   kv_layer_k(kv, l), kv_layer_v(kv, l), kv_block_stride(kv), kv->block_size,
-                  d->table, d->base, d->vis_off, d->vis};
+                  d->table, base, d->vis_off, d->vis};
     k_attention_rel(&a);
     k_matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
@@ -102,9 +105,6 @@ static void layer_forward(Runner *r, KVCache *kv, int l, float *x) {
     k_silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
     k_matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
-
-    for (int i = 0; i < n; i++) /* the last token of each sequence sets its new length */
-        kv_set_len(kv, d->seq[i], l, d->slot[i] + 1);
 }
 
 void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden) {
@@ -124,16 +124,81 @@ static int reserve_slots(KVCache *kv, const Batch *b, int lb, int le) {
 }
 
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
-    if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b)) return -1;
+    if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
     if (lb == 0) embed_tokens(r->m, b->token, b->n, hidden);
-    for (int l = lb; l < le; l++) layer_forward(r, kv, l, hidden);
+    for (int l = lb; l < le; l++) layer_forward(r, kv, l, l - lb, hidden);
+    const StepDesc *d = &r->ws.desc;
+    for (int l = lb; l < le; l++) /* the last token of each sequence sets its new length */
+        for (int i = 0; i < b->n; i++) kv_set_len(kv, d->seq[i], l, d->slot[(size_t)(l - lb) * b->n + i] + 1);
     return 0;
 }
 
 int final_logits(Runner *r, const float *hidden, int n, float *logits) {
     const Model *m = r->m;
-    if (runner_reserve(r, n, 0)) return -1;
+    if (runner_reserve(r, n, 0, 0)) return -1;
     k_rmsnorm(r->ws.xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
     k_matmul(logits, r->ws.xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+    return 0;
+}
+
+/* room for n logits rows and out results, and the row count uploaded */
+static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
+    Workspace *w = &r->ws;
+    size_t V = (size_t)r->m->c.vocab_size;
+    if (n < 1) return pd_error("logits: no rows");
+    if (n > w->cap_rows) {
+        DevBuf b;
+        if (dev_alloc(r->dev, pd_mul(sizeof(float) * V, (size_t)n), &b)) return pd_error("runner: %s", dev_errmsg());
+        dev_free(r->dev, w->lg);
+        w->lg = b, w->cap_rows = n;
+    }
+    if (out > w->cap_out) {
+        DevBuf a, b;
+        if (dev_alloc(r->dev, pd_mul(sizeof(int32_t), out), &a)) return pd_error("runner: %s", dev_errmsg());
+        if (dev_alloc(r->dev, pd_mul(sizeof(float), out), &b)) {
+            dev_free(r->dev, a);
+            return pd_error("runner: %s", dev_errmsg());
+        }
+        dev_free(r->dev, w->ids), dev_free(r->dev, w->probs);
+        w->ids = a, w->probs = b, w->cap_out = out;
+    }
+    if (!w->rows.mem && dev_alloc(r->dev, sizeof(int32_t), &w->rows)) return pd_error("runner: %s", dev_errmsg());
+    float *lg = dev_host(r->dev, w->lg); /* the CPU's final_logits writes device memory directly */
+    int32_t rows = n;
+    if (!lg || final_logits(r, hidden, n, lg) || dev_upload(r->dev, w->rows, &rows, sizeof rows))
+        return lg ? -1 : pd_error("runner: logits rows need a host-memory device");
+    return 0;
+}
+
+int logits_argmax(Runner *r, const float *hidden, int n, int32_t *ids) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (rows_begin(r, hidden, n, (size_t)n)) return -1;
+    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, V) ||
+        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
+        return pd_error("logits: %s", dev_errmsg());
+    return 0;
+}
+
+int logits_topk(Runner *r, const float *hidden, int n, int k, int32_t *ids, float *probs) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (k < 1 || k > V) return pd_error("logits: top-%d of a vocabulary of %d", k, V);
+    size_t out = (size_t)n * k;
+    if (rows_begin(r, hidden, n, out)) return -1;
+    if (dev_topk_rows(r->dev, w->ids, probs ? w->probs : (DevBuf){0}, w->lg, w->rows, n, V, k) ||
+        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * out) ||
+        (probs && dev_download(r->dev, probs, w->probs, sizeof(float) * out)))
+        return pd_error("logits: %s", dev_errmsg());
+    return 0;
+}
+
+int logits_softmax(Runner *r, const float *hidden, int n, float *probs) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (rows_begin(r, hidden, n, 0)) return -1;
+    if (dev_softmax_rows(r->dev, w->lg, w->lg, w->rows, n, V) ||
+        dev_download(r->dev, probs, w->lg, sizeof(float) * (size_t)n * V))
+        return pd_error("logits: %s", dev_errmsg());
     return 0;
 }

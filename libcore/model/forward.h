@@ -25,6 +25,14 @@ int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int 
                    float *hidden);
 /* logits[n][vocab] from the last hidden states */
 int final_logits(Runner *r, const float *hidden, int n, float *logits);
+/* final_logits, then over each row on the device: its argmax (ids[n]); the k largest
+   probabilities of its softmax, largest first, lower id first among equals (ids[n][k],
+   probs[n][k]; probs may be NULL); its whole softmax (probs[n][vocab]). Only these come
+   back, not the logits: what methods call where they read logits rows for a token id
+   or probabilities. Bits: k_argmax and k_softmax of final_logits' rows. */
+int logits_argmax(Runner *r, const float *hidden, int n, int32_t *ids);
+int logits_topk(Runner *r, const float *hidden, int n, int k, int32_t *ids, float *probs);
+int logits_softmax(Runner *r, const float *hidden, int n, float *probs);
 /* embedding rows for n tokens into hidden[n][dim] */
 void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden);
 

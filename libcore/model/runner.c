@@ -23,6 +23,8 @@ void runner_free(Runner *r) {
     if (r->dev) {
         dev_free(r->dev, r->ws.acts);
         dev_free(r->dev, r->ws.desc_buf);
+        dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
+        dev_free(r->dev, r->ws.rows);
         dev_free(r->dev, r->packed);
         dev_close(r->dev);
     }
@@ -44,11 +46,12 @@ static int carve(Device *d, DevBuf *b, size_t n, const size_t *sizes, void **con
     return 0;
 }
 
-int runner_reserve(Runner *r, int n, size_t vis) {
+int runner_reserve(Runner *r, int n, size_t vis, int layers) {
     Workspace *w = &r->ws;
     const Config *c = &r->m->c;
-    if (w->cap_n >= n && w->cap_vis >= vis) return 0;
+    if (w->cap_n >= n && w->cap_vis >= vis && w->cap_layers >= layers) return 0;
     size_t cn = (size_t)(w->cap_n > n ? w->cap_n : n), cv = w->cap_vis > vis ? w->cap_vis : vis;
+    size_t cl = (size_t)(w->cap_layers > layers ? w->cap_layers : layers);
     if (cn > (size_t)w->cap_n) {
         size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim, f = sizeof(float);
         size_t sizes[] = {pd_mul(f * cn, c->dim), pd_mul(f * cn, qd), pd_mul(f * cn, qd + 2 * kvd),
@@ -58,10 +61,10 @@ int runner_reserve(Runner *r, int n, size_t vis) {
     }
     StepDesc *s = &w->desc;
     size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn, i4 * cn, i4 * cn, i4 * cn, i4 * (cn + 1), i4 * cv, sizeof(int *) * cn,
-                                            i4 * cn, i4 * cn};
+                                            pd_mul(i4 * cn, cl), pd_mul(i4 * cn, cl)};
     void **dst[] = {(void **)&s->token, (void **)&s->pos, (void **)&s->seq, (void **)&s->rank, (void **)&s->vis_off,
                     (void **)&s->vis, (void **)&s->table, (void **)&s->base, (void **)&s->slot};
     if (carve(r->dev, &w->desc_buf, 9, sizes, dst)) return -1;
-    w->cap_n = (int)cn, w->cap_vis = cv;
+    w->cap_n = (int)cn, w->cap_vis = cv, w->cap_layers = (int)cl;
     return 0;
 }

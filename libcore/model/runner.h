@@ -9,21 +9,23 @@
 /* the per-call step descriptor (forward.c builds it once per forward_layers call, in
    one device buffer): per token its id, position, sequence, slot offset after the
    sequence's committed slots (its rank among the batch's tokens of that sequence), its
-   block-table row, and its visibility list (offsets like the rank, of the batch tokens
-   it sees, itself last) */
+   block-table row, its visibility list (offsets like the rank, of the batch tokens it
+   sees, itself last), and per layer of the call its sequence's committed length and its
+   slot (a layer's length changes only in that layer, so all are known up front) */
 typedef struct {
-    int n;
+    int n, layers;                     /* tokens; layers of the call */
     int32_t *token, *pos, *seq, *rank; /* [n] */
     int32_t *vis_off;                  /* [n+1] */
     int32_t *vis;                      /* [vis_off[n]] */
     const int **table;                 /* [n] block-table rows (host pointers on the CPU) */
-    int32_t *base;                     /* [n] committed slots in the current layer */
-    int32_t *slot;                     /* [n] base + rank */
+    int32_t *base;                     /* [layers][n] committed slots in each layer */
+    int32_t *slot;                     /* [layers][n] base + rank */
 } StepDesc;
 
 typedef struct Workspace {
     int cap_n;        /* tokens the buffers hold */
     size_t cap_vis;   /* visibility entries the descriptor holds */
+    int cap_layers;   /* layers it holds lengths for */
     float *xb;        /* [n][dim] normed input */
     float *att;       /* [n][n_heads*hd] attention output */
     float *qkv;       /* [n][(n_heads + 2 n_kv)*hd] the stacked projection: q | k | v */
@@ -33,6 +35,10 @@ typedef struct Workspace {
     DevBuf acts;         /* the activations above, one device buffer, each 64-byte aligned */
     DevBuf desc_buf;     /* the step descriptor's arrays, one device buffer */
     StepDesc desc;    /* its arrays, where the CPU sees them */
+    /* logits rows and what the row ops give back (logits_argmax, _topk, _softmax) */
+    DevBuf lg, ids, probs, rows; /* [cap_rows][vocab], [cap_out], [cap_out], the row count */
+    int cap_rows;
+    size_t cap_out;
 } Workspace;
 
 typedef struct Runner {
@@ -45,7 +51,8 @@ typedef struct Runner {
 /* a runner on the CPU device; NULL + message when out of memory */
 Runner *runner_new(const Model *m);
 void runner_free(Runner *r);
-/* workspace for n tokens and vis visibility entries (grows, never shrinks) */
-int runner_reserve(Runner *r, int n, size_t vis);
+/* workspace for n tokens, vis visibility entries and a call over layers layers (grows,
+   never shrinks) */
+int runner_reserve(Runner *r, int n, size_t vis, int layers);
 
 #endif
