@@ -4,7 +4,8 @@
    thread and on two (the second caller then runs its kernels alone). The Model's bytes
    are unchanged by the forward passes. Also: logits_argmax / _topk / _softmax (the
    device's row ops) against final_logits' rows read on the host and plain loops; the KV
-   cache's device moves (keep a path, fork) against slot-by-slot reads. */
+   cache's device moves (keep a path, fork) against slot-by-slot reads; a captured
+   forward graph replayed with each step's batch against forward_layers. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,60 @@ static void kv_moves(void) {
     kv_free(&kv);
 }
 
+/* a captured forward step replayed with each step's batch gives forward_layers' bits:
+   one graph for the whole model and one for a layer range, over steps of different
+   sizes and shapes (a prompt, single tokens, a tree), on two caches kept in step */
+static void graphs(void) {
+    Runner *r = runner_new(&M), *q = runner_new(&M);
+    KVCache a, b;
+    int D = M.c.dim, V = M.c.vocab_size, L = M.c.n_layers;
+    enum { MAXN = 24 };
+    float *h = malloc(sizeof(float) * MAXN * D), *g = malloc(sizeof(float) * MAXN * D);
+    float *la = malloc(sizeof(float) * MAXN * V), *lb = malloc(sizeof(float) * MAXN * V);
+    if (!r || !q || !h || !g || !la || !lb || kv_init(&a, &M.c, 1, 256, 16) || kv_init(&b, &M.c, 1, 256, 16)) {
+        CHECK(0, "setup: %s", pd_errmsg());
+        return;
+    }
+    int sa = kv_seq_new(&a), sb = kv_seq_new(&b);
+    ForwardGraph *full = forward_capture(q, &b, 0, L, g), *upper = forward_capture(q, &b, 1, L, g);
+    CHECK(full && upper, "%s", pd_errmsg());
+    CHECK(forward_capture(q, &b, 0, L + 1, g) == NULL, "a capture past the last layer accepted");
+    int at = 0, same = 1, steps = 0;
+    static const int sizes[] = {MAXN, 1, 1, 3, 7, 1, 2};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes && full && upper; s++) {
+        int n = sizes[s], tree = n == 7;
+        int32_t tok[MAXN], pos[MAXN], par[MAXN], sq[MAXN], sq2[MAXN];
+        for (int i = 0; i < n; i++) {
+            tok[i] = (int32_t)((at * 17 + i * 5 + 3) % V), sq[i] = sa, sq2[i] = sb;
+            par[i] = tree ? (i ? (i - 1) / 2 : -1) : -1;
+            int d = 0;
+            for (int x = i; tree && x > 0; x = (x - 1) / 2) d++;
+            pos[i] = at + (tree ? d : i);
+        }
+        Batch ba = {n, tok, sq, pos, tree ? par : NULL, NULL}, bb = {n, tok, sq2, pos, tree ? par : NULL, NULL};
+        int split = s == 4; /* the tree runs layer 0 directly, the rest replayed from the range graph */
+        int rc = forward_layers(r, &a, &ba, 0, L, h);
+        if (split) rc |= forward_layers(q, &b, &bb, 0, 1, g) || forward_replay(q, upper, &bb);
+        else rc |= forward_replay(q, full, &bb);
+        rc |= final_logits(r, h, n, la) || final_logits(q, g, n, lb);
+        CHECK(rc == 0, "step %zu: %s", s, pd_errmsg());
+        same &= !memcmp(h, g, sizeof(float) * n * D) && !memcmp(la, lb, sizeof(float) * n * V);
+        for (int l = 0; l < L; l++) same &= kv_len(&a, sa, l) == kv_len(&b, sb, l);
+        if (tree) { /* keep the path 0 → 2 → 6 */
+            int path[3] = {0, 2, 6};
+            kv_keep_path(&a, sa, at, path, 3), kv_keep_path(&b, sb, at, path, 3);
+            at += 3;
+        } else
+            at += n;
+        steps++;
+    }
+    CHECK(steps == 7 && same, "a replayed forward graph differs from forward_layers (%d steps)", steps);
+    forward_graph_free(full), forward_graph_free(upper);
+    kv_free(&a), kv_free(&b);
+    runner_free(r), runner_free(q);
+    free(h), free(g), free(la), free(lb);
+}
+
 int main(void) {
     if (test_model_load(&M)) return check_done("runner");
     uint64_t before = model_sum();
@@ -216,6 +271,7 @@ int main(void) {
     k_init(1);
     row_ops();
     kv_moves();
+    graphs();
     CHECK(model_sum() == before, "a forward pass wrote into the shared Model");
     Runner *r = runner_new(&M);
     CHECK(r && r->m == &M && dev_host(r->dev, r->packed) == (void *)M.packed.base,

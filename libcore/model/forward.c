@@ -123,14 +123,82 @@ static int reserve_slots(KVCache *kv, const Batch *b, int lb, int le) {
     return 0;
 }
 
+/* the last token of each sequence sets its new length, in every layer of the call */
+static void set_lengths(KVCache *kv, const StepDesc *d, int lb, int le) {
+    for (int l = lb; l < le; l++)
+        for (int i = 0; i < d->n; i++) kv_set_len(kv, d->seq[i], l, d->slot[(size_t)(l - lb) * d->n + i] + 1);
+}
+
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
     if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
     if (lb == 0) embed_tokens(r->m, b->token, b->n, hidden);
     for (int l = lb; l < le; l++) layer_forward(r, kv, l, l - lb, hidden);
-    const StepDesc *d = &r->ws.desc;
-    for (int l = lb; l < le; l++) /* the last token of each sequence sets its new length */
-        for (int i = 0; i < b->n; i++) kv_set_len(kv, d->seq[i], l, d->slot[(size_t)(l - lb) * b->n + i] + 1);
+    set_lengths(kv, &r->ws.desc, lb, le);
     return 0;
+}
+
+struct ForwardGraph {
+    DevGraph *g;
+    KVCache *kv;
+    int lb, le;
+    float *hidden;
+};
+
+typedef struct {
+    Runner *r;
+    KVCache *kv;
+    int l, li;
+    float *x;
+} LayerCall;
+
+/* read the descriptor when they run, not when they were captured */
+static void run_embed(const void *a) {
+    const LayerCall *c = a;
+    const StepDesc *d = &c->r->ws.desc;
+    embed_tokens(c->r->m, d->token, d->n, c->x);
+}
+static void run_layer(const void *a) {
+    const LayerCall *c = a;
+    layer_forward(c->r, c->kv, c->l, c->li, c->x);
+}
+
+ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hidden) {
+    if (lb < 0 || le > r->m->c.n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le), NULL;
+    ForwardGraph *g = pd_alloc(sizeof *g);
+    if (!g) return NULL;
+    *g = (ForwardGraph){NULL, kv, lb, le, hidden};
+    if (dev_graph_begin(r->dev)) return free(g), pd_error("forward: %s", dev_errmsg()), NULL;
+    int rc = 0;
+    if (lb == 0) {
+        LayerCall c = {r, kv, 0, 0, hidden};
+        rc = dev_host_call(r->dev, run_embed, &c, sizeof c);
+    }
+    for (int l = lb; l < le && !rc; l++) {
+        LayerCall c = {r, kv, l, l - lb, hidden};
+        rc = dev_host_call(r->dev, run_layer, &c, sizeof c);
+    }
+    if (rc) pd_error("forward: %s", dev_errmsg());
+    if (dev_graph_end(r->dev, &g->g) || rc) {
+        if (!rc) pd_error("forward: %s", dev_errmsg());
+        forward_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b) {
+    if (check_batch(r->m, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
+        build_desc(r, g->kv, b, g->lb, g->le))
+        return -1;
+    if (dev_graph_replay(r->dev, g->g)) return pd_error("forward: %s", dev_errmsg());
+    set_lengths(g->kv, &r->ws.desc, g->lb, g->le);
+    return 0;
+}
+
+void forward_graph_free(ForwardGraph *g) {
+    if (!g) return;
+    dev_graph_free(g->g);
+    free(g);
 }
 
 int final_logits(Runner *r, const float *hidden, int n, float *logits) {

@@ -23,6 +23,15 @@ typedef struct {
    Each token's K/V goes to the slots after those already filled in each layer. */
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
                    float *hidden);
+/* a captured forward step: the embedding and layer calls of forward_layers over
+   [layer_begin, layer_end) on one KV cache and one hidden buffer, recorded once on the
+   runner's device; each replay reads the step (token count, tokens, positions, slots,
+   block-table rows, visibility lists) from the runner's descriptor, which
+   forward_replay fills from the batch. Same bits as forward_layers. */
+typedef struct ForwardGraph ForwardGraph;
+ForwardGraph *forward_capture(Runner *r, KVCache *kv, int layer_begin, int layer_end, float *hidden);
+int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b);
+void forward_graph_free(ForwardGraph *g);
 /* logits[n][vocab] from the last hidden states */
 int final_logits(Runner *r, const float *hidden, int n, float *logits);
 /* final_logits, then over each row on the device: its argmax (ids[n]); the k largest
