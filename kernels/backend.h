@@ -37,6 +37,14 @@ void k_silu_mul(float *y, const float *a, const float *b, size_t n);
 void k_silu(float *y, const float *x, size_t n);
 /* y[i] += x[i] */
 void k_add(float *y, const float *x, size_t n);
+/* the batch forms forward.c calls once per layer (each row the per-row kernel's bits):
+   y[i*stride + c] += x[c] (a bias on every row); y[i][c] = silu(gu[i][c]) * gu[i][cols + c]
+   (gate | up rows); K/V rows (keys at src + i*src_stride, values v_off floats after)
+   into their slots of a layer's blocks, transposed as attention reads them */
+void k_add_rows(float *y, size_t stride, const float *x, int n, int cols);
+void k_silu_mul_rows(float *y, const float *gu, int n, int cols);
+void k_kv_write(float *k, float *v, size_t block_stride, int block_size, int kv_dim, const int *const *table,
+                const int32_t *slot, const float *src, size_t src_stride, size_t v_off, int n);
 /* row of weights (f32 or bf16) → f32 */
 void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
 
@@ -64,6 +72,9 @@ typedef struct {
     const int *extra;        /* slots */
 } AttnArgs;
 void k_attention(const AttnArgs *a);
+/* the same, with extra holding offsets from n_ctx[t] instead of slots: a list that holds
+   in every layer, however full each is (the step descriptor's); same bits */
+void k_attention_rel(const AttnArgs *a);
 
 /* reads n floats with every thread and returns their sum: the read-bandwidth probe
    the benchmarks divide by */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "device.h"
 
 static uint64_t rng;
 static uint32_t next32(void) { /* splitmix64 */
@@ -150,8 +151,47 @@ static void attention(void) {
                           tables,     n_ctx, off, extra};
             k_attention(&a);
             put("attention", o, sizeof(float) * n * qd);
+            for (int i = 0; i < off[n]; i++) /* the step descriptor's form: offsets from n_ctx */
+                for (int t = 0; t < n; t++)
+                    if (i >= off[t] && i < off[t + 1]) extra[i] -= n_ctx[t];
+            k_attention_rel(&a);
+            put("attention", o, sizeof(float) * n * qd);
             free(table), free(K), free(V), free(q), free(o);
         }
+}
+
+/* the whole-batch forms forward.c calls and the device's row ops, appended to the
+   files of the kernels they are made of */
+static void batch_forms(void) {
+    static const int shape[][2] = {{1, 1}, {3, 17}, {5, 64}, {2, 1000}, {4, 4099}};
+    Device *d = dev_open("cpu");
+    if (!d) fprintf(stderr, "%s\n", dev_errmsg()), exit(1);
+    for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
+        int n = shape[s][0], cols = shape[s][1], stride = cols + 3;
+        float *y = malloc(sizeof(float) * n * stride), *x = malloc(sizeof(float) * cols);
+        float *gu = malloc(sizeof(float) * n * 2 * cols), *h = malloc(sizeof(float) * n * cols);
+        fill(y, (size_t)n * stride, -4, 4), fill(x, cols, -4, 4), fill(gu, (size_t)n * 2 * cols, -30, 30);
+        k_add_rows(y, stride, x, n, cols);
+        put("add", y, sizeof(float) * n * stride);
+        k_silu_mul_rows(h, gu, n, cols);
+        put("silu_mul", h, sizeof(float) * n * cols);
+        int k = cols < 5 ? cols : 5;
+        int32_t ids[5 * 5], rows = n;
+        float p[5 * 5];
+        DevBuf X, Y, I, P, R;
+        if (dev_wrap(d, gu, sizeof(float) * n * cols, &X) || dev_wrap(d, h, sizeof(float) * n * cols, &Y) ||
+            dev_wrap(d, ids, sizeof ids, &I) || dev_wrap(d, p, sizeof p, &P) || dev_wrap(d, &rows, sizeof rows, &R) ||
+            dev_argmax_rows(d, I, X, R, n, cols))
+            fprintf(stderr, "%s\n", dev_errmsg()), exit(1);
+        put("argmax", ids, sizeof(int32_t) * n);
+        if (dev_topk_rows(d, I, P, X, R, n, cols, k)) fprintf(stderr, "%s\n", dev_errmsg()), exit(1);
+        put("argmax", ids, sizeof(int32_t) * n * k), put("softmax", p, sizeof(float) * n * k);
+        if (dev_softmax_rows(d, Y, X, R, n, cols)) fprintf(stderr, "%s\n", dev_errmsg()), exit(1);
+        put("softmax", h, sizeof(float) * n * cols);
+        dev_free(d, X), dev_free(d, Y), dev_free(d, I), dev_free(d, P), dev_free(d, R);
+        free(y), free(x), free(gu), free(h);
+    }
+    dev_close(d);
 }
 
 static void q8(void) {
@@ -177,6 +217,6 @@ int main(int argc, char **argv) {
     }
     rng = strtoull(argv[1], NULL, 10), dir = argv[2];
     k_init(2);
-    matmul(), rows(), elementwise(), attention(), q8();
+    matmul(), rows(), elementwise(), batch_forms(), attention(), q8();
     return 0;
 }

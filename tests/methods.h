@@ -32,6 +32,7 @@ static int san_share(int n, int div) {
 }
 
 static Model M;
+static Runner *R; /* M's forward workspace */
 static KVCache KV;
 static int32_t *PROMPT[N_PROMPTS];
 static int PROMPT_N[N_PROMPTS], n_prompts, n_loaded; /* the checks use n_prompts of n_loaded */
@@ -309,7 +310,7 @@ static int methods_setup(void) {
     k_init(1);
     if (!test_data("every check (its 200 prompts are TinyStories openings)", "datasets/tinystories/tinystories_val_sample.txt.gz"))
         return -1;
-    if (model_load(&M, test_model_path()) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) || load_prompts()) {
+    if (model_load(&M, test_model_path()) || !(R = runner_new(&M)) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) || load_prompts()) {
         fprintf(stderr, "%s\n", pd_errmsg());
         CHECK(0, "setup");
         return -1;
@@ -350,6 +351,7 @@ static void methods_teardown(void) {
     free(REF_B);
     for (int i = 0; i < n_loaded; i++) free(PROMPT[i]);
     kv_free(&KV);
+    runner_free(R);
     model_free(&M);
 }
 

@@ -15,6 +15,7 @@
 #include "train/distill.h"
 
 static Model M;
+static Runner *R; /* M's forward workspace */
 static uint64_t rng = 7;
 
 static uint64_t next(void) {
@@ -106,9 +107,9 @@ static void hidden_states(const int32_t *tok, int n, int l, float *h, float *hL)
     kv_init(&kv, &M.c, 1, 64, 16);
     kv_seq_new(&kv);
     Batch b = {n, tok, NULL, pos, NULL, NULL};
-    forward_layers(&M, &kv, &b, 0, l, hL);
+    forward_layers(R, &kv, &b, 0, l, hL);
     memcpy(h, hL, sizeof(float) * n * M.c.dim);
-    forward_layers(&M, &kv, &b, l, M.c.n_layers, hL);
+    forward_layers(R, &kv, &b, l, M.c.n_layers, hL);
     kv_free(&kv);
 }
 
@@ -385,7 +386,7 @@ static void test_dataset(void) {
 }
 
 int main(void) {
-    if (test_model_load(&M)) return check_done("distill");
+    if (test_model_load(&M) || !(R = runner_new(&M))) return check_done("distill");
     k_init(1);
     test_gradient(1, 2);
     test_gradient(0, 2);
@@ -394,6 +395,7 @@ int main(void) {
     test_order();
     test_dataset();
     test_training();
+    runner_free(R);
     model_free(&M);
     return check_done("distill");
 }

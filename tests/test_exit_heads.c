@@ -15,6 +15,7 @@
 #include "model/forward.h"
 
 static Model M;
+static Runner *R; /* M's forward workspace */
 static char dir[64];
 static uint64_t rng = 99;
 
@@ -39,7 +40,7 @@ static void hidden_after(int layers, const int32_t *tok, int n, float *h) {
     kv_init(&kv, &M.c, 1, 64, 16);
     kv_seq_new(&kv);
     Batch b = {n, tok, NULL, pos, NULL, NULL};
-    forward_layers(&M, &kv, &b, 0, layers, h);
+    forward_layers(R, &kv, &b, 0, layers, h);
     kv_free(&kv);
 }
 
@@ -61,7 +62,7 @@ static void test_identity_is_the_model(void) {
     CHECK(heads_find(&eh, L - 1) == 1 && heads_find(&eh, 2) == -1, "heads_find");
     /* E · I · norm(h_L) is the model's own final logits, to the bit */
     head_logits(&M, &eh, 1, h, n, a);
-    final_logits(&M, h, n, b);
+    final_logits(R, h, n, b);
     CHECK(!memcmp(a, b, sizeof(float) * n * V), "identity head at the last hidden state differs from final_logits");
     heads_free(&eh);
     free(h); free(a); free(b);
@@ -232,12 +233,13 @@ static int check_files(int n, char **files) {
         printf("%s: %d heads, norm %d\n", files[i], h.n, h.norm);
         heads_free(&h);
     }
+    runner_free(R);
     model_free(&M);
     return bad;
 }
 
 int main(int argc, char **argv) {
-    if (test_model_load(&M)) return check_done("exit_heads");
+    if (test_model_load(&M) || !(R = runner_new(&M))) return check_done("exit_heads");
     k_init(1);
     if (argc > 1) return check_files(argc - 1, argv + 1);
     snprintf(dir, sizeof dir, "/tmp/test_exit_heads.XXXXXX");
@@ -250,6 +252,7 @@ int main(int argc, char **argv) {
     const char *names[] = {"h.safetensors.zst", "h.safetensors", "bad.safetensors", "good.safetensors"};
     for (int i = 0; i < 4; i++) unlink(tmp(names[i]));
     rmdir(dir);
+    runner_free(R);
     model_free(&M);
     return check_done("exit_heads");
 }

@@ -11,6 +11,7 @@
 #include "model/forward.h"
 
 static Model M;
+static Runner *R; /* M's forward workspace */
 static KVCache KV;
 static uint64_t rng = 12345;
 static int rnd(int n) {
@@ -94,8 +95,8 @@ static void test_reference(void) {
     int s = kv_seq_new(&KV), pos[40], seqs[40];
     for (int i = 0; i < 40; i++) pos[i] = i, seqs[i] = s;
     Batch b = {40, toks, seqs, pos, NULL, NULL};
-    CHECK(forward_layers(&M, &KV, &b, 0, M.c.n_layers, hid) == 0, "%s", pd_errmsg());
-    final_logits(&M, hid, 40, got);
+    CHECK(forward_layers(R, &KV, &b, 0, M.c.n_layers, hid) == 0, "%s", pd_errmsg());
+    final_logits(R, hid, 40, got);
     double worst = 0;
     for (int t = 1; t <= 40; t += 13) {
         ref_logits(&r, toks, t, want);
@@ -117,9 +118,9 @@ static void sequential(int ctx, int ctx_len, const int *tok, const int *path, in
     for (int i = 0; i < n; i++) {
         int p = ctx_len + i;
         Batch b = {1, &tok[path[i]], &s, &p, NULL, NULL};
-        forward_layers(&M, &KV, &b, 0, M.c.n_layers, h);
+        forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
     }
-    final_logits(&M, h, 1, logits);
+    final_logits(R, h, 1, logits);
     kv_seq_free(&KV, s);
     free(h);
 }
@@ -130,7 +131,7 @@ static int prefill_context(int len) {
     float *h = malloc(sizeof(float) * (len + 1) * M.c.dim);
     for (int i = 0; i < len; i++) tok[i] = i ? 3 + rnd(509) : 1, pos[i] = i, seqs[i] = s;
     Batch b = {len, tok, seqs, pos, NULL, NULL};
-    if (len) forward_layers(&M, &KV, &b, 0, M.c.n_layers, h);
+    if (len) forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
     free(tok); free(pos); free(seqs); free(h);
     return s;
 }
@@ -150,8 +151,8 @@ static void test_trees(int threads) {
         }
         float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V), *one = malloc(sizeof(float) * V);
         Batch b = {n, tok, seqs, pos, par, NULL};
-        CHECK(forward_layers(&M, &KV, &b, 0, M.c.n_layers, h) == 0, "%s", pd_errmsg());
-        final_logits(&M, h, n, lg);
+        CHECK(forward_layers(R, &KV, &b, 0, M.c.n_layers, h) == 0, "%s", pd_errmsg());
+        final_logits(R, h, n, lg);
         for (int i = 0; i < n; i++) {
             int path[16], len = 0;
             for (int a = i; a >= 0; a = par[a]) path[len++] = a;
@@ -183,16 +184,16 @@ static void test_masks(void) {
         int s = kv_fork(&KV, ctx, clen);
         for (int i = 0; i < n; i++) seqs[i] = s;
         Batch b = {n, tok, seqs, pos, NULL, mask};
-        forward_layers(&M, &KV, &b, 0, M.c.n_layers, h);
-        final_logits(&M, h, n, lg);
+        forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
+        final_logits(R, h, n, lg);
         kv_seq_free(&KV, s);
         for (int m = 1; m <= n; m++) {
             s = kv_fork(&KV, ctx, clen);
             for (int i = 0; i < m; i++) for (int j = 0; j < m; j++) cut[i * m + j] = mask[i * n + j];
             Batch c = {m, tok, seqs, pos, NULL, cut};
             for (int i = 0; i < m; i++) seqs[i] = s;
-            forward_layers(&M, &KV, &c, 0, M.c.n_layers, h);
-            final_logits(&M, h + (size_t)(m - 1) * M.c.dim, 1, lc);
+            forward_layers(R, &KV, &c, 0, M.c.n_layers, h);
+            final_logits(R, h + (size_t)(m - 1) * M.c.dim, 1, lc);
             kv_seq_free(&KV, s);
             cases++;
             mism += memcmp(lc, lg + (size_t)(m - 1) * V, sizeof(float) * V) != 0;
@@ -216,8 +217,8 @@ static void test_multi_seq(void) {
     int fseq[12];
     for (int i = 0; i < n; i++) fseq[i] = seqs[i] == a ? fa : fb;
     Batch b = {n, tok, fseq, pos, NULL, NULL};
-    forward_layers(&M, &KV, &b, 0, M.c.n_layers, h);
-    final_logits(&M, h, n, lg);
+    forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
+    final_logits(R, h, n, lg);
     int mism = 0;
     for (int i = 0; i < n; i++) {
         int path[12], len = 0;
@@ -238,14 +239,14 @@ static void test_layer_ranges(void) {
     int s = kv_fork(&KV, ctx, clen);
     for (int i = 0; i < n; i++) seqs[i] = s;
     Batch b = {n, tok, seqs, pos, NULL, NULL};
-    forward_layers(&M, &KV, &b, 0, L, full);
+    forward_layers(R, &KV, &b, 0, L, full);
     kv_seq_free(&KV, s);
     for (int l = 1; l < L; l++) {
         s = kv_fork(&KV, ctx, clen);
         for (int i = 0; i < n; i++) seqs[i] = s;
-        forward_layers(&M, &KV, &b, 0, l, part);
+        forward_layers(R, &KV, &b, 0, l, part);
         CHECK(kv_len(&KV, s, l - 1) == clen + n && kv_len(&KV, s, l) == clen, "fill levels after [0,%d)", l);
-        forward_layers(&M, &KV, &b, l, L, part);
+        forward_layers(R, &KV, &b, l, L, part);
         CHECK(memcmp(full, part, sizeof(float) * n * M.c.dim) == 0, "layers [0,%d)+[%d,%d) differ from [0,%d)", l, l, L, L);
         kv_seq_free(&KV, s);
     }
@@ -259,23 +260,23 @@ static void test_rollback(void) {
     float *h = malloc(sizeof(float) * 4 * M.c.dim), *a = malloc(sizeof(float) * V), *b2 = malloc(sizeof(float) * V);
     for (int i = 0; i < 4; i++) pos[i] = 10 + i;
     Batch b = {4, tok, seqs, pos, NULL, NULL};
-    forward_layers(&M, &KV, &b, 0, M.c.n_layers, h);
-    final_logits(&M, h + 3 * M.c.dim, 1, a);
+    forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
+    final_logits(R, h + 3 * M.c.dim, 1, a);
     kv_truncate(&KV, s, 10);
     CHECK(kv_len(&KV, s, 0) == 10, "truncate");
-    forward_layers(&M, &KV, &b, 0, M.c.n_layers, h);
-    final_logits(&M, h + 3 * M.c.dim, 1, b2);
+    forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
+    final_logits(R, h + 3 * M.c.dim, 1, b2);
     CHECK(memcmp(a, b2, sizeof(float) * V) == 0, "decode after rollback differs");
     /* a tree: two siblings at position 10, the second has a child; keep that branch */
     kv_truncate(&KV, s, 10);
     int par[3] = {-1, -1, 1}, tt[3] = {55, 100, 200}, tp[3] = {10, 10, 11};
     Batch t = {3, tt, seqs, tp, par, NULL};
-    forward_layers(&M, &KV, &t, 0, M.c.n_layers, h);
+    forward_layers(R, &KV, &t, 0, M.c.n_layers, h);
     int path[2] = {1, 2};
     CHECK(kv_keep_path(&KV, s, 10, path, 2) == 0, "%s", pd_errmsg());
     Batch rest = {2, tok + 2, seqs, pos + 2, NULL, NULL};
-    forward_layers(&M, &KV, &rest, 0, M.c.n_layers, h);
-    final_logits(&M, h + M.c.dim, 1, b2);
+    forward_layers(R, &KV, &rest, 0, M.c.n_layers, h);
+    final_logits(R, h + M.c.dim, 1, b2);
     CHECK(memcmp(a, b2, sizeof(float) * V) == 0, "decode after keeping a tree branch differs");
     kv_seq_free(&KV, s);
     free(h); free(a); free(b2);
@@ -285,17 +286,17 @@ static void test_bad_batches(void) {
     int s = kv_seq_new(&KV), tok = 5, big = 100000, pos = 0, far = M.c.seq_len, par = 0;
     float h[512];
     Batch b = {1, &big, &s, &pos, NULL, NULL};
-    CHECK(forward_layers(&M, &KV, &b, 0, 1, h) == -1, "token outside the vocabulary accepted");
+    CHECK(forward_layers(R, &KV, &b, 0, 1, h) == -1, "token outside the vocabulary accepted");
     Batch c = {1, &tok, &s, &far, NULL, NULL};
-    CHECK(forward_layers(&M, &KV, &c, 0, 1, h) == -1, "position past the context accepted");
+    CHECK(forward_layers(R, &KV, &c, 0, 1, h) == -1, "position past the context accepted");
     Batch d = {1, &tok, &s, &pos, &par, NULL};
-    CHECK(forward_layers(&M, &KV, &d, 0, 1, h) == -1, "a token that is its own parent accepted");
-    CHECK(forward_layers(&M, &KV, &c, 2, 1, h) == -1, "empty layer range accepted");
+    CHECK(forward_layers(R, &KV, &d, 0, 1, h) == -1, "a token that is its own parent accepted");
+    CHECK(forward_layers(R, &KV, &c, 2, 1, h) == -1, "empty layer range accepted");
     kv_seq_free(&KV, s);
 }
 
 int main(void) {
-    if (test_model_load(&M)) return check_done("forward");
+    if (test_model_load(&M) || !(R = runner_new(&M))) return check_done("forward");
     kv_init(&KV, &M.c, 16, 16 * 128, 16);
     k_init(1);
     test_reference();
@@ -308,6 +309,7 @@ int main(void) {
     test_rollback();
     test_bad_batches();
     kv_free(&KV);
+    runner_free(R);
     model_free(&M);
     return check_done("forward");
 }

@@ -234,7 +234,9 @@ static void check_good(const Spec *s, const char *what, int want_seq_len) {
             for (int i = 0; i < 8; i++) pos[i] = i, seqs[i] = seq;
             float *h = malloc(sizeof(float) * 8 * m.c.dim), *lg = malloc(sizeof(float) * 8 * m.c.vocab_size);
             Batch b = {8, tok, seqs, pos, NULL, NULL};
-            int frc = forward_layers(&m, &kv, &b, 0, m.c.n_layers, h) || final_logits(&m, h, 8, lg);
+            Runner *r = runner_new(&m);
+            int frc = !r || forward_layers(r, &kv, &b, 0, m.c.n_layers, h) || final_logits(r, h, 8, lg);
+            runner_free(r);
             int finite = 1;
             for (int i = 0; i < 8 * m.c.vocab_size; i++) finite &= isfinite(lg[i]) != 0;
             CHECK(frc == 0 && finite, "%s: forward: %s", what, frc ? pd_errmsg() : "non-finite logits");
@@ -271,17 +273,20 @@ static void check_good(const Spec *s, const char *what, int want_seq_len) {
             CHECK(kv_init(&kv, &m.c, 1, 64, 16) == 0, "%s: kv", what);
             int seq = kv_seq_new(&kv), pos = 0, ok = 1;
             float *h = malloc(sizeof(float) * m.c.dim), *lg = malloc(sizeof(float) * m.c.vocab_size);
+            Runner *r = runner_new(&m);
+            ok = r != NULL;
             for (int i = 0; i < n + 8 && ok && ids; i++) { /* the prompt, then 8 greedy tokens */
                 int32_t tok = i < n ? ids[i] : 0;
                 if (i >= n) {
                     for (int v = 1; v < m.c.vocab_size; v++) tok = lg[v] > lg[tok] ? v : tok;
                 }
                 Batch b = {1, &tok, &seq, &pos, NULL, NULL};
-                ok = forward_layers(&m, &kv, &b, 0, m.c.n_layers, h) == 0 && final_logits(&m, h, 1, lg) == 0;
+                ok = forward_layers(r, &kv, &b, 0, m.c.n_layers, h) == 0 && final_logits(r, h, 1, lg) == 0;
                 for (int v = 0; v < m.c.vocab_size && ok; v++) ok = isfinite(lg[v]) != 0;
                 pos++;
             }
             CHECK(ok, "%s: greedy decoding with the 128K vocabulary: %s", what, pd_errmsg());
+            runner_free(r);
             free(ids), free(h), free(lg);
             kv_free(&kv);
             model_free(&m);

@@ -24,6 +24,7 @@
 #include "train/widen.h"
 
 static Model M;
+static Runner *R; /* M's forward workspace */
 static char dir[64];
 static uint64_t rng = 11;
 
@@ -49,7 +50,9 @@ static void hidden_states(Model *m, const int32_t *tok, int n, float *h) {
     kv_init(&kv, &m->c, 1, n, 16);
     kv_seq_new(&kv);
     Batch b = {n, tok, NULL, pos, NULL, NULL};
-    forward_layers(m, &kv, &b, 0, m->c.n_layers, h);
+    Runner *r = runner_new(m);
+    if (r) forward_layers(r, &kv, &b, 0, m->c.n_layers, h);
+    runner_free(r);
     kv_free(&kv);
     free(pos);
 }
@@ -152,7 +155,7 @@ static void test_logits(int own, float scale) {
               !mh.has_acc && (mh.lm[2] != NULL) == own,
           "fields");
     /* untrained (W = 0, b = 0): the model's own logits, to the bit */
-    final_logits(&M, h, n, fin);
+    final_logits(R, h, n, fin);
     CHECK(medusa_logits(&M, &mh, 2, h, n, got) == 0, "%s", pd_errmsg());
     CHECK(!memcmp(got, fin, sizeof(float) * n * V), "own=%d: untrained head differs from final_logits", own);
     randomise(&mh, 2.0);
@@ -309,7 +312,7 @@ static double mean_ce(MedusaHeads *mh, const Sequences *s, int k, MedusaTargets 
         float *h = malloc(sizeof(float) * n * D), *l = malloc(sizeof(float) * n * V), *f = malloc(sizeof(float) * n * V);
         hidden_states(&M, tok, n, h);
         medusa_logits(&M, mh, k, h, n, l);
-        final_logits(&M, h, n, f);
+        final_logits(R, h, n, f);
         for (int t = 0; t < n; t++) {
             int y = which == MEDUSA_TARGETS_SELF ? (t + k + 1 < n ? k_argmax(f + (size_t)(t + k + 1) * V, V) : -1)
                                                  : (t + k + 2 < n ? tok[t + k + 2] : -1);
@@ -460,9 +463,9 @@ static int greedy(const int32_t *prefix, int p, int len, int32_t *out) {
     for (int i = 0; i < p; i++) out[n++] = prefix[i];
     for (int pos = 0; pos < len - 1; pos++) {
         Batch b = {1, &out[pos], &s, &pos, NULL, NULL};
-        forward_layers(&M, &kv, &b, 0, M.c.n_layers, h);
+        forward_layers(R, &kv, &b, 0, M.c.n_layers, h);
         if (pos < n - 1) continue;
-        final_logits(&M, h, 1, l);
+        final_logits(R, h, 1, l);
         int32_t next = k_argmax(l, V);
         if (tok_is_eog(M.tok, next)) break;
         out[n++] = next;
@@ -847,12 +850,13 @@ static int check_files(int n, char **files) {
         printf("%s: %d heads, own lm_head %d, rank_acc %d\n", files[i], h.n, h.lm[0] != NULL, h.has_acc);
         medusa_free(&h);
     }
+    runner_free(R);
     model_free(&M);
     return bad;
 }
 
 int main(int argc, char **argv) {
-    if (test_model_load(&M)) return check_done("medusa");
+    if (test_model_load(&M) || !(R = runner_new(&M))) return check_done("medusa");
     k_init(1);
     if (argc > 1) return check_files(argc - 1, argv + 1);
     snprintf(dir, sizeof dir, "/tmp/test_medusa.XXXXXX");
@@ -875,6 +879,7 @@ int main(int argc, char **argv) {
                            "wide-heads.safetensors.zst", "x.safetensors", "fuzz.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp(names[i]));
     rmdir(dir);
+    runner_free(R);
     model_free(&M);
     return check_done("medusa");
 }

@@ -76,8 +76,8 @@ static int biased_token(const ExitHeads *h, int k, int mode, uint64_t seed) {
     b.seq = seqs;
     for (int step = 0;; step++) {
         float *last = hid + (size_t)(b.n - 1) * dim;
-        if (forward_layers(&M, &KV, &b, 0, le, hid) || head_logits(&M, h, k, last, 1, q) ||
-            forward_layers(&M, &KV, &b, le, L, hid) || final_logits(&M, last, 1, p))
+        if (forward_layers(R, &KV, &b, 0, le, hid) || head_logits(&M, h, k, last, 1, q) ||
+            forward_layers(R, &KV, &b, le, L, hid) || final_logits(R, last, 1, p))
             goto out;
         sampler_probs(&s, q);
         sampler_probs(&s, p);

@@ -14,6 +14,7 @@
 #include "serve/serve_gen.h"
 
 static Model M;
+static Runner *R; /* M's forward workspace */
 static Engine *E;
 static GenModel GM;
 
@@ -251,7 +252,7 @@ static double *reference(const int32_t *tok, int n) {
         int k = n - a < 32 ? n - a : 32;
         for (int i = 0; i < k; i++) pos[i] = a + i, sq[i] = seq;
         Batch b = {k, tok + a, sq, pos, NULL, NULL};
-        if (forward_layers(&M, &kv, &b, 0, M.c.n_layers, h) || final_logits(&M, h, k, x)) break;
+        if (forward_layers(R, &kv, &b, 0, M.c.n_layers, h) || final_logits(R, h, k, x)) break;
         for (int i = 0; i < k; i++) {
             const float *r = x + (size_t)i * V;
             double mx = r[0], sum = 0;
@@ -389,7 +390,7 @@ static void test_logprobs(void) {
 }
 
 int main(void) {
-    if (test_model_load(&M)) return check_done("serve_gen");
+    if (test_model_load(&M) || !(R = runner_new(&M))) return check_done("serve_gen");
     k_init(1);
     EngineOptions o = {.parallel = 4, .ctx = 256, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
     static ExitHeads eh; /* the trained test heads, when make has built them; the test model as its own draft */

@@ -47,12 +47,13 @@ static double fold_error(Model *draft, const ExitHeads *h, int k) {
     int32_t pos[256], seqs[256], seq = kv_seq_new(&KV);
     for (int i = 0; i < n; i++) pos[i] = i, seqs[i] = seq;
     Batch b = {n, PROMPT[1], seqs, pos, NULL, NULL};
-    if (!kv_init(&kv, &draft->c, 1, draft->c.seq_len, 16) && !forward_layers(&M, &KV, &b, 0, L, hs) &&
+    if (!kv_init(&kv, &draft->c, 1, draft->c.seq_len, 16) && !forward_layers(R, &KV, &b, 0, L, hs) &&
         !head_logits(&M, h, k, hs, n, ref)) {
         int32_t zero[256] = {0};
         Batch bd = {n, PROMPT[1], zero, pos, NULL, NULL};
         kv_seq_new(&kv);
-        if (!forward_layers(draft, &kv, &bd, 0, draft->c.n_layers, hd) && !final_logits(draft, hd, n, got)) {
+        Runner *dr = runner_new(draft);
+        if (dr && !forward_layers(dr, &kv, &bd, 0, draft->c.n_layers, hd) && !final_logits(dr, hd, n, got)) {
             double diff = 0, scale = 0;
             for (size_t i = 0; i < (size_t)n * V; i++) {
                 diff = fmax(diff, fabs(ref[i] - got[i]));
@@ -60,6 +61,7 @@ static double fold_error(Model *draft, const ExitHeads *h, int k) {
             }
             worst = diff / scale;
         }
+        runner_free(dr);
         kv_free(&kv);
     }
     kv_seq_free(&KV, seq);

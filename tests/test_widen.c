@@ -45,32 +45,34 @@ static int load_source(Checkpoint *ck, char *path, size_t n) {
 
 typedef struct {
     Model m;
+    Runner *run;
     KVCache kv;
     int seq;
     float *hidden, *logits; /* [dim], [vocab] */
-} Runner;
+} Side;
 
-static int runner_open(Runner *r, const char *path) {
+static int runner_open(Side *r, const char *path) {
     memset(r, 0, sizeof *r);
-    if (model_load(&r->m, path)) return -1;
+    if (model_load(&r->m, path) || !(r->run = runner_new(&r->m))) return -1;
     if (kv_init(&r->kv, &r->m.c, 1, r->m.c.seq_len, 16) || (r->seq = kv_seq_new(&r->kv)) < 0) return -1;
     r->hidden = calloc(r->m.c.dim, sizeof(float));
     r->logits = calloc(r->m.c.vocab_size, sizeof(float));
     return r->hidden && r->logits ? 0 : -1;
 }
 
-static const float *runner_step(Runner *r, int32_t token, int32_t pos) {
+static const float *runner_step(Side *r, int32_t token, int32_t pos) {
     Batch b = {1, &token, &r->seq, &pos, NULL, NULL};
-    if (forward_layers(&r->m, &r->kv, &b, 0, r->m.c.n_layers, r->hidden) ||
-        final_logits(&r->m, r->hidden, 1, r->logits))
+    if (forward_layers(r->run, &r->kv, &b, 0, r->m.c.n_layers, r->hidden) ||
+        final_logits(r->run, r->hidden, 1, r->logits))
         return NULL;
     return r->logits;
 }
 
-static void runner_close(Runner *r) {
+static void runner_close(Side *r) {
     free(r->hidden);
     free(r->logits);
     kv_free(&r->kv);
+    runner_free(r->run);
     model_free(&r->m);
 }
 
@@ -83,7 +85,7 @@ typedef struct {
 /* both models fed the original's greedy sequence; each step's argmax and logits compared */
 static Compare compare(const char *orig, const char *wide) {
     Compare c = {0, 1, 0};
-    Runner a, b;
+    Side a, b;
     int32_t *ids = NULL;
     int n_prompt = 0;
     if (runner_open(&a, orig) || runner_open(&b, wide) ||

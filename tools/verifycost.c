@@ -26,7 +26,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* seconds of one verification of an n-node tree after ctx positions */
-static double time_tree(Model *m, KVCache *kv, int n, int ctx, float *hid, float *lg) {
+static double time_tree(Runner *r, KVCache *kv, int n, int ctx, float *hid, float *lg) {
+    const Model *m = r->m;
     int32_t tok[MAX_N], pos[MAX_N], seq[MAX_N] = {0}, parent[MAX_N];
     for (int i = 0; i < n; i++) {
         tok[i] = (int32_t)((7 * i + 3) % m->c.vocab_size);
@@ -37,7 +38,7 @@ static double time_tree(Model *m, KVCache *kv, int n, int ctx, float *hid, float
     }
     Batch b = {n, tok, seq, pos, parent, NULL};
     double t0 = pd_now();
-    if (forward_layers(m, kv, &b, 0, m->c.n_layers, hid) || final_logits(m, hid, n, lg)) die_lib();
+    if (forward_layers(r, kv, &b, 0, m->c.n_layers, hid) || final_logits(r, hid, n, lg)) die_lib();
     double t = pd_now() - t0;
     if (kv_truncate(kv, 0, ctx)) die_lib();
     return t;
@@ -83,8 +84,9 @@ int main(int argc, char **argv) {
     if (!hid || !lg || !prompt || !pos) die("out of memory");
     for (int i = 0; i < ctx; i++) prompt[i] = (int32_t)((13 * i + 1) % m.c.vocab_size), pos[i] = i;
     Batch b = {ctx, prompt, NULL, pos, NULL, NULL};
-    if (forward_layers(&m, &kv, &b, 0, m.c.n_layers, hid)) die_lib();
-    for (int r = 0; r < 3; r++) time_tree(&m, &kv, most, ctx, hid, lg); /* warm the caches and the workspace */
+    Runner *run = runner_new(&m);
+    if (!run || forward_layers(run, &kv, &b, 0, m.c.n_layers, hid)) die_lib();
+    for (int r = 0; r < 3; r++) time_tree(run, &kv, most, ctx, hid, lg); /* warm the caches and the workspace */
     /* the sizes in turn within each rep, so that the machine's drift falls on them
        alike, from the last listed to the first and the one-token step at the end (the
        smallest trees just before it, not the biggest); each the least of RUNS in a
@@ -97,7 +99,7 @@ int main(int argc, char **argv) {
             if (i && n[i - 1] == 1) continue; /* the base itself */
             double least = INFINITY;
             for (int j = 0; j < RUNS; j++) {
-                double tj = time_tree(&m, &kv, i ? n[i - 1] : 1, ctx, hid, lg);
+                double tj = time_tree(run, &kv, i ? n[i - 1] : 1, ctx, hid, lg);
                 least = tj < least ? tj : least;
             }
             t[(size_t)i * reps + r] = least;
@@ -109,6 +111,7 @@ int main(int argc, char **argv) {
     }
     free(t);
     free(hid), free(lg), free(prompt), free(pos);
+    runner_free(run);
     kv_free(&kv);
     model_free(&m);
     return 0;

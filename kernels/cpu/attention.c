@@ -28,8 +28,8 @@ typedef struct {
     int g;                     /* query heads in this unit */
     int shift;                 /* log2 of the block size when it is a power of two, else -1 */
     int nc;                    /* keys read from the blocks: 0 .. nc-1 */
-    const int *lone;           /* slots of keys nc, nc+1, ... */
-    int n_lone;
+    const int *lone;           /* slots of keys nc, nc+1, ... (less lone_base) */
+    int n_lone, lone_base;
     const float *q[MAX_GROUP]; /* [hd] each */
     float *out[MAX_GROUP];     /* [hd] each */
 } Unit;
@@ -42,6 +42,8 @@ static inline const float *column(const Unit *u, const float *base, int slot) {
     return base + (size_t)a->table[u->t][blk] * a->block_stride + (size_t)u->kvh * a->hd * a->block_size +
            (slot - blk * a->block_size);
 }
+
+static inline int lone_slot(const Unit *u, int x) { return u->lone_base + u->lone[x]; }
 
 static float score_one(const Unit *u, const float *q, int slot) {
     const float *K = column(u, u->a->k, slot);
@@ -175,7 +177,7 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
     for (int x = 0; x < u->n_lone; x++) { /* key nc + x goes to partial (nc + x) % 16 */
         int j = u->nc + x;
         __mmask16 lane = (__mmask16)(1u << (j & 15));
-        const float *V = column(u, a->v, u->lone[x]);
+        const float *V = column(u, a->v, lone_slot(u, x));
 #pragma GCC unroll 16
         for (int d = 0; d < DT; d++) {
             __m512 v = _mm512_set1_ps(V[dd[d]]);
@@ -292,7 +294,7 @@ static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) 
                 _mm256_storeu_ps(s + 8, acc[d][1]);
                 for (int x = 0; x < u->n_lone; x++) {
                     int j = u->nc + x;
-                    s[j & 15] = fmaf(p[h][j], column(u, a->v, u->lone[x])[(size_t)(d0 + d) * bs], s[j & 15]);
+                    s[j & 15] = fmaf(p[h][j], column(u, a->v, lone_slot(u, x))[(size_t)(d0 + d) * bs], s[j & 15]);
                 }
                 u->out[h][d0 + d] = tree_sum16(s) * inv;
             }
@@ -322,15 +324,21 @@ static void weighted_sums_scalar(const Unit *u, float *const *p, const float *mx
         for (int d = 0; d < u->a->hd; d++) {
             float acc[16] = {0};
             for (int j = 0; j < nk; j++) {
-                const float *V = column(u, u->a->v, j < u->nc ? j : u->lone[j - u->nc]);
+                const float *V = column(u, u->a->v, j < u->nc ? j : lone_slot(u, j - u->nc));
                 acc[j & 15] = fmaf(p[h][j], V[(size_t)d * bs], acc[j & 15]);
             }
             u->out[h][d] = tree_sum16(acc) * inv[h];
         }
 }
 
+typedef struct {
+    const AttnArgs *a;
+    int rel; /* extra holds offsets from n_ctx */
+} Job;
+
 static void attend(void *ctx, int b, int e) {
-    const AttnArgs *a = ctx;
+    const Job *job = ctx;
+    const AttnArgs *a = job->a;
     int qdim = a->n_heads * a->hd, group = a->n_heads / a->n_kv, parts = (group + MAX_GROUP - 1) / MAX_GROUP;
     int maxk = 0;
     for (int t = b / (a->n_kv * parts); t <= (e - 1) / (a->n_kv * parts); t++) {
@@ -345,9 +353,9 @@ static void attend(void *ctx, int b, int e) {
     for (int i = b; i < e; i++) {
         int t = i / (a->n_kv * parts), kvh = i / parts % a->n_kv, part = i % parts;
         const int *extra = a->extra + a->extra_off[t];
-        int n_extra = a->extra_off[t + 1] - a->extra_off[t], run = 0;
-        while (run < n_extra && extra[run] == a->n_ctx[t] + run) run++; /* they continue the committed slots */
-        Unit u = {a, t, kvh, 0, shift, a->n_ctx[t] + run, extra + run, n_extra - run, {0}, {0}};
+        int n_extra = a->extra_off[t + 1] - a->extra_off[t], run = 0, rel = job->rel ? a->n_ctx[t] : 0;
+        while (run < n_extra && extra[run] + rel == a->n_ctx[t] + run) run++; /* they continue the committed slots */
+        Unit u = {a, t, kvh, 0, shift, a->n_ctx[t] + run, extra + run, n_extra - run, rel, {0}, {0}};
         int h_first = kvh * group + part * MAX_GROUP, h_end = kvh * group + group;
         u.g = h_end - h_first < MAX_GROUP ? h_end - h_first : MAX_GROUP;
         float *p[MAX_GROUP], mx[MAX_GROUP];
@@ -366,7 +374,7 @@ static void attend(void *ctx, int b, int e) {
             score_scalar(&u, p, mx);
         for (int h = 0; h < u.g; h++)
             for (int x = 0; x < u.n_lone; x++) {
-                float s = p[h][u.nc + x] = score_one(&u, u.q[h], u.lone[x]);
+                float s = p[h][u.nc + x] = score_one(&u, u.q[h], lone_slot(&u, x));
                 mx[h] = max1(s, mx[h]);
             }
 #if defined(__AVX512F__)
@@ -381,10 +389,14 @@ static void attend(void *ctx, int b, int e) {
     (void)fast;
 }
 
-void k_attention(const AttnArgs *a) {
+static void attention(const AttnArgs *a, int rel) {
+    Job job = {a, rel};
     int keys = 0, group = a->n_heads / a->n_kv, parts = (group + MAX_GROUP - 1) / MAX_GROUP;
     for (int t = 0; t < a->n; t++) keys += a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
     int units = a->n * a->n_kv * parts;
     int min_units = 1 + 4096 / (1 + keys * (group / parts) / (a->n ? a->n : 1));
-    pool_run(attend, (void *)a, units, 1, min_units);
+    pool_run(attend, &job, units, 1, min_units);
 }
+
+void k_attention(const AttnArgs *a) { attention(a, 0); }
+void k_attention_rel(const AttnArgs *a) { attention(a, 1); }

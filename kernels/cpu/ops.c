@@ -250,3 +250,28 @@ double k_stream_sum(const float *x, size_t n) {
     for (int c = 0; c < 256; c++) s += j.sums[c];
     return s;
 }
+
+/* ---- whole-batch forms: one call per layer, each row the per-row kernel's bits ---- */
+
+void k_add_rows(float *y, size_t stride, const float *x, int n, int cols) {
+    for (int i = 0; i < n; i++) k_add(y + (size_t)i * stride, x, (size_t)cols);
+}
+
+void k_silu_mul_rows(float *y, const float *gu, int n, int cols) {
+    for (int i = 0; i < n; i++) {
+        const float *g = gu + (size_t)i * 2 * cols;
+        k_silu_mul(y + (size_t)i * cols, g, g + cols, (size_t)cols);
+    }
+}
+
+void k_kv_write(float *k, float *v, size_t block_stride, int block_size, int kv_dim, const int *const *table,
+                const int32_t *slot, const float *src, size_t src_stride, size_t v_off, int n) {
+    for (int i = 0; i < n; i++) {
+        const float *sk = src + (size_t)i * src_stride, *sv = sk + v_off;
+        size_t b = (size_t)table[i][slot[i] / block_size] * block_stride + (size_t)(slot[i] % block_size);
+        for (int d = 0; d < kv_dim; d++) {
+            k[b + (size_t)d * block_size] = sk[d];
+            v[b + (size_t)d * block_size] = sv[d];
+        }
+    }
+}

@@ -21,7 +21,8 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     atomic_int sleepers;
-} P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    atomic_flag busy; /* a call holds the workers */
+} P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .busy = ATOMIC_FLAG_INIT};
 
 static void chunk(int id, int nthreads, int *b, int *e) {
     int units = (P.items + P.align - 1) / P.align;
@@ -82,7 +83,9 @@ int k_init(int n_threads) {
 int k_threads(void) { return P.n; }
 
 void pool_run(PoolFn fn, void *ctx, int n, int align, int min_per_thread) {
-    if (P.n == 1 || n < 2 * min_per_thread) {
+    /* a second caller thread (two runners at once) runs its call alone: every split
+       gives the same bits, so it need not wait for the workers */
+    if (P.n == 1 || n < 2 * min_per_thread || atomic_flag_test_and_set_explicit(&P.busy, memory_order_acquire)) {
         fn(ctx, 0, n);
         return;
     }
@@ -101,6 +104,7 @@ void pool_run(PoolFn fn, void *ctx, int n, int align, int min_per_thread) {
     chunk(0, P.n, &b, &e);
     if (b < e) fn(ctx, b, e);
     while (atomic_load_explicit(&P.done, memory_order_acquire) < P.n - 1) _mm_pause();
+    atomic_flag_clear_explicit(&P.busy, memory_order_release);
 }
 
 const char *k_backends(void) { return "cpu"; }

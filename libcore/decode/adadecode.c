@@ -230,7 +230,7 @@ static int step(Ada *s) {
     d->pending_sum += pending(s);
     d->pending_n++;
     if (e == s->L) {
-        if (final_logits(d->m, slot_h(s, g0), g, d->logits)) return -1;
+        if (final_logits(d->run, slot_h(s, g0), g, d->logits)) return -1;
         for (int i = 0; i < g && !s->done; i++) {
             int rolled = settle(s, g0, d->logits + (size_t)i * s->vocab);
             drop(s, g0, 1); /* position done: its KV is complete */

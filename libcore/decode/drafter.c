@@ -404,7 +404,7 @@ static int verify(DecodeCtx *d, Round *r, int P) {
     if (t->n_side) side_mask(r);
     Batch b = {N, r->tok, r->seq, r->pos, t->n_side ? NULL : t->parent, t->n_side ? r->mask : NULL};
     if (decode_forward(d, &b, 0, d->m->c.n_layers, r->hid)) return -1;
-    return final_logits(d->m, r->hid, N, r->lg);
+    return final_logits(d->run, r->hid, N, r->lg);
 }
 
 static int deepest(const DraftTree *t) {

@@ -36,6 +36,7 @@ struct Job {
 
 struct Engine {
     Model *m;
+    Runner *fwd; /* the step thread's forward workspace */
     KVCache kv;
     EngineOptions o;
     pthread_mutex_t mu;
@@ -198,10 +199,10 @@ static int step(Engine *e) {
         if (e->run[i]->seq < 0 && (e->run[i]->seq = kv_seq_new(&e->kv)) < 0) return pd_error("serve: no free KV sequence");
     int n = gather(e, take, &n_rows);
     Batch b = {n, e->tok, e->seq, e->pos, NULL, NULL};
-    if (n && forward_layers(e->m, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
+    if (n && forward_layers(e->fwd, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
     for (int r = 0; r < n_rows; r++)
         memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
-    if (n_rows && final_logits(e->m, e->rows, n_rows, e->logits)) return -1;
+    if (n_rows && final_logits(e->fwd, e->rows, n_rows, e->logits)) return -1;
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
         j->n_kv += take[i];
@@ -391,7 +392,9 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     if (e->o.prefill_chunk < 1) e->o.prefill_chunk = 64;
     e->cap = o->parallel + e->o.prefill_chunk;
     size_t dim = m->c.dim, vocab = m->c.vocab_size;
-    if (kv_init(&e->kv, &m->c, o->parallel, o->kv_blocks * o->block_size, o->block_size)) return free(e), NULL;
+    if (!(e->fwd = runner_new(m))) return free(e), NULL;
+    if (kv_init(&e->kv, &m->c, o->parallel, o->kv_blocks * o->block_size, o->block_size))
+        return runner_free(e->fwd), free(e), NULL;
     e->st.kv_free = e->kv.n_free;
     e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);
     e->seq = pd_alloc(sizeof(int32_t) * e->cap);
@@ -409,6 +412,7 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || !e->raw || !e->row_job || !e->row_at ||
         !e->row_pos || !e->row_tok || pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
+        runner_free(e->fwd);
         kv_free(&e->kv);
         free_buffers(e);
         free(e);
@@ -431,6 +435,7 @@ void engine_free(Engine *e) {
         job_unref(j);
     }
     kv_free(&e->kv);
+    runner_free(e->fwd);
     free_buffers(e);
     free(e);
 }

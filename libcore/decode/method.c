@@ -44,10 +44,11 @@ int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new) {
     d->max_new = max_new;
     d->cap = PREFILL_CHUNK;
     d->seq = kv_seq_new(kv);
+    d->run = runner_new(m);
     d->out = pd_alloc(sizeof(int32_t) * (max_new > 0 ? max_new : 1));
     d->hidden = pd_alloc(sizeof(float) * d->cap * m->c.dim);
     d->logits = pd_alloc(sizeof(float) * d->cap * m->c.vocab_size);
-    if (d->seq < 0 || !d->out || !d->hidden || !d->logits) {
+    if (d->seq < 0 || !d->run || !d->out || !d->hidden || !d->logits) {
         decode_free(d);
         return -1;
     }
@@ -56,6 +57,7 @@ int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new) {
 
 void decode_free(DecodeCtx *d) {
     if (d->kv && d->seq >= 0 && d->m) kv_seq_free(d->kv, d->seq);
+    runner_free(d->run);
     free(d->out);
     free(d->hidden);
     free(d->logits);
@@ -70,7 +72,7 @@ int decode_continue(DecodeCtx *d, int max_new, int keep) {
     if (!out) return -1;
     DecodeCtx was = *d; /* the model, cache, sequence, sampler, options, callback and scratch stay */
     memset(d, 0, sizeof *d);
-    d->m = was.m, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt;
+    d->m = was.m, d->run = was.run, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt;
     d->emit = was.emit, d->emit_ctx = was.emit_ctx, d->hidden = was.hidden, d->logits = was.logits, d->cap = was.cap;
     d->out = out, d->max_new = max_new, d->reuse = keep;
     return 0;
@@ -86,7 +88,7 @@ int decode_kept(const DecodeCtx *d, int n_prompt) {
 }
 
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) {
-    if (forward_layers(d->m, d->kv, b, lb, le, hidden)) return -1;
+    if (forward_layers(d->run, d->kv, b, lb, le, hidden)) return -1;
     d->layer_passes += le - lb;
     d->token_layers += (int64_t)b->n * (le - lb);
     d->target_passes += lb == 0 && le == d->m->c.n_layers;
@@ -95,7 +97,7 @@ int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) 
 
 int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits) {
     Batch b = {1, &token, &d->seq, &pos, NULL, NULL};
-    return decode_forward(d, &b, 0, d->m->c.n_layers, hidden) || final_logits(d->m, hidden, 1, logits) ? -1 : 0;
+    return decode_forward(d, &b, 0, d->m->c.n_layers, hidden) || final_logits(d->run, hidden, 1, logits) ? -1 : 0;
 }
 
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
@@ -117,7 +119,7 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     }
     size_t dim = d->m->c.dim;
     memmove(d->hidden, d->hidden + (take - 1) * dim, sizeof(float) * dim);
-    if (final_logits(d->m, d->hidden, 1, d->logits)) return -1;
+    if (final_logits(d->run, d->hidden, 1, d->logits)) return -1;
     d->n_prefilled = n - from;
     d->prefill_passes = d->target_passes;
     d->prefill_token_layers = d->token_layers;

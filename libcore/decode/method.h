@@ -40,6 +40,7 @@ typedef struct {
 
 typedef struct DecodeCtx {
     Model *m;
+    Runner *run;            /* this generation's forward workspace (decode_init makes it) */
     KVCache *kv;
     int seq;                /* the KV sequence this generation owns */
     Sampler *sampler;

@@ -179,7 +179,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         int k = draft(d, &s, P, kcap > 0 ? kcap : 0), next = 0, a;
         if (k < 0) goto fail;
         Batch b = {k + 1, s.tok, s.seq, s.pos, NULL, NULL};
-        if (decode_forward(d, &b, s.le, L, s.hid) || final_logits(d->m, s.hid, k + 1, s.lg)) goto fail;
+        if (decode_forward(d, &b, s.le, L, s.hid) || final_logits(d->run, s.hid, k + 1, s.lg)) goto fail;
         d->target_passes++; /* the verification closes a pass through the whole model */
         for (int i = 0; i <= k; i++) kept[i] = decode_keep(d, i, s.lg + (size_t)i * V); /* logprobs */
         a = s.greedy ? verify_greedy(&s, k, V, &next) : verify_sample(d, &s, k, V, &next);

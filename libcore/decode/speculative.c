@@ -33,6 +33,7 @@
 
 typedef struct {
     Model *m;            /* the draft */
+    Runner *run;         /* its forward workspace */
     KVCache kv;
     int seq, kv_ok;
     int len;             /* the draft's cache holds slots [0, len), positions shift.. */
@@ -59,9 +60,9 @@ static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
         take = n - at < CHUNK ? n - at : CHUNK;
         for (int i = 0; i < take; i++) s->pos[i] = s->shift + s->len + i;
         Batch b = {take, tok + at, s->seqs, s->pos, NULL, NULL};
-        if (forward_layers(s->m, &s->kv, &b, 0, s->m->c.n_layers, s->hid)) return -1;
+        if (forward_layers(s->run, &s->kv, &b, 0, s->m->c.n_layers, s->hid)) return -1;
         s->len += take;
-        if (want_logits && at + take == n && final_logits(s->m, s->hid + (size_t)(take - 1) * dim, 1, s->lg))
+        if (want_logits && at + take == n && final_logits(s->run, s->hid + (size_t)(take - 1) * dim, 1, s->lg))
             return -1;
     }
     return 0;
@@ -179,6 +180,7 @@ static void spec_free(Drafter *dr) {
     Spec *s = dr->self;
     if (!s) return;
     if (s->kv_ok) kv_free(&s->kv);
+    runner_free(s->run);
     free(s->hid);
     free(s->lg);
     free(s);
@@ -221,7 +223,8 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     const Config *c = &s->m->c;
     s->hid = pd_alloc(pd_mul(pd_mul(sizeof(float), CHUNK), c->dim));
     s->lg = pd_alloc(sizeof(float) * c->vocab_size);
-    s->kv_ok = s->hid && s->lg && !kv_init(&s->kv, c, 1, c->seq_len, 16);
+    s->run = runner_new(s->m);
+    s->kv_ok = s->hid && s->lg && s->run && !kv_init(&s->kv, c, 1, c->seq_len, 16);
     if (!s->kv_ok || (s->seq = kv_seq_new(&s->kv)) < 0) {
         spec_free(&dr);
         return -1;

@@ -8,64 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Workspace {
-    int cap_n;               /* tokens the buffers hold */
-    size_t cap_keys;         /* key pointers the lists hold */
-    float *xb;               /* [n][dim] normed input */
-    float *att;              /* [n][n_heads*hd] attention output */
-    float *qkv;              /* [n][(n_heads + 2 n_kv)*hd] the stacked projection: q | k | v */
-    float *gu;               /* [n][2 hidden] gate | up */
-    float *hb;               /* [n][hidden] */
-    float *out;              /* [n][dim] a branch's output before the residual add */
-    int *slot, *base;        /* [n] slot of each token; committed length of its sequence */
-    int *extra_off;          /* [n+1] each token's visible batch slots in extra */
-    int *extra;              /* [cap_keys] */
-    const int **table;       /* [n] block table of each token's sequence */
-    Arena arena;             /* all of the above, each 64-byte aligned (the kernels' vectors
-                                never straddle cache lines) */
-} Workspace;
-
-static void ws_free(Workspace *w) {
-    if (!w) return;
-    arena_free(&w->arena);
-    free(w);
-}
-
-static int ws_reserve(Model *m, int n, size_t keys) {
-    Workspace *w = m->ws;
-    if (w && w->cap_n >= n && w->cap_keys >= keys) return 0;
-    const Config *c = &m->c;
-    size_t cn = w && w->cap_n > n ? (size_t)w->cap_n : (size_t)n;
-    size_t ck = w && w->cap_keys > keys ? w->cap_keys : keys;
-    ws_free(w);
-    m->ws = w = pd_alloc(sizeof *w);
-    m->ws_free = ws_free;
-    if (!w) return -1;
-    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    size_t f = sizeof(float), sizes[] = {f * cn * c->dim, f * cn * qd, f * cn * (qd + 2 * kvd), f * cn * 2 * c->hidden_dim,
-                                         f * cn * c->hidden_dim, f * cn * c->dim, sizeof(int) * cn, sizeof(int) * cn,
-                                         sizeof(int) * (cn + 1), sizeof(int) * ck, sizeof(int *) * cn};
-    void **bufs[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv, (void **)&w->gu, (void **)&w->hb,
-                     (void **)&w->out, (void **)&w->slot, (void **)&w->base, (void **)&w->extra_off,
-                     (void **)&w->extra, (void **)&w->table};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += (sizes[i] + 63) / 64 * 64;
-    w->cap_n = (int)cn;
-    w->cap_keys = ck;
-    if (arena_init(&w->arena, total)) {
-        free(w);
-        m->ws = NULL;
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) *bufs[i] = arena_push(&w->arena, sizes[i]);
-    return 0;
-}
-
-void forward_free_workspace(Model *m) {
-    ws_free(m->ws);
-    m->ws = NULL;
-}
-
 static int seq_of(const Batch *b, int i) { return b->seq ? b->seq[i] : 0; }
 
 /* does token i see batch token j (j < i)? */
@@ -78,7 +20,7 @@ static int visible(const Batch *b, int i, int j) {
     return 0;
 }
 
-static int check_batch(Model *m, KVCache *kv, const Batch *b, int lb, int le) {
+static int check_batch(const Model *m, KVCache *kv, const Batch *b, int lb, int le) {
     const Config *c = &m->c;
     if (b->n < 1) return pd_error("forward: empty batch");
     if (lb < 0 || le > c->n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le);
@@ -95,74 +37,77 @@ static int check_batch(Model *m, KVCache *kv, const Batch *b, int lb, int le) {
     return 0;
 }
 
-/* slots of this layer's new K/V, and what each token sees: its sequence's committed
-   slots, then the visible tokens of this batch (itself last) */
-static int place_keys(Model *m, KVCache *kv, const Batch *b, int l) {
+/* the step descriptor, once per call: per token its rank among the batch's tokens of
+   its sequence (its slot is the sequence's committed length in a layer plus the rank),
+   its block-table row, and the ranks of the batch tokens it sees, itself last. Ranks,
+   not slots, so the lists hold in every layer, however full each layer is. */
+static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
     int n = b->n;
-    if (ws_reserve(m, n, (size_t)n * (n + 1) / 2)) return -1;
-    Workspace *w = m->ws;
+    if (runner_reserve(r, n, (size_t)n * (n + 1) / 2, le - lb)) return -1;
+    StepDesc *d = &r->ws.desc;
+    d->n = n, d->layers = le - lb;
     for (int i = 0; i < n; i++) {
         int s = seq_of(b, i), rank = 0;
         for (int j = 0; j < i; j++) rank += seq_of(b, j) == s;
-        w->base[i] = kv_len(kv, s, l);
-        w->slot[i] = w->base[i] + rank;
-        w->table[i] = kv_table(kv, s);
+        d->token[i] = b->token ? b->token[i] : 0;
+        d->pos[i] = b->pos[i];
+        d->seq[i] = s;
+        d->rank[i] = rank;
+        d->table[i] = kv_table(kv, s);
     }
     int at = 0;
     for (int i = 0; i < n; i++) {
-        w->extra_off[i] = at;
+        d->vis_off[i] = at;
         for (int j = 0; j <= i; j++)
-            if (j == i || visible(b, i, j)) w->extra[at++] = w->slot[j];
+            if (j == i || visible(b, i, j)) d->vis[at++] = d->rank[j];
     }
-    w->extra_off[n] = at;
+    d->vis_off[n] = at;
+    for (int l = lb; l < le; l++) /* AdaDecode fills layers unevenly */
+        for (int i = 0; i < n; i++) {
+            size_t x = (size_t)(l - lb) * n + i;
+            d->base[x] = kv_len(kv, d->seq[i], l);
+            d->slot[x] = d->base[x] + d->rank[i];
+        }
     return 0;
 }
 
-static int layer_forward(Model *m, KVCache *kv, const Batch *b, int l, float *x) {
+static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
+    const Model *m = r->m;
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
-    int n = b->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
-    if (place_keys(m, kv, b, l)) return -1;
-    Workspace *w = m->ws;
+    Workspace *w = &r->ws;
+    StepDesc *d = &w->desc;
+    int n = d->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
+    const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
     k_matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, row);
-    if (L->bq)
-        for (int i = 0; i < n; i++) {
-            float *r = w->qkv + (size_t)i * row;
-            k_add(r, L->bq, qd);
-            k_add(r + qd, L->bk, kvd);
-            k_add(r + qd + kvd, L->bv, kvd);
-        }
-    k_rope(w->qkv, row, b->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
-    for (int i = 0; i < n; i++) {
-        const float *r = w->qkv + (size_t)i * row;
-        kv_write(kv, seq_of(b, i), l, w->slot[i], r + qd, r + qd + kvd);
+    if (L->bq) {
+        k_add_rows(w->qkv, row, L->bq, n, qd);
+        k_add_rows(w->qkv + qd, row, L->bk, n, kvd);
+        k_add_rows(w->qkv + qd + kvd, row, L->bv, n, kvd);
     }
+    k_rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
+    size_t lo = (size_t)l * kv->block_size * kv->kv_dim;
+    k_kv_write(kv->k + lo, kv->v + lo, kv_block_stride(kv), kv->block_size, kv->kv_dim, d->table, slot,
+               w->qkv + qd, row, kvd, n);
     AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->qkv, row, w->att,
                   kv_layer_k(kv, l), kv_layer_v(kv, l), kv_block_stride(kv), kv->block_size,
-                  w->table, w->base, w->extra_off, w->extra};
-    k_attention(&a);
+                  d->table, base, d->vis_off, d->vis};
+    k_attention_rel(&a);
     k_matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
     k_rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
     k_matmul(w->gu, w->xb, L->gate_up.p, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
-    for (int i = 0; i < n; i++) {
-        const float *g = w->gu + (size_t)i * 2 * c->hidden_dim;
-        k_silu_mul(w->hb + (size_t)i * c->hidden_dim, g, g + c->hidden_dim, c->hidden_dim);
-    }
+    k_silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
     k_matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
-
-    for (int i = 0; i < n; i++) /* the last token of each sequence sets its new length */
-        kv_set_len(kv, seq_of(b, i), l, w->slot[i] + 1);
-    return 0;
 }
 
-void embed_tokens(Model *m, const int32_t *tokens, int n, float *hidden) {
+void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden) {
     for (int i = 0; i < n; i++)
         k_row_to_f32(hidden + (size_t)i * m->c.dim, m->embed.w, m->embed.t, tokens[i], m->c.dim);
 }
@@ -178,17 +123,150 @@ static int reserve_slots(KVCache *kv, const Batch *b, int lb, int le) {
     return 0;
 }
 
-int forward_layers(Model *m, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
-    if (check_batch(m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || ws_reserve(m, b->n, 1)) return -1;
-    if (lb == 0) embed_tokens(m, b->token, b->n, hidden);
+/* the last token of each sequence sets its new length, in every layer of the call */
+static void set_lengths(KVCache *kv, const StepDesc *d, int lb, int le) {
     for (int l = lb; l < le; l++)
-        if (layer_forward(m, kv, b, l, hidden)) return -1;
+        for (int i = 0; i < d->n; i++) kv_set_len(kv, d->seq[i], l, d->slot[(size_t)(l - lb) * d->n + i] + 1);
+}
+
+int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
+    if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
+    if (lb == 0) embed_tokens(r->m, b->token, b->n, hidden);
+    for (int l = lb; l < le; l++) layer_forward(r, kv, l, l - lb, hidden);
+    set_lengths(kv, &r->ws.desc, lb, le);
     return 0;
 }
 
-int final_logits(Model *m, const float *hidden, int n, float *logits) {
-    if (ws_reserve(m, n, 1)) return -1;
-    k_rmsnorm(m->ws->xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    k_matmul(logits, m->ws->xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+struct ForwardGraph {
+    DevGraph *g;
+    KVCache *kv;
+    int lb, le;
+    float *hidden;
+};
+
+typedef struct {
+    Runner *r;
+    KVCache *kv;
+    int l, li;
+    float *x;
+} LayerCall;
+
+/* read the descriptor when they run, not when they were captured */
+static void run_embed(const void *a) {
+    const LayerCall *c = a;
+    const StepDesc *d = &c->r->ws.desc;
+    embed_tokens(c->r->m, d->token, d->n, c->x);
+}
+static void run_layer(const void *a) {
+    const LayerCall *c = a;
+    layer_forward(c->r, c->kv, c->l, c->li, c->x);
+}
+
+ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hidden) {
+    if (lb < 0 || le > r->m->c.n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le), NULL;
+    ForwardGraph *g = pd_alloc(sizeof *g);
+    if (!g) return NULL;
+    *g = (ForwardGraph){NULL, kv, lb, le, hidden};
+    if (dev_graph_begin(r->dev)) return free(g), pd_error("forward: %s", dev_errmsg()), NULL;
+    int rc = 0;
+    if (lb == 0) {
+        LayerCall c = {r, kv, 0, 0, hidden};
+        rc = dev_host_call(r->dev, run_embed, &c, sizeof c);
+    }
+    for (int l = lb; l < le && !rc; l++) {
+        LayerCall c = {r, kv, l, l - lb, hidden};
+        rc = dev_host_call(r->dev, run_layer, &c, sizeof c);
+    }
+    if (rc) pd_error("forward: %s", dev_errmsg());
+    if (dev_graph_end(r->dev, &g->g) || rc) {
+        if (!rc) pd_error("forward: %s", dev_errmsg());
+        forward_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b) {
+    if (check_batch(r->m, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
+        build_desc(r, g->kv, b, g->lb, g->le))
+        return -1;
+    if (dev_graph_replay(r->dev, g->g)) return pd_error("forward: %s", dev_errmsg());
+    set_lengths(g->kv, &r->ws.desc, g->lb, g->le);
+    return 0;
+}
+
+void forward_graph_free(ForwardGraph *g) {
+    if (!g) return;
+    dev_graph_free(g->g);
+    free(g);
+}
+
+int final_logits(Runner *r, const float *hidden, int n, float *logits) {
+    const Model *m = r->m;
+    if (runner_reserve(r, n, 0, 0)) return -1;
+    k_rmsnorm(r->ws.xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
+    k_matmul(logits, r->ws.xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+    return 0;
+}
+
+/* room for n logits rows and out results, and the row count uploaded */
+static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
+    Workspace *w = &r->ws;
+    size_t V = (size_t)r->m->c.vocab_size;
+    if (n < 1) return pd_error("logits: no rows");
+    if (n > w->cap_rows) {
+        DevBuf b;
+        if (dev_alloc(r->dev, pd_mul(sizeof(float) * V, (size_t)n), &b)) return pd_error("runner: %s", dev_errmsg());
+        dev_free(r->dev, w->lg);
+        w->lg = b, w->cap_rows = n;
+    }
+    if (out > w->cap_out) {
+        DevBuf a, b;
+        if (dev_alloc(r->dev, pd_mul(sizeof(int32_t), out), &a)) return pd_error("runner: %s", dev_errmsg());
+        if (dev_alloc(r->dev, pd_mul(sizeof(float), out), &b)) {
+            dev_free(r->dev, a);
+            return pd_error("runner: %s", dev_errmsg());
+        }
+        dev_free(r->dev, w->ids), dev_free(r->dev, w->probs);
+        w->ids = a, w->probs = b, w->cap_out = out;
+    }
+    if (!w->rows.mem && dev_alloc(r->dev, sizeof(int32_t), &w->rows)) return pd_error("runner: %s", dev_errmsg());
+    float *lg = dev_host(r->dev, w->lg); /* the CPU's final_logits writes device memory directly */
+    int32_t rows = n;
+    if (!lg || final_logits(r, hidden, n, lg) || dev_upload(r->dev, w->rows, &rows, sizeof rows))
+        return lg ? -1 : pd_error("runner: logits rows need a host-memory device");
+    return 0;
+}
+
+int logits_argmax(Runner *r, const float *hidden, int n, int32_t *ids) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (rows_begin(r, hidden, n, (size_t)n)) return -1;
+    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, V) ||
+        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
+        return pd_error("logits: %s", dev_errmsg());
+    return 0;
+}
+
+int logits_topk(Runner *r, const float *hidden, int n, int k, int32_t *ids, float *probs) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (k < 1 || k > V) return pd_error("logits: top-%d of a vocabulary of %d", k, V);
+    size_t out = (size_t)n * k;
+    if (rows_begin(r, hidden, n, out)) return -1;
+    if (dev_topk_rows(r->dev, w->ids, probs ? w->probs : (DevBuf){0}, w->lg, w->rows, n, V, k) ||
+        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * out) ||
+        (probs && dev_download(r->dev, probs, w->probs, sizeof(float) * out)))
+        return pd_error("logits: %s", dev_errmsg());
+    return 0;
+}
+
+int logits_softmax(Runner *r, const float *hidden, int n, float *probs) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (rows_begin(r, hidden, n, 0)) return -1;
+    if (dev_softmax_rows(r->dev, w->lg, w->lg, w->rows, n, V) ||
+        dev_download(r->dev, probs, w->lg, sizeof(float) * (size_t)n * V))
+        return pd_error("logits: %s", dev_errmsg());
     return 0;
 }

@@ -3,6 +3,7 @@
 #define PD_FORWARD_H
 #include "model/kvcache.h"
 #include "model/model.h"
+#include "model/runner.h"
 
 /* one step of work: n tokens, each with its sequence, position and the tokens of the
    same step it may attend to. With parent and mask both NULL, each token sees the
@@ -20,12 +21,28 @@ typedef struct {
 /* runs layers [layer_begin, layer_end) for the batch. hidden[n][dim] is the input
    (ignored and filled from the embedding when layer_begin is 0) and the output.
    Each token's K/V goes to the slots after those already filled in each layer. */
-int forward_layers(Model *m, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
+int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
                    float *hidden);
+/* a captured forward step: the embedding and layer calls of forward_layers over
+   [layer_begin, layer_end) on one KV cache and one hidden buffer, recorded once on the
+   runner's device; each replay reads the step (token count, tokens, positions, slots,
+   block-table rows, visibility lists) from the runner's descriptor, which
+   forward_replay fills from the batch. Same bits as forward_layers. */
+typedef struct ForwardGraph ForwardGraph;
+ForwardGraph *forward_capture(Runner *r, KVCache *kv, int layer_begin, int layer_end, float *hidden);
+int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b);
+void forward_graph_free(ForwardGraph *g);
 /* logits[n][vocab] from the last hidden states */
-int final_logits(Model *m, const float *hidden, int n, float *logits);
+int final_logits(Runner *r, const float *hidden, int n, float *logits);
+/* final_logits, then over each row on the device: its argmax (ids[n]); the k largest
+   probabilities of its softmax, largest first, lower id first among equals (ids[n][k],
+   probs[n][k]; probs may be NULL); its whole softmax (probs[n][vocab]). Only these come
+   back, not the logits: what methods call where they read logits rows for a token id
+   or probabilities. Bits: k_argmax and k_softmax of final_logits' rows. */
+int logits_argmax(Runner *r, const float *hidden, int n, int32_t *ids);
+int logits_topk(Runner *r, const float *hidden, int n, int k, int32_t *ids, float *probs);
+int logits_softmax(Runner *r, const float *hidden, int n, float *probs);
 /* embedding rows for n tokens into hidden[n][dim] */
-void embed_tokens(Model *m, const int32_t *tokens, int n, float *hidden);
-void forward_free_workspace(Model *m);
+void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden);
 
 #endif

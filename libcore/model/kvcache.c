@@ -1,6 +1,7 @@
 /* kvcache.c — see kvcache.h */
 #include "model/kvcache.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size) {
@@ -26,10 +27,23 @@ int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int bloc
     kv->live = arena_push(&kv->arena, max_seqs);
     for (int i = 0; i < kv->n_blocks; i++) kv->free_blocks[i] = kv->n_blocks - 1 - i;
     kv->n_free = kv->n_blocks;
+    /* wrapped, not allocated: the arena maps its pages lazily, as a big pool needs */
+    if (!(kv->dev = dev_open("cpu")) || dev_wrap(kv->dev, kv->k, data, &kv->kbuf) ||
+        dev_wrap(kv->dev, kv->v, data, &kv->vbuf)) {
+        pd_error("kv cache: %s", dev_errmsg());
+        kv_free(kv);
+        return -1;
+    }
     return 0;
 }
 
 void kv_free(KVCache *kv) {
+    if (kv->dev) {
+        dev_free(kv->dev, kv->kbuf);
+        dev_free(kv->dev, kv->vbuf);
+        dev_free(kv->dev, kv->moves);
+        dev_close(kv->dev);
+    }
     arena_free(&kv->arena);
     memset(kv, 0, sizeof *kv);
 }
@@ -109,35 +123,76 @@ int kv_truncate(KVCache *kv, int seq, int len) {
     return 0;
 }
 
+/* the list's room: a count (8 bytes, for alignment) then n {src, dst} pairs */
+static int moves_reserve(KVCache *kv, size_t n) {
+    if (n <= kv->cap_moves) return 0;
+    DevBuf b;
+    if (dev_alloc(kv->dev, 8 + sizeof(int64_t) * 2 * n, &b)) return pd_error("kv cache: %s", dev_errmsg());
+    dev_free(kv->dev, kv->moves);
+    kv->moves = b, kv->cap_moves = n;
+    return 0;
+}
+
+/* where a slot's column (kv_dim floats, block_size apart) starts in k or v */
+static size_t col(const KVCache *kv, int seq, int layer, int slot) {
+    int blk = kv_table(kv, seq)[slot / kv->block_size];
+    return (size_t)blk * kv_block_stride(kv) + (size_t)layer * kv->block_size * kv->kv_dim + slot % kv->block_size;
+}
+
+static int run_moves(KVCache *kv, const int64_t *list, int n) {
+    int32_t count = n;
+    if (!n) return 0;
+    if (dev_upload(kv->dev, kv->moves, &count, sizeof count) ||
+        dev_upload(kv->dev, dbuf_at(kv->moves, 8), list, sizeof(int64_t) * 2 * n) ||
+        dev_move_cols(kv->dev, kv->kbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size) ||
+        dev_move_cols(kv->dev, kv->vbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size))
+        return pd_error("kv cache: %s", dev_errmsg());
+    return 0;
+}
+
 int kv_keep_path(KVCache *kv, int seq, int base, const int *path, int n) {
-    float k[kv->kv_dim], v[kv->kv_dim];
-    for (int l = 0; l < kv->n_layers; l++)
+    for (int l = 0; l < kv->n_layers; l++) /* all checked before anything moves */
         for (int i = 0; i < n; i++) {
             int from = base + path[i];
-            if (from == base + i) continue;
-            if (from < base + i || from >= kv_len(kv, seq, l))
+            if (from != base + i && (from < base + i || from >= kv_len(kv, seq, l)))
                 return pd_error("kv cache: path entry %d is not an increasing filled slot", path[i]);
-            kv_read(kv, seq, l, from, k, v);
-            kv_write(kv, seq, l, base + i, k, v);
         }
+    size_t most = (size_t)(n > 0 ? n : 0) * kv->n_layers;
+    if (most && moves_reserve(kv, most)) return -1;
+    int64_t *list = malloc(sizeof(int64_t) * 2 * (most ? most : 1)), *w = list;
+    if (!list) return pd_error("kv cache: out of memory keeping a path");
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int i = 0; i < n; i++)
+            if (path[i] != i) *w++ = (int64_t)col(kv, seq, l, base + path[i]), *w++ = (int64_t)col(kv, seq, l, base + i);
+    int rc = run_moves(kv, list, (int)((w - list) / 2));
+    free(list);
+    if (rc) return -1;
     return kv_truncate(kv, seq, base + n);
 }
 
 int kv_fork(KVCache *kv, int seq, int len) {
     int s = kv_seq_new(kv);
     if (s < 0) return -1;
-    if (kv_reserve(kv, s, len)) {
+    size_t most = (size_t)(len > 0 ? len : 0) * kv->n_layers;
+    if (kv_reserve(kv, s, len) || (most && moves_reserve(kv, most))) {
         kv_seq_free(kv, s);
         return -1;
     }
-    float k[kv->kv_dim], v[kv->kv_dim];
+    int64_t *list = malloc(sizeof(int64_t) * 2 * (most ? most : 1)), *w = list;
+    if (!list) {
+        kv_seq_free(kv, s);
+        return pd_error("kv cache: out of memory forking a sequence");
+    }
     for (int l = 0; l < kv->n_layers; l++) {
         int n = kv_len(kv, seq, l) < len ? kv_len(kv, seq, l) : len;
-        for (int i = 0; i < n; i++) {
-            kv_read(kv, seq, l, i, k, v);
-            kv_write(kv, s, l, i, k, v);
-        }
+        for (int i = 0; i < n; i++) *w++ = (int64_t)col(kv, seq, l, i), *w++ = (int64_t)col(kv, s, l, i);
         kv_set_len(kv, s, l, n);
+    }
+    int rc = run_moves(kv, list, (int)((w - list) / 2));
+    free(list);
+    if (rc) {
+        kv_seq_free(kv, s);
+        return -1;
     }
     return s;
 }

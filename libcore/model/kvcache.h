@@ -8,6 +8,7 @@
    attention takes a block's slots 16 at a time. */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
+#include "device.h"
 #include "model/model.h"
 
 typedef struct {
@@ -22,6 +23,11 @@ typedef struct {
     int *len;          /* [max_seqs][n_layers] filled slots per layer */
     char *live;        /* [max_seqs] */
     Arena arena;
+    /* the storage as device buffers (on the CPU k and v wrapped in place) and the
+       slot moves' list, {src, dst} float indices, grown on demand */
+    Device *dev;
+    DevBuf kbuf, vbuf, moves;
+    size_t cap_moves;
 } KVCache;
 
 /* room for max_tokens slots in all, shared by up to max_seqs sequences, each at most
@@ -39,12 +45,15 @@ size_t kv_block_stride(const KVCache *kv);           /* floats between blocks of
 const float *kv_layer_k(const KVCache *kv, int layer); /* block 0's keys of this layer */
 const float *kv_layer_v(const KVCache *kv, int layer);
 void kv_set_len(KVCache *kv, int seq, int layer, int len);
-/* rollback: every layer keeps at most len slots; whole blocks past it are freed */
+/* rollback: every layer keeps at most len slots; whole blocks past it are freed (the
+   storage does not move: a device only forgets) */
 int kv_truncate(KVCache *kv, int seq, int len);
 /* keep an accepted branch: slots base+path[i] move to base+i (path increasing),
-   then every layer is cut to base+n */
+   then every layer is cut to base+n. The moves, every layer's, are one device call on
+   the keys and one on the values */
 int kv_keep_path(KVCache *kv, int seq, int base, const int *path, int n);
-/* a copy of seq's first len slots into a new sequence (prefix reuse, tests) */
+/* a copy of seq's first len slots into a new sequence (prefix reuse, tests): device
+   moves, as kv_keep_path's */
 int kv_fork(KVCache *kv, int seq, int len);
 
 #endif

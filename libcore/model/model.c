@@ -447,7 +447,6 @@ int model_load(Model *m, const char *path) {
 }
 
 void model_free(Model *m) {
-    if (m->ws_free) m->ws_free(m->ws);
     tok_free(m->tok);
     tf_close(&m->tf);
     arena_free(&m->arena);

@@ -65,9 +65,6 @@ typedef struct {
     TensorFile tf;          /* the weights point into it */
     Arena arena;            /* converted norms, rope tables, layer array */
     Arena packed;           /* every matrix in k_matmul's layout */
-    struct Workspace *ws;   /* forward.c's scratch buffers, grown on demand */
-    void (*ws_free)(struct Workspace *); /* set with ws by forward.c (which includes
-                                            model.h, not the reverse): model_free's way */
 } Model;
 
 /* load a model file written by convert/widen (validated: config, every tensor's

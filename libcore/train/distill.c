@@ -63,7 +63,7 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
     d->lr = lr;
     d->cap = max_len;
     size_t D = c->dim, V = c->vocab_size, N = max_len, dd = pd_mul(D, D) * sizeof(float);
-    int rc = kv_init(&d->kv, c, 1, max_len, 16) || pack_Et(d);
+    int rc = !(d->run = runner_new(m)) || kv_init(&d->kv, c, 1, max_len, 16) || pack_Et(d);
     for (int k = 0; k < h->n && !rc; k++)
         rc = !(d->adam_m[k] = pd_alloc(dd)) || !(d->adam_v[k] = pd_alloc(dd)) || !(d->grad[k] = pd_alloc(dd));
     if (!rc) {
@@ -103,13 +103,14 @@ void distill_free(Distill *d) {
     free(d->Et); free(d->hid); free(d->hl); free(d->pL); free(d->logits); free(d->negH); free(d->argL);
     free(d->pos); free(d->x); free(d->z); free(d->dz); free(d->xT); free(d->dzT); free(d->xTp_buf); free(d->dT); free(d->exited);
     if (d->kv.arena.base) kv_free(&d->kv);
+    runner_free(d->run);
     memset(d, 0, sizeof *d);
 }
 
 /* p_L, Σ p_L log p_L and argmax p_L of n final hidden states */
 static int targets(Distill *d, const float *hL, int n) {
     int V = d->m->c.vocab_size;
-    if (final_logits(d->m, hL, n, d->pL)) return -1;
+    if (final_logits(d->run, hL, n, d->pL)) return -1;
     for (int t = 0; t < n; t++) {
         float *p = d->pL + (size_t)t * V, *raw = d->logits + (size_t)t * V, mx;
         memcpy(raw, p, sizeof(float) * V);
@@ -191,11 +192,11 @@ static int forward_seq(Distill *d, const int32_t *tok, int n) {
     if (s < 0) return -1;
     Batch b = {n, tok, NULL, d->pos, NULL, NULL};
     for (int k = 0; k < d->h->n && !rc; k++) {
-        rc = forward_layers(d->m, &d->kv, &b, at, d->h->layer[k], d->hid);
+        rc = forward_layers(d->run, &d->kv, &b, at, d->h->layer[k], d->hid);
         memcpy(d->hl + (size_t)k * d->cap * c->dim, d->hid, sizeof(float) * n * c->dim);
         at = d->h->layer[k];
     }
-    rc = rc ? rc : forward_layers(d->m, &d->kv, &b, at, c->n_layers, d->hid);
+    rc = rc ? rc : forward_layers(d->run, &d->kv, &b, at, c->n_layers, d->hid);
     kv_seq_free(&d->kv, s);
     return rc;
 }

@@ -17,6 +17,7 @@
 #define PD_DISTILL_H
 #include "heads/exit_heads.h"
 #include "model/kvcache.h"
+#include "model/runner.h"
 #include "train/dataset.h"
 
 
@@ -39,6 +40,7 @@ typedef struct {
 typedef struct {
     Model *m;
     ExitHeads *h;          /* the heads trained: T in h's arena, repacked each step */
+    Runner *run;           /* the model's forward workspace */
     KVCache kv;            /* one sequence, refilled for every training sequence */
     float lr;
     int t;                 /* Adam steps taken */

@@ -82,7 +82,7 @@ int medusa_train_init(MedusaTrain *t, Model *m, MedusaHeads *h, int max_len, flo
     t->cap = max_len;
     if (weights) memcpy(t->weight, weights, sizeof(float) * h->n);
     else medusa_default_weights(h->n, t->weight);
-    if (kv_init(&t->kv, c, 1, max_len, 16) || alloc_all(t)) {
+    if (!(t->run = runner_new(m)) || kv_init(&t->kv, c, 1, max_len, 16) || alloc_all(t)) {
         medusa_train_free(t);
         return -1;
     }
@@ -101,6 +101,7 @@ void medusa_train_free(MedusaTrain *t) {
     free(t->Et_tmp); free(t->dE); free(t->dW); free(t->hid); free(t->x); free(t->z); free(t->r); free(t->dr);
     free(t->aT); free(t->bT); free(t->logits); free(t->gT); free(t->arg); free(t->pos); free(t->tgt); free(t->pk_buf);
     if (t->kv.arena.base) kv_free(&t->kv);
+    runner_free(t->run);
     memset(t, 0, sizeof *t);
 }
 
@@ -210,7 +211,7 @@ static int forward_seq(MedusaTrain *t, const int32_t *tok, int n, float *x, int3
     int s = kv_seq_new(&t->kv);
     if (s < 0) return -1;
     Batch b = {n, tok, NULL, t->pos, NULL, NULL};
-    int rc = forward_layers(m, &t->kv, &b, 0, m->c.n_layers, t->hid);
+    int rc = forward_layers(t->run, &t->kv, &b, 0, m->c.n_layers, t->hid);
     kv_seq_free(&t->kv, s);
     if (rc) return -1;
     /* final_logits' own two kernels, so arg is what decoding's argmax picks */
@@ -356,6 +357,7 @@ int medusa_train_eval(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
 
 typedef struct {
     Model *m;
+    Runner *run;
     KVCache kv;
     int len;                   /* the length outputs grow to */
     int32_t *tok, *seq, *pos;  /* [group × prefix] the prefill batch, then a token per live row */
@@ -378,12 +380,12 @@ static int gen_group(Gen *gn, Sequences *o, int g, int *final, Progress *pg, int
     }
     /* every prefix in one call, each row in its own sequence */
     Batch b = {at, gn->tok, gn->seq, gn->pos, NULL, NULL};
-    rc = forward_layers(m, &gn->kv, &b, 0, m->c.n_layers, gn->hid);
+    rc = forward_layers(gn->run, &gn->kv, &b, 0, m->c.n_layers, gn->hid);
     for (int j = 0; j < g; j++) /* last[j] ≥ j: a row never overwrites one still to move */
         memmove(gn->hid + (size_t)j * D, gn->hid + (size_t)gn->last[j] * D, sizeof(float) * D);
     int live = g;
     while (!rc && live) {
-        if ((rc = final_logits(m, gn->hid, live, gn->logits))) break;
+        if ((rc = final_logits(gn->run, gn->hid, live, gn->logits))) break;
         int keep = 0;
         for (int j = 0; j < live; j++) {
             int32_t next = k_argmax(gn->logits + (size_t)j * V, V);
@@ -406,7 +408,7 @@ static int gen_group(Gen *gn, Sequences *o, int g, int *final, Progress *pg, int
         if (pg) progress_step(pg, *done);
         if (!(live = keep)) break;
         Batch step = {live, gn->tok, gn->seq, gn->pos, NULL, NULL};
-        rc = forward_layers(m, &gn->kv, &step, 0, m->c.n_layers, gn->hid);
+        rc = forward_layers(gn->run, &gn->kv, &step, 0, m->c.n_layers, gn->hid);
     }
     for (int j = 0; rc && j < live; j++) kv_seq_free(&gn->kv, gn->kvid[j]);
     return rc;
@@ -427,7 +429,8 @@ int medusa_generate(Model *m, const Sequences *in, int prefix, int len, int grou
     g.out = pd_alloc(sizeof(int) * group * 4);
     g.hid = pd_alloc(pd_mul(pd_mul(rows, D), sizeof(float)));
     g.logits = pd_alloc(pd_mul(pd_mul((size_t)group, m->c.vocab_size), sizeof(float)));
-    if (!final || !out->tok || !out->off || !g.tok || !g.out || !g.hid || !g.logits ||
+    g.run = runner_new(m);
+    if (!final || !g.run || !out->tok || !out->off || !g.tok || !g.out || !g.hid || !g.logits ||
         kv_init(&g.kv, &m->c, group, group * ((len + 15) / 16 * 16), 16)) /* whole blocks per sequence */
         rc = -1;
     if (!rc) {
@@ -465,6 +468,7 @@ int medusa_generate(Model *m, const Sequences *in, int prefix, int len, int grou
     free(g.hid);
     free(g.logits);
     if (g.kv.arena.base) kv_free(&g.kv);
+    runner_free(g.run);
     if (rc) seqs_free(out);
     return rc;
 }

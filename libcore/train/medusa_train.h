@@ -22,6 +22,7 @@
 #define PD_MEDUSA_TRAIN_H
 #include "heads/medusa_heads.h"
 #include "model/kvcache.h"
+#include "model/runner.h"
 #include "train/dataset.h"
 
 typedef enum { MEDUSA_TARGETS_SELF, MEDUSA_TARGETS_DATA } MedusaTargets;
@@ -46,6 +47,7 @@ typedef struct {
 typedef struct {
     Model *m;
     MedusaHeads *h;      /* the heads trained, repacked after each step */
+    Runner *run;         /* the model's forward workspace */
     KVCache kv;          /* one sequence, refilled for every sequence not cached */
     MedusaTargets targets;
     float lr, lr_lm;     /* W and b; an own lm_head */

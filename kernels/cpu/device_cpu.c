@@ -1,0 +1,368 @@
+/* device_cpu.c — the device interface on host memory. Calls run on the caller's
+   thread as they are submitted, so the stream is in order by construction and an event
+   is done once recorded; a graph is the list of calls (function and a copy of its
+   arguments) captured between begin and end, replayed in order. Arguments hold Bufs,
+   never host pointers, so a replay reads whatever the buffers hold then. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "device.h"
+
+struct DevMem {
+    unsigned char *p;
+    size_t size;
+    int owned; /* 0: wrapped caller memory */
+};
+
+typedef struct {
+    void (*fn)(const void *args);
+    size_t bytes;
+    _Alignas(16) unsigned char args[]; /* the call's arguments, copied */
+} Call;
+
+struct DevGraph {
+    Call **calls;
+    int n, cap;
+};
+
+struct Device {
+    DevGraph *capturing; /* non-NULL between graph_begin and graph_end */
+    uint64_t done;       /* calls completed */
+};
+
+struct DevEvent {
+    uint64_t at;      /* the stream's count when recorded; 0 = never */
+    const Device *on;
+};
+
+static _Thread_local char err[256];
+const char *dev_errmsg(void) { return err; }
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, sizeof err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+Device *dev_open(const char *kind) {
+    if (!kind || strcmp(kind, "cpu")) {
+        fail("device '%s' is not compiled in (this build has: cpu)", kind ? kind : "(null)");
+        return NULL;
+    }
+    Device *d = calloc(1, sizeof *d);
+    if (!d) fail("device: out of memory");
+    return d;
+}
+
+void dev_close(Device *d) {
+    if (!d) return;
+    if (d->capturing) dev_graph_free(d->capturing);
+    free(d);
+}
+
+const char *dev_kind(const Device *d) { return d ? "cpu" : "none"; }
+
+int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
+    (void)d;
+    *out = (DevBuf){0};
+    DevMem *m = calloc(1, sizeof *m);
+    size_t sz = (bytes + 63) / 64 * 64;
+    if (!m || sz < bytes || !(m->p = aligned_alloc(64, sz ? sz : 64))) {
+        free(m);
+        return fail("device: cannot allocate %zu bytes", bytes);
+    }
+    memset(m->p, 0, sz ? sz : 64);
+    m->size = bytes;
+    m->owned = 1;
+    out->mem = m;
+    return 0;
+}
+
+int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
+    (void)d;
+    *out = (DevBuf){0};
+    DevMem *m = calloc(1, sizeof *m);
+    if (!m) return fail("device: out of memory");
+    m->p = (unsigned char *)host;
+    m->size = bytes;
+    out->mem = m;
+    return 0;
+}
+
+void dev_free(Device *d, DevBuf b) {
+    (void)d;
+    if (!b.mem) return;
+    if (b.mem->owned) free(b.mem->p);
+    free(b.mem);
+}
+
+size_t dbuf_bytes(DevBuf b) { return b.mem && b.off <= b.mem->size ? b.mem->size - b.off : 0; }
+
+void *dev_host(const Device *d, DevBuf b) {
+    (void)d;
+    return b.mem ? b.mem->p + b.off : NULL;
+}
+
+static int in_bounds(DevBuf b, size_t n, const char *what) {
+    if (!b.mem) return fail("device: %s: no buffer", what);
+    if (b.off > b.mem->size || n > b.mem->size - b.off)
+        return fail("device: %s: %zu bytes at offset %zu overrun a %zu-byte buffer", what, n, b.off, b.mem->size);
+    return 0;
+}
+
+/* runs a call now, or appends it to the graph being captured */
+static int submit(Device *d, void (*fn)(const void *), const void *args, size_t bytes) {
+    if (!d->capturing) {
+        fn(args);
+        d->done++;
+        return 0;
+    }
+    DevGraph *g = d->capturing;
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 16;
+        Call **c = realloc(g->calls, sizeof *c * cap);
+        if (!c) return fail("device: out of memory capturing a graph");
+        g->calls = c, g->cap = cap;
+    }
+    Call *c = malloc(sizeof *c + bytes);
+    if (!c) return fail("device: out of memory capturing a graph");
+    c->fn = fn, c->bytes = bytes;
+    memcpy(c->args, args, bytes);
+    g->calls[g->n++] = c;
+    return 0;
+}
+
+int dev_host_call(Device *d, void (*fn)(const void *), const void *args, size_t bytes) {
+    return submit(d, fn, args, bytes);
+}
+
+/* an upload captured in a graph uploads the bytes as they were at capture (a CUDA
+   graph's memcpy node reads its source at replay; the CPU keeps a copy, which is what
+   a caller may rely on either way: the source need not outlive the call) */
+typedef struct {
+    DevBuf dst;
+    size_t n;
+    unsigned char src[];
+} Upload;
+static void run_upload(const void *a) {
+    const Upload *u = a;
+    memcpy(u->dst.mem->p + u->dst.off, u->src, u->n);
+}
+int dev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
+    if (in_bounds(dst, n, "upload")) return -1;
+    if (!d->capturing) {
+        memcpy(dst.mem->p + dst.off, src, n);
+        d->done++;
+        return 0;
+    }
+    Upload *u = malloc(sizeof *u + n);
+    if (!u) return fail("device: out of memory capturing an upload");
+    u->dst = dst, u->n = n;
+    memcpy(u->src, src, n);
+    int rc = submit(d, run_upload, u, sizeof *u + n);
+    free(u);
+    return rc;
+}
+
+int dev_download(Device *d, void *dst, DevBuf src, size_t n) {
+    if (d->capturing) return fail("device: download while capturing a graph");
+    if (in_bounds(src, n, "download")) return -1;
+    memcpy(dst, src.mem->p + src.off, n);
+    return 0;
+}
+
+typedef struct {
+    DevBuf dst, src;
+    size_t n;
+} CopyArgs;
+static void run_copy(const void *a) {
+    const CopyArgs *c = a;
+    memmove(c->dst.mem->p + c->dst.off, c->src.mem->p + c->src.off, c->n);
+}
+int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n) {
+    if (in_bounds(dst, n, "copy destination") || in_bounds(src, n, "copy source")) return -1;
+    CopyArgs c = {dst, src, n};
+    return submit(d, run_copy, &c, sizeof c);
+}
+
+typedef struct {
+    DevBuf base, list, count;
+    int max_count, len;
+    size_t stride;
+} MoveArgs;
+static void run_move(const void *a) {
+    const MoveArgs *m = a;
+    float *base = (float *)(m->base.mem->p + m->base.off);
+    const int64_t *list = (const int64_t *)(m->list.mem->p + m->list.off);
+    int n = *(const int32_t *)(m->count.mem->p + m->count.off);
+    n = n < 0 ? 0 : n > m->max_count ? m->max_count : n;
+    for (int i = 0; i < n; i++) {
+        const float *s = base + list[2 * i];
+        float *t = base + list[2 * i + 1];
+        for (int j = 0; j < m->len; j++) t[(size_t)j * m->stride] = s[(size_t)j * m->stride];
+    }
+}
+int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride) {
+    if (max_count < 0 || len < 0) return fail("device: move_cols: negative sizes");
+    if (in_bounds(list, sizeof(int64_t) * 2 * (size_t)max_count, "move_cols list") ||
+        in_bounds(count_buf, sizeof(int32_t), "move_cols count") || in_bounds(base, 0, "move_cols base"))
+        return -1;
+    MoveArgs m = {base, list, count_buf, max_count, len, stride};
+    return submit(d, run_move, &m, sizeof m);
+}
+
+int dev_sync(Device *d) {
+    if (d->capturing) return fail("device: sync while capturing a graph");
+    return 0;
+}
+
+DevEvent *dev_event_new(Device *d) {
+    (void)d;
+    DevEvent *e = calloc(1, sizeof *e);
+    if (!e) fail("device: out of memory");
+    return e;
+}
+void dev_event_free(DevEvent *e) { free(e); }
+
+int dev_record(Device *d, DevEvent *e) {
+    if (d->capturing) return fail("device: events inside a captured graph are not supported");
+    e->at = d->done + 1, e->on = d;
+    return 0;
+}
+/* the recording stream ran everything before the record already: nothing to wait for */
+int dev_wait(Device *d, DevEvent *e) {
+    (void)d;
+    return e->at ? 0 : fail("device: waiting on an event never recorded");
+}
+int dev_event_done(DevEvent *e) { return e->at ? 1 : -1; }
+
+int dev_graph_begin(Device *d) {
+    if (d->capturing) return fail("device: a graph is already being captured");
+    d->capturing = calloc(1, sizeof *d->capturing);
+    return d->capturing ? 0 : fail("device: out of memory");
+}
+
+int dev_graph_end(Device *d, DevGraph **out) {
+    *out = NULL;
+    if (!d->capturing) return fail("device: graph_end without graph_begin");
+    *out = d->capturing;
+    d->capturing = NULL;
+    return 0;
+}
+
+int dev_graph_replay(Device *d, const DevGraph *g) {
+    if (d->capturing) return fail("device: replay while capturing a graph");
+    for (int i = 0; i < g->n; i++) {
+        g->calls[i]->fn(g->calls[i]->args);
+        d->done++;
+    }
+    return 0;
+}
+
+void dev_graph_free(DevGraph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) free(g->calls[i]);
+    free(g->calls);
+    free(g);
+}
+
+int dev_graph_calls(const DevGraph *g) { return g ? g->n : 0; }
+
+/* ---- rows ---- */
+
+typedef struct {
+    DevBuf ids, p, x, rows;
+    int max_rows, cols, k;
+} RowArgs;
+
+static int n_rows(const RowArgs *a) {
+    int n = *(const int32_t *)(a->rows.mem->p + a->rows.off);
+    return n < 0 ? 0 : n > a->max_rows ? a->max_rows : n;
+}
+static const float *row_x(const RowArgs *a, int r) {
+    return (const float *)(a->x.mem->p + a->x.off) + (size_t)r * a->cols;
+}
+
+static void run_argmax(const void *v) {
+    const RowArgs *a = v;
+    int32_t *ids = (int32_t *)(a->ids.mem->p + a->ids.off);
+    for (int r = 0, n = n_rows(a); r < n; r++) ids[r] = k_argmax(row_x(a, r), a->cols);
+}
+
+static void run_softmax(const void *v) {
+    const RowArgs *a = v;
+    float *y = (float *)(a->p.mem->p + a->p.off);
+    for (int r = 0, n = n_rows(a); r < n; r++) {
+        float *yr = y + (size_t)r * a->cols;
+        memmove(yr, row_x(a, r), sizeof(float) * a->cols);
+        k_softmax(yr, a->cols);
+    }
+}
+
+/* a k-slot insertion list: k is small (a tree's branching, a sampler's top-k) */
+static void run_topk(const void *v) {
+    const RowArgs *a = v;
+    int32_t *ids = (int32_t *)(a->ids.mem->p + a->ids.off);
+    float *p = a->p.mem ? (float *)(a->p.mem->p + a->p.off) : NULL;
+    float *row = malloc(sizeof(float) * a->cols);
+    if (!row) { /* no scratch: the ids say so rather than holding stale ones */
+        for (int r = 0, n = n_rows(a); r < n; r++)
+            for (int j = 0; j < a->k; j++) ids[(size_t)r * a->k + j] = -1;
+        return;
+    }
+    for (int r = 0, n = n_rows(a); r < n; r++) {
+        memcpy(row, row_x(a, r), sizeof(float) * a->cols);
+        k_softmax(row, a->cols);
+        int32_t *id = ids + (size_t)r * a->k;
+        int have = 0;
+        for (int c = 0; c < a->cols; c++) {
+            if (have == a->k && !(row[c] > row[id[have - 1]])) continue;
+            int at = have < a->k ? have++ : have - 1;
+            while (at > 0 && row[c] > row[id[at - 1]]) { /* strictly larger moves up: lower index wins ties */
+                id[at] = id[at - 1];
+                at--;
+            }
+            id[at] = c;
+        }
+        for (int j = have; j < a->k; j++) id[j] = -1;
+        if (p)
+            for (int j = 0; j < a->k; j++) p[(size_t)r * a->k + j] = id[j] >= 0 ? row[id[j]] : 0;
+    }
+    free(row);
+}
+
+static int rows_check(DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
+    if (max_rows < 0 || cols < 1) return fail("device: rows: bad sizes (%d rows of %d)", max_rows, cols);
+    return in_bounds(x, sizeof(float) * (size_t)max_rows * cols, "rows input") ||
+                   in_bounds(rows_buf, sizeof(int32_t), "row count")
+               ? -1
+               : 0;
+}
+
+int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
+    if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * (size_t)max_rows, "argmax ids"))
+        return -1;
+    RowArgs a = {ids, {0}, x, rows_buf, max_rows, cols, 1};
+    return submit(d, run_argmax, &a, sizeof a);
+}
+
+int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
+    if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
+        return -1;
+    RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0};
+    return submit(d, run_softmax, &a, sizeof a);
+}
+
+int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k) {
+    if (k < 1 || k > cols) return fail("device: top-k: k = %d for rows of %d", k, cols);
+    size_t out = (size_t)max_rows * k;
+    if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * out, "top-k ids") ||
+        (p.mem && in_bounds(p, sizeof(float) * out, "top-k probabilities")))
+        return -1;
+    RowArgs a = {ids, p, x, rows_buf, max_rows, cols, k};
+    return submit(d, run_topk, &a, sizeof a);
+}

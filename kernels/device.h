@@ -1,0 +1,83 @@
+/* device.h — the device interface a backend implements (kernels/cpu with host memory;
+   kernels/cuda with device memory and streams). A Device is one in-order stream: work
+   submitted to it runs in submission order; several handles are several streams, ordered
+   against each other with events. Memory is a DevBuf: an allocation and a byte offset into
+   it. A graph is a captured sequence of device calls; a replay runs the same calls on
+   the same buffers, so per-step data (the step descriptor) is whatever those buffers
+   hold at replay time. Calls return 0, or -1 with dev_errmsg() saying why. */
+#ifndef PD_DEVICE_H
+#define PD_DEVICE_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Device Device;
+typedef struct DevMem DevMem;
+typedef struct DevEvent DevEvent;
+typedef struct DevGraph DevGraph;
+typedef struct {
+    DevMem *mem; /* NULL: no buffer */
+    size_t off;  /* bytes from the allocation's start */
+} DevBuf;
+
+const char *dev_errmsg(void); /* the calling thread's last device error */
+
+/* kind "cpu" (the only one compiled in so far); NULL + dev_errmsg when unknown */
+Device *dev_open(const char *kind);
+void dev_close(Device *d);
+const char *dev_kind(const Device *d);
+
+/* bytes zeroed, 64-byte aligned; freed with dev_free (a DevBuf with off 0) */
+int dev_alloc(Device *d, size_t bytes, DevBuf *out);
+/* bytes the caller owns and keeps alive (mmapped weights) as a device buffer: the CPU
+   wraps them without a copy; a GPU copies them in once */
+int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out);
+void dev_free(Device *d, DevBuf b);
+static inline DevBuf dbuf_at(DevBuf b, size_t off) { return (DevBuf){b.mem, b.off + off}; }
+size_t dbuf_bytes(DevBuf b); /* bytes from b.off to the allocation's end */
+/* where b lies in this process's memory when the device is host memory (CPU), NULL
+   otherwise: model/ uses it to hand CPU kernels their pointers */
+void *dev_host(const Device *d, DevBuf b);
+
+/* in stream order; bounds checked against the allocation */
+int dev_upload(Device *d, DevBuf dst, const void *src, size_t n);
+int dev_download(Device *d, void *dst, DevBuf src, size_t n); /* waits for the stream */
+int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n);
+/* for each of the count pairs {src, dst} (int64 float indices in list), len floats
+   strided stride floats apart from base+src to base+dst, pairs in order: the KV
+   cache's slot moves (keep a path, fork). count is read from count_buf (int32) when
+   the call runs, so a replay can move a different number */
+int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride);
+int dev_sync(Device *d);
+
+/* events: record marks the stream's position; wait makes this stream's later work wait
+   for it; done says whether the work before it has finished */
+DevEvent *dev_event_new(Device *d);
+void dev_event_free(DevEvent *e);
+int dev_record(Device *d, DevEvent *e);
+int dev_wait(Device *d, DevEvent *e);
+int dev_event_done(DevEvent *e); /* 1, 0, or -1 when never recorded */
+
+/* capture: between begin and end the stream's calls are recorded, not run (uploads and
+   copies included); replay runs them again in order. Downloads and syncs are refused
+   while capturing. */
+int dev_graph_begin(Device *d);
+int dev_graph_end(Device *d, DevGraph **out);
+int dev_graph_replay(Device *d, const DevGraph *g);
+void dev_graph_free(DevGraph *g);
+int dev_graph_calls(const DevGraph *g); /* calls it holds */
+
+/* rows over [rows][cols] f32 (rows read from rows_buf, int32, at most max_rows), the
+   same arithmetic as k_argmax and k_softmax row by row:
+   argmax: ids[r] (int32), the lowest index among equal maxima;
+   softmax: y[r] = softmax(x[r]) (y may be x);
+   topk: ids[r][k] (int32) and p[r][k] (f32) the k largest of softmax(x[r]), largest
+   first, lower index first among equals; p may be a NULL buffer (ids only) */
+int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_rows, int cols);
+int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols);
+int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k);
+
+/* a host function as a stream call (CPU only: how model/ runs its CPU kernels in
+   stream order and inside a graph); args (bytes copied) are handed to fn */
+int dev_host_call(Device *d, void (*fn)(const void *args), const void *args, size_t bytes);
+
+#endif

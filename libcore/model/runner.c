@@ -1,0 +1,70 @@
+/* runner.c — see runner.h */
+#include "model/runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+Runner *runner_new(const Model *m) {
+    Runner *r = pd_alloc(sizeof *r);
+    if (!r) return NULL;
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    if (!(r->dev = dev_open("cpu")) ||
+        (m->packed.base && dev_wrap(r->dev, m->packed.base, m->packed.used, &r->packed))) {
+        pd_error("runner: %s", dev_errmsg());
+        runner_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void runner_free(Runner *r) {
+    if (!r) return;
+    if (r->dev) {
+        dev_free(r->dev, r->ws.acts);
+        dev_free(r->dev, r->ws.desc_buf);
+        dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
+        dev_free(r->dev, r->ws.rows);
+        dev_free(r->dev, r->packed);
+        dev_close(r->dev);
+    }
+    free(r);
+}
+
+static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
+
+/* carves one device buffer into pieces of the given sizes, each 64-byte aligned */
+static int carve(Device *d, DevBuf *b, size_t n, const size_t *sizes, void **const *dst) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += up64(sizes[i]);
+    DevBuf nb;
+    if (dev_alloc(d, total, &nb)) return pd_error("runner: %s", dev_errmsg());
+    dev_free(d, *b);
+    *b = nb;
+    char *p = dev_host(d, nb);
+    for (size_t i = 0, at = 0; i < n; at += up64(sizes[i]), i++) *dst[i] = p + at;
+    return 0;
+}
+
+int runner_reserve(Runner *r, int n, size_t vis, int layers) {
+    Workspace *w = &r->ws;
+    const Config *c = &r->m->c;
+    if (w->cap_n >= n && w->cap_vis >= vis && w->cap_layers >= layers) return 0;
+    size_t cn = (size_t)(w->cap_n > n ? w->cap_n : n), cv = w->cap_vis > vis ? w->cap_vis : vis;
+    size_t cl = (size_t)(w->cap_layers > layers ? w->cap_layers : layers);
+    if (cn > (size_t)w->cap_n) {
+        size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim, f = sizeof(float);
+        size_t sizes[] = {pd_mul(f * cn, c->dim), pd_mul(f * cn, qd), pd_mul(f * cn, qd + 2 * kvd),
+                          pd_mul(f * cn, 2 * (size_t)c->hidden_dim), pd_mul(f * cn, c->hidden_dim), pd_mul(f * cn, c->dim)};
+        void **dst[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv, (void **)&w->gu, (void **)&w->hb, (void **)&w->out};
+        if (carve(r->dev, &w->acts, 6, sizes, dst)) return -1;
+    }
+    StepDesc *s = &w->desc;
+    size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn, i4 * cn, i4 * cn, i4 * cn, i4 * (cn + 1), i4 * cv, sizeof(int *) * cn,
+                                            pd_mul(i4 * cn, cl), pd_mul(i4 * cn, cl)};
+    void **dst[] = {(void **)&s->token, (void **)&s->pos, (void **)&s->seq, (void **)&s->rank, (void **)&s->vis_off,
+                    (void **)&s->vis, (void **)&s->table, (void **)&s->base, (void **)&s->slot};
+    if (carve(r->dev, &w->desc_buf, 9, sizes, dst)) return -1;
+    w->cap_n = (int)cn, w->cap_vis = cv, w->cap_layers = (int)cl;
+    return 0;
+}

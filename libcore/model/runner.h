@@ -1,0 +1,58 @@
+/* runner.h — what one thread needs to run a model: a device stream, the model's weights
+   as device buffers, and the forward pass's workspace (grown on demand). The Model is
+   const after loading, so any number of runners, in any threads, share one. */
+#ifndef PD_RUNNER_H
+#define PD_RUNNER_H
+#include "device.h"
+#include "model/model.h"
+
+/* the per-call step descriptor (forward.c builds it once per forward_layers call, in
+   one device buffer): per token its id, position, sequence, slot offset after the
+   sequence's committed slots (its rank among the batch's tokens of that sequence), its
+   block-table row, its visibility list (offsets like the rank, of the batch tokens it
+   sees, itself last), and per layer of the call its sequence's committed length and its
+   slot (a layer's length changes only in that layer, so all are known up front) */
+typedef struct {
+    int n, layers;                     /* tokens; layers of the call */
+    int32_t *token, *pos, *seq, *rank; /* [n] */
+    int32_t *vis_off;                  /* [n+1] */
+    int32_t *vis;                      /* [vis_off[n]] */
+    const int **table;                 /* [n] block-table rows (host pointers on the CPU) */
+    int32_t *base;                     /* [layers][n] committed slots in each layer */
+    int32_t *slot;                     /* [layers][n] base + rank */
+} StepDesc;
+
+typedef struct Workspace {
+    int cap_n;        /* tokens the buffers hold */
+    size_t cap_vis;   /* visibility entries the descriptor holds */
+    int cap_layers;   /* layers it holds lengths for */
+    float *xb;        /* [n][dim] normed input */
+    float *att;       /* [n][n_heads*hd] attention output */
+    float *qkv;       /* [n][(n_heads + 2 n_kv)*hd] the stacked projection: q | k | v */
+    float *gu;        /* [n][2 hidden] gate | up */
+    float *hb;        /* [n][hidden] */
+    float *out;       /* [n][dim] a branch's output before the residual add */
+    DevBuf acts;         /* the activations above, one device buffer, each 64-byte aligned */
+    DevBuf desc_buf;     /* the step descriptor's arrays, one device buffer */
+    StepDesc desc;    /* its arrays, where the CPU sees them */
+    /* logits rows and what the row ops give back (logits_argmax, _topk, _softmax) */
+    DevBuf lg, ids, probs, rows; /* [cap_rows][vocab], [cap_out], [cap_out], the row count */
+    int cap_rows;
+    size_t cap_out;
+} Workspace;
+
+typedef struct Runner {
+    const Model *m;
+    Device *dev;
+    DevBuf packed;   /* the model's packed matrices, wrapped (the CPU makes no copy) */
+    Workspace ws;
+} Runner;
+
+/* a runner on the CPU device; NULL + message when out of memory */
+Runner *runner_new(const Model *m);
+void runner_free(Runner *r);
+/* workspace for n tokens, vis visibility entries and a call over layers layers (grows,
+   never shrinks) */
+int runner_reserve(Runner *r, int n, size_t vis, int layers);
+
+#endif
