@@ -263,6 +263,12 @@ def append(copy, rel, text):
     return sum(1 for _ in open(os.path.join(copy, rel)))  # the line just written
 
 
+def line_of(copy, rel, header):  # the line where rel includes header (an edge the tree has)
+    for n, line in enumerate(open(os.path.join(copy, rel)), 1):
+        if line.startswith('#include "%s"' % header): return n
+    return 0
+
+
 def objects(copy, *sources):  # compiled into copy/obj, for the symbol check
     for s in sources:
         o = os.path.join(copy, 'obj', s[:-2] + '.o')
@@ -293,7 +299,7 @@ def relative(c):
 
 def header_cycle(c):  # model/forward.h includes model/kvcache.h
     n = append(c, 'libcore/model/kvcache.h', '#include "model/forward.h"\n')
-    return 'include cycle between headers: model/forward.h → model/kvcache.h (libcore/model/forward.h:4); model/kvcache.h → model/forward.h (libcore/model/kvcache.h:%d)' % n
+    return 'include cycle between headers: model/forward.h → model/kvcache.h (libcore/model/forward.h:%d); model/kvcache.h → model/forward.h (libcore/model/kvcache.h:%d)' % (line_of(c, 'libcore/model/forward.h', 'model/kvcache.h'), n)
 
 
 def module_cycle(c):  # one folder, no header includes the other: a .c each way
@@ -304,7 +310,7 @@ def module_cycle(c):  # one folder, no header includes the other: a .c each way
 
 def folder_cycle(c):  # decode/method.h includes heads/exit_heads.h
     n = append(c, 'libcore/heads/bundle.c', '#include "decode/engine.h"\n')
-    return 'include cycle between folders: decode/ → heads/ (libcore/decode/method.h:6); heads/ → decode/ (libcore/heads/bundle.c:%d)' % n
+    return 'include cycle between folders: decode/ → heads/ (libcore/decode/method.h:%d); heads/ → decode/ (libcore/heads/bundle.c:%d)' % (line_of(c, 'libcore/decode/method.h', 'heads/exit_heads.h'), n)
 
 
 def kernels_up(c):
