@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "decode/method.h"
+#include "decode/accept.h"
 
 #define MAX_ACTIVE 34 /* max_pending (≤ 32) + the youngest + one spare */
 
@@ -186,19 +186,9 @@ static int settle(Ada *s, int i, float *lg) {
         next = k_argmax(lg, s->vocab);
         ok = next == early;
     } else {
-        float *q = slot_q(s, i);
         sampler_probs(d->sampler, lg);
-        ok = sampler_uniform(d->sampler) * q[early] < lg[early]; /* min(1, p/q) */
-        if (!ok) { /* resample from norm(max(0, p − q)) */
-            for (int v = 0; v < s->vocab; v++) lg[v] = lg[v] > q[v] ? lg[v] - q[v] : 0;
-            float z = 0;
-            for (int v = 0; v < s->vocab; v++) z += lg[v];
-            float u = sampler_uniform(d->sampler) * z, c = 0;
-            next = s->vocab - 1;
-            for (int v = 0; v < s->vocab; v++)
-                if (lg[v] > 0 && (c += lg[v]) > u) { next = v; break; }
-        } else
-            next = early;
+        /* a rejection draws from norm(max(0, p − q)), or from p should rounding leave nothing */
+        next = accept_one(d->sampler, lg, slot_q(s, i), early, s->hl, s->vocab, &ok);
     }
     if (ok) {
         d->early[sl->head]++;

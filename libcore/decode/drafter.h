@@ -39,6 +39,13 @@ typedef struct {
     int n_side;
     int32_t token_side[MAX_TREE], side_pos[MAX_TREE];
     uint8_t side_mask[MAX_TREE][2 * MAX_TREE];
+    /* a drafter that ran the tree's first layers itself (self-speculative: its drafts
+       came from them, and their KV entries are in the cache) sets run_to: the nodes'
+       states after layer run_to are in hidden[n][dim] (the loop's buffer, set before
+       propose), and verification runs the layers from there (also when n = 1) */
+    int run_to;
+    float *hidden;
+    int32_t root_pos; /* P, the root's position (set by the loop) */
 } DraftTree;
 
 typedef struct Drafter {
@@ -62,6 +69,12 @@ typedef struct Drafter {
        verifies the prefix it chose, and learns what the rest would have kept from the
        tokens that follow */
     int cheap;
+    /* the drafter sizes its own proposals (self-speculative stops at a weak head): the
+       loop asks for the whole budget every round, with no size controller */
+    int own_size;
+    /* ≥ 0: kept drafts count as early exits at this exit head (d->early[exit_head]),
+       not per depth */
+    int exit_head;
 } Drafter;
 
 /* the verify loop every drafter runs in; frees the drafter */

@@ -261,7 +261,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     lk->rng = 0x9e3779b97f4a7c15ull;
     lk->rate = o->oracle_rate;
     lk->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
-    Drafter dr = {lk, start, propose, accepted, look_free, 0};
+    Drafter dr = {lk, start, propose, accepted, look_free, 0, 0, -1};
     return drafter_generate(d, &dr, prompt, n_prompt);
 }
 

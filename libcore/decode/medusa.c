@@ -223,7 +223,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         return pd_error("medusa: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", o->oracle_rate);
     Medusa *md = pd_alloc(sizeof *md);
     if (!md) return -1;
-    Drafter dr = {md, start, propose, accepted, medusa_drafter_free, 0};
+    Drafter dr = {md, start, propose, accepted, medusa_drafter_free, 0, 0, -1};
     md->m = d->m;
     md->h = o->medusa;
     tree_root(&md->tr);

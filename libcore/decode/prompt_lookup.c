@@ -167,7 +167,7 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     lk->draft_max = o->draft_max ? o->draft_max : DEFAULT_DRAFT_MAX;
     lk->rate = o->oracle_rate;
     lk->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
-    Drafter dr = {lk, start, propose, accepted, lookup_free, 1};
+    Drafter dr = {lk, start, propose, accepted, lookup_free, 1, 0, -1};
     return drafter_generate(d, &dr, prompt, n_prompt);
 }
 

@@ -211,7 +211,7 @@ static int check_options(Spec *s, const DecodeCtx *d) {
 static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     Spec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
-    Drafter dr = {s, start, propose, accepted, spec_free, 0};
+    Drafter dr = {s, start, propose, accepted, spec_free, 0, 0, -1};
     if (check_options(s, d)) {
         spec_free(&dr);
         return -1;
