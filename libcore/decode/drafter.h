@@ -22,6 +22,13 @@
 #define PD_DRAFTER_H
 #include "decode/method.h"
 
+#include <stddef.h>
+
+/* the drafter loop's own option, listed by every drafter method */
+#define DRAFTER_OPTIONS                                                                                                \
+    {"fixed-tree", OPT_SWITCH, 0, 0, NULL, NULL, "verify the whole proposal every round (no size controller)",        \
+     offsetof(MethodShared, fixed_tree), 1, NULL}
+
 #define MAX_TREE 128 /* nodes a round verifies at most, the root included (side nodes apart) */
 _Static_assert(2 * MAX_TREE <= MAX_ROUND_NODES, "a round's tree and side nodes are counted in rounds_by_nodes");
 

@@ -291,7 +291,7 @@ static void *worker(void *arg) {
         d.emit = method_emit;
         d.emit_ctx = j;
         if (j->lp) d.emit_logits = method_logits;
-        rc = j->method->generate(&d, j->ctx, j->n_ctx);
+        rc = decode_generate(j->method, &d, j->ctx, j->n_ctx);
         decode_free(&d);
     }
     pthread_mutex_lock(&e->mu);
@@ -438,12 +438,13 @@ void engine_free(Engine *e) {
 int engine_method_ok(const Engine *e, const char *name) {
     const DecodeMethod *dm = decode_method(name);
     if (!dm) return -1;
-    const MethodOptions *o = &e->o.opt;
-    if ((!strcmp(name, "adadecode") || !strcmp(name, "self-speculative")) && !o->heads)
+    const MethodShared *o = &e->o.opt;
+    if ((dm->needs & NEEDS_EXIT_HEADS) && !o->heads)
         return pd_error("method '%s' needs exit heads, and the loaded model has none (serve a bundle with them)", name);
-    if (!strcmp(name, "medusa") && !o->medusa)
-        return pd_error("method 'medusa' needs Medusa heads, and the loaded model has none (serve a bundle with them)");
-    if (!strcmp(name, "speculative") && !o->draft) return pd_error("method 'speculative' needs a draft model (serve --draft MODEL)");
+    if ((dm->needs & NEEDS_MEDUSA) && !o->medusa)
+        return pd_error("method '%s' needs Medusa heads, and the loaded model has none (serve a bundle with them)", name);
+    if ((dm->needs & NEEDS_DRAFT) && !o->draft)
+        return pd_error("method '%s' needs a draft model (serve --draft MODEL)", name);
     return 0;
 }
 

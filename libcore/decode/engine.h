@@ -25,7 +25,7 @@ typedef struct {
                             (static batching, the load benchmark's baseline) */
     int spec_max_batch;  /* methods run while the batch holds at most this many requests,
                             all with a method (0: never) */
-    MethodOptions opt;   /* what the methods take (heads, a draft model) */
+    MethodShared opt;    /* what the methods take (heads, a draft model); each runs with its defaults */
 } EngineOptions;
 
 typedef struct Engine Engine;

@@ -17,6 +17,7 @@
    draft is likely rejected and costs Le layers for nothing); the loop's size
    controller stays out of it (Drafter.own_size). */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,16 +49,26 @@ static int selfspec_pick_exit(const ExitHeads *h, int want) {
     return k;
 }
 
+typedef struct {
+    float gamma;
+    int exit_layer, draft_max;
+} SelfSpecOptions;
+
+static const MethodOption selfspec_options[] = {
+    {"gamma", OPT_FLOAT, 1e-6, 1, "G", "0.5", "draft while the head's top probability is ≥ G",
+     offsetof(SelfSpecOptions, gamma), 0, "confidence"},
+    {"exit-layer", OPT_INT, 1, 1 << 20, "L", "the middle head's", "draft with layers [0, L) and the head at L",
+     offsetof(SelfSpecOptions, exit_layer), 0, NULL},
+    {"draft-max", OPT_INT, 1, MAX_DRAFT, "K", "4", "drafts per round at most", offsetof(SelfSpecOptions, draft_max), 0, NULL},
+};
+
 static int selfspec_init(SelfSpec *s, DecodeCtx *d) {
-    const MethodOptions *o = &d->opt;
-    if (!o->heads || o->heads->n < 1) return pd_error("self-speculative needs exit heads (--heads FILE)");
-    if (o->draft_max < 0 || o->draft_max > MAX_DRAFT)
-        return pd_error("self-speculative: draft-max %d is outside [0, %d]", o->draft_max, MAX_DRAFT);
-    if (!(o->gamma >= 0 && o->gamma <= 1)) return pd_error("self-speculative: gamma %g is outside (0, 1]", o->gamma);
-    if (o->oracle_rate < 0 || o->oracle_rate > 1 || (o->oracle_rate > 0 && !o->oracle))
-        return pd_error("self-speculative: oracle rate %g needs a rate in [0, 1] and the oracle's tokens", o->oracle_rate);
-    if ((s->head = selfspec_pick_exit(o->heads, o->exit_layer)) < 0) return -1;
-    s->le = o->heads->layer[s->head];
+    static const SelfSpecOptions none;
+    const SelfSpecOptions *o = d->mopt ? d->mopt : &none;
+    const ExitHeads *h = d->opt.heads;
+    if (h->n < 1) return pd_error("self-speculative needs exit heads (--heads FILE)");
+    if ((s->head = selfspec_pick_exit(h, o->exit_layer)) < 0) return -1;
+    s->le = h->layer[s->head];
     if (s->le < 1 || s->le >= d->m->c.n_layers)
         return pd_error("self-speculative: exit layer %d is outside [1, %d)", s->le, d->m->c.n_layers);
     s->kmax = o->draft_max ? o->draft_max : DEFAULT_DRAFT_MAX;
@@ -139,6 +150,8 @@ static int selfspec_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) 
     return drafter_generate(d, &dr, prompt, n_prompt);
 }
 
-const DecodeMethod method_selfspec = {"self-speculative",
-                                      "the first layers and an exit head draft, the full model verifies",
-                                      selfspec_generate};
+const DecodeMethod method_selfspec = {
+    .name = "self-speculative", .summary = "the first layers and an exit head draft, the full model verifies",
+    .options = selfspec_options, .n_options = sizeof selfspec_options / sizeof selfspec_options[0],
+    .options_size = sizeof(SelfSpecOptions), .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1,
+    .generate = selfspec_generate};

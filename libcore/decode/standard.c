@@ -2,7 +2,7 @@
    other method must reproduce token for token. */
 #include "decode/method.h"
 
-static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int standard_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     if (decode_prefill(d, prompt, n_prompt)) return -1;
     double t0 = pd_now();
     const Config *c = &d->m->c;
@@ -19,4 +19,5 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     return 0;
 }
 
-const DecodeMethod method_standard = {"standard", "one token per full forward pass", generate};
+const DecodeMethod method_standard = {
+    .name = "standard", .summary = "one token per full forward pass", .samples = 1, .generate = standard_generate};
