@@ -2,6 +2,7 @@
    registered here and nowhere in libcore, is listed, has its options parsed and
    refused by name, and runs through decode_generate and the serve engine. Its output
    is checked against standard decoding's, run independently. */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,11 @@ typedef struct {
 
 static EchoOptions seen;
 static int generations;
+/* which generation each step belonged to, and on which thread it ran */
+#define MAX_TRACE 256
+static const DecodeCtx *trace[MAX_TRACE];
+static pthread_t trace_thread[MAX_TRACE];
+static int n_trace;
 
 static const MethodOption echo_options[] = {
     {"stop-after", OPT_INT, 1, 100, "N", "no limit", "tokens at most", offsetof(EchoOptions, stop_after), 0, NULL},
@@ -27,21 +33,45 @@ static const MethodOption echo_options[] = {
     {"loud", OPT_SWITCH, 0, 0, NULL, NULL, "a switch it only records", offsetof(EchoOptions, loud), 0, NULL},
 };
 
-static int echo_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+/* a state machine like every method's: begin prefills and takes the first token, a
+   step one more */
+typedef struct {
+    const EchoOptions *o;
+    int prev, pos, done;
+} EchoState;
+
+static int echo_next(DecodeCtx *d, EchoState *s) {
+    int next = sampler_sample(d->sampler, d->logits);
+    s->done = decode_accept(d, s->prev, next, NULL) || s->pos >= d->m->c.seq_len ||
+              (s->o->stop_after && d->n_out >= s->o->stop_after);
+    s->prev = next;
+    return s->done;
+}
+
+static int echo_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     static const EchoOptions none;
-    const EchoOptions *o = d->mopt ? d->mopt : &none;
-    seen = *o;
+    EchoState *s = calloc(1, sizeof *s);
+    if (!(*state = s)) return -1;
+    s->o = d->mopt ? d->mopt : &none;
+    seen = *s->o;
     generations++;
     if (decode_prefill(d, prompt, n_prompt)) return -1;
-    int prev = prompt[n_prompt - 1], pos = n_prompt;
-    for (;;) {
-        int next = sampler_sample(d->sampler, d->logits);
-        if (decode_accept(d, prev, next, NULL) || pos >= d->m->c.seq_len) break;
-        if (o->stop_after && d->n_out >= o->stop_after) break;
-        if (decode_step(d, next, pos, d->hidden, d->logits)) return -1;
-        prev = next, pos++;
-    }
+    s->prev = prompt[n_prompt - 1], s->pos = n_prompt;
+    echo_next(d, s);
     return 0;
+}
+
+static int echo_step(DecodeCtx *d, void *state) {
+    EchoState *s = state;
+    if (n_trace < MAX_TRACE) trace[n_trace] = d, trace_thread[n_trace++] = pthread_self();
+    if (s->done) return 1;
+    if (decode_step(d, s->prev, s->pos++, d->hidden, d->logits)) return -1;
+    return echo_next(d, s);
+}
+
+static void echo_finish(DecodeCtx *d, void *state) {
+    (void)d;
+    free(state);
 }
 
 static const DecodeMethod echo = {.name = "test-echo",
@@ -50,7 +80,9 @@ static const DecodeMethod echo = {.name = "test-echo",
                                   .n_options = 3,
                                   .options_size = sizeof(EchoOptions),
                                   .samples = 1,
-                                  .generate = echo_generate};
+                                  .begin = echo_begin,
+                                  .step = echo_step,
+                                  .finish = echo_finish};
 
 /* greedy tokens of a method through decode_generate; n of them, -1 on error */
 static int generate(const DecodeMethod *dm, const void *opts, const int32_t *p, int n, int max_new, int32_t *out) {
@@ -175,6 +207,35 @@ static void test_engine(const int32_t *p, int n) {
     CHECK(n_ref > 3 && k == n_ref && !memcmp(got, ref, sizeof(int32_t) * k),
           "through the engine: standard's %d tokens (got %d)", n_ref, k);
     CHECK(generations > before, "the engine ran the test method's generation");
+    engine_free(e);
+
+    /* two requests at once: one scheduler thread steps both generations, in turns */
+    eo.spec_max_batch = 2;
+    e = engine_new(&M, &eo);
+    CHECK(e, "engine: %s", pd_errmsg());
+    if (!e) return;
+    JobOptions jo = {.max_new = 20, .temp = 0, .top_p = 1, .method = "test-echo", .logprobs = -1};
+    n_trace = 0;
+    Job *a = engine_submit(e, p, n, &jo), *b = engine_submit(e, p, n, &jo);
+    const char *fa = NULL, *fb = NULL;
+    int ga = 0, gb = 0;
+    for (int tries = 0; a && b && (!fa || !fb) && tries < 600; tries++) {
+        if (!fa) ga = job_wait(e, a, ga, 0.05, &fa);
+        if (!fb) gb = job_wait(e, b, gb, 0.05, &fb);
+    }
+    CHECK(fa && fb && ga == n_ref && gb == n_ref && !memcmp(job_tokens(a) + n, ref, sizeof(int32_t) * ga) &&
+              !memcmp(job_tokens(b) + n, ref, sizeof(int32_t) * gb),
+          "two at once: standard's %d tokens each (got %d, %d)", n_ref, ga, gb);
+    int same_thread = n_trace > 0, switches = 0, kinds = 0;
+    for (int i = 0; i < n_trace; i++) {
+        same_thread &= pthread_equal(trace_thread[i], trace_thread[0]) && !pthread_equal(trace_thread[i], pthread_self());
+        if (i && trace[i] != trace[i - 1]) switches++;
+    }
+    for (int i = 0; i < n_trace; i++) kinds += trace[i] != trace[0];
+    CHECK(same_thread, "every step ran on the one scheduler thread (%d steps)", n_trace);
+    CHECK(kinds > 0 && switches >= 4, "the two generations' steps took turns (%d switches in %d steps)", switches, n_trace);
+    if (a) job_release(e, a);
+    if (b) job_release(e, b);
     engine_free(e);
 }
 

@@ -121,7 +121,7 @@ static int draft_greedy(Model *draft, KVCache *kv, const int32_t *ids, int n, in
     DecodeCtx d;
     if (sampler_init(&s, draft->c.vocab_size, 0, 0, 1, 1)) return -1;
     if (decode_init(&d, draft, kv, &s, k)) return sampler_free(&s), -1;
-    int rc = decode_method("standard")->generate(&d, ids, n) ? -1 : d.n_out;
+    int rc = decode_generate(decode_method("standard"), &d, ids, n) ? -1 : d.n_out;
     if (rc > 0) memcpy(out, d.out, sizeof(int32_t) * rc);
     decode_free(&d);
     sampler_free(&s);

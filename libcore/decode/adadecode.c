@@ -250,43 +250,52 @@ static const MethodOption ada_options[] = {
      offsetof(AdaOptions, max_pending), 0, NULL},
 };
 
-static int ada_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     static const AdaOptions none;
     const AdaOptions *o = d->mopt ? d->mopt : &none;
-    Ada s = {.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,
-             .vocab = d->m->c.vocab_size, .n_prompt = n_prompt,
-             .gamma = o->gamma > 0 ? o->gamma : 0.75f,
-             .max_pending = o->max_pending > 0 ? o->max_pending : 5, .rng = 0x2545F4914F6CDD1Dull};
-    if (s.max_pending > MAX_ACTIVE - 2) s.max_pending = MAX_ACTIVE - 2;
+    Ada *s = pd_alloc(sizeof *s);
+    if (!(*state = s)) return -1;
+    *s = (Ada){.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,
+               .vocab = d->m->c.vocab_size, .n_prompt = n_prompt,
+               .gamma = o->gamma > 0 ? o->gamma : 0.75f,
+               .max_pending = o->max_pending > 0 ? o->max_pending : 5, .rng = 0x2545F4914F6CDD1Dull};
+    if (s->max_pending > MAX_ACTIVE - 2) s->max_pending = MAX_ACTIVE - 2;
     const Config *c = &d->m->c;
     double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
     /* a check: the head's two products, and one more forward call split off (about a
        tenth of a layer in fixed costs, measured on stories260K) */
-    s.head_cost = ((double)c->dim * c->dim + (double)c->vocab_size * c->dim) / layer + 0.1;
-    for (int k = 0; k < s.heads->n; k++) /* heads that cannot pay rest from the start */
-        if (!d->opt.oracle && ada_prior_gain(&s, k) <= 0) s.stat[k].off_until = s.stat[k].backoff = 256;
-    s.h = pd_alloc(sizeof(float) * MAX_ACTIVE * s.dim);
-    s.q = pd_alloc(sizeof(float) * MAX_ACTIVE * s.vocab);
-    s.hl = pd_alloc(sizeof(float) * s.vocab);
-    int rc = s.h && s.q && s.hl ? decode_prefill(d, prompt, n_prompt) : -1;
-    double t0 = pd_now();
-    if (!rc) {
-        const float *raw = decode_keep(d, 0, d->logits);
-        int next = sampler_sample(d->sampler, d->logits);
-        if (!ada_commit(&s, prompt[n_prompt - 1], next, raw)) ada_push(&s, next, n_prompt);
-        while (!rc && !s.done && s.n > 0) {
-            if (s.a[s.n - 1].pos >= c->seq_len) break; /* the context is full */
-            rc = ada_step(&s);
-        }
-    }
-    d->t_decode += pd_now() - t0;
-    free(s.h);
-    free(s.q);
-    free(s.hl);
-    return rc;
+    s->head_cost = ((double)c->dim * c->dim + (double)c->vocab_size * c->dim) / layer + 0.1;
+    for (int k = 0; k < s->heads->n; k++) /* heads that cannot pay rest from the start */
+        if (!d->opt.oracle && ada_prior_gain(s, k) <= 0) s->stat[k].off_until = s->stat[k].backoff = 256;
+    s->h = pd_alloc(sizeof(float) * MAX_ACTIVE * s->dim);
+    s->q = pd_alloc(sizeof(float) * MAX_ACTIVE * s->vocab);
+    s->hl = pd_alloc(sizeof(float) * s->vocab);
+    if (!s->h || !s->q || !s->hl || decode_prefill(d, prompt, n_prompt)) return -1;
+    const float *raw = decode_keep(d, 0, d->logits);
+    int next = sampler_sample(d->sampler, d->logits);
+    if (!ada_commit(s, prompt[n_prompt - 1], next, raw)) ada_push(s, next, n_prompt);
+    return 0;
+}
+
+/* one batched forward call (ada_step); over at the end, the budget or a full context */
+static int ada_run_step(DecodeCtx *d, void *state) {
+    Ada *s = state;
+    if (s->done || s->n <= 0 || s->a[s->n - 1].pos >= d->m->c.seq_len) return 1;
+    if (ada_step(s)) return -1;
+    return s->done || s->n <= 0 || s->a[s->n - 1].pos >= d->m->c.seq_len;
+}
+
+static void ada_finish(DecodeCtx *d, void *state) {
+    (void)d;
+    Ada *s = state;
+    if (!s) return;
+    free(s->h);
+    free(s->q);
+    free(s->hl);
+    free(s);
 }
 
 const DecodeMethod method_adadecode = {
     .name = "adadecode", .summary = "early exits at confident heads, deferred layers batched, verified",
     .options = ada_options, .n_options = sizeof ada_options / sizeof ada_options[0], .options_size = sizeof(AdaOptions),
-    .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1, .generate = ada_generate};
+    .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1, .begin = ada_begin, .step = ada_run_step, .finish = ada_finish};

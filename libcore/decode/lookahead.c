@@ -246,7 +246,7 @@ static const MethodOption look_options[] = {
     DRAFTER_OPTIONS,
 };
 
-static int look_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int look_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     static const LookOptions none;
     const LookOptions *o = d->mopt ? d->mopt : &none;
     const MethodShared *sh = &d->opt;
@@ -269,10 +269,10 @@ static int look_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     lk->rate = sh->oracle_rate;
     lk->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
     Drafter dr = {lk, look_start, look_propose, look_accepted, look_free, 0, 0, -1};
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
 const DecodeMethod method_lookahead = {
     .name = "lookahead", .summary = "a Jacobi window fills an n-gram pool; its n-grams are verified in the same pass",
     .options = look_options, .n_options = sizeof look_options / sizeof look_options[0],
-    .options_size = sizeof(LookOptions), .samples = 1, .oracle = 1, .generate = look_generate};
+    .options_size = sizeof(LookOptions), .samples = 1, .oracle = 1, .begin = look_begin, .step = drafter_step, .finish = drafter_finish};

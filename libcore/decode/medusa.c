@@ -228,7 +228,7 @@ static const MethodOption medusa_options[] = {
     DRAFTER_OPTIONS,
 };
 
-static int medusa_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int medusa_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     static const MedusaOptions none;
     const MedusaOptions *o = d->mopt ? d->mopt : &none;
     const MethodShared *sh = &d->opt;
@@ -247,10 +247,10 @@ static int medusa_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         return -1;
     }
     if (o->draft_max && md->tr.n > o->draft_max + 1) md->tr.n = o->draft_max + 1; /* a prefix is a tree */
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
 const DecodeMethod method_medusa = {
     .name = "medusa", .summary = "K heads guess a tree of next tokens, verified in one pass", .options = medusa_options,
     .n_options = sizeof medusa_options / sizeof medusa_options[0], .options_size = sizeof(MedusaOptions),
-    .needs = NEEDS_MEDUSA, .samples = 1, .oracle = 1, .generate = medusa_generate};
+    .needs = NEEDS_MEDUSA, .samples = 1, .oracle = 1, .begin = medusa_begin, .step = drafter_step, .finish = drafter_finish};

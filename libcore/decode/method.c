@@ -1,6 +1,7 @@
 /* method.c — the method registry and the helpers every method shares. */
 #include "decode/method.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +131,7 @@ int decode_option_set(const DecodeMethod *dm, void *opts, MethodShared *sh, cons
     case OPT_STR: *(const char **)at = value; return 0;
     case OPT_INT:
         v = strtod(value, &end);
-        if (!*value || *end || v != v) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        if (!*value || *end || isnan(v)) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
         if (!(v >= o->lo && v <= o->hi)) return pd_error("--%s %s is outside [%.10g, %.10g]", o->name, value, o->lo, o->hi);
         if (v != (int)v) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
         *(int *)at = (int)v;
@@ -180,9 +181,30 @@ void decode_methods_help(FILE *f) {
     }
 }
 
-int decode_generate(const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+int decode_run_begin(DecodeRun *r, const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    *r = (DecodeRun){dm, d, NULL};
     if (decode_options_check(dm, d->mopt, &d->opt)) return -1;
-    return dm->generate(d, prompt, n_prompt);
+    return dm->begin(d, prompt, n_prompt, &r->state);
+}
+
+int decode_run_step(DecodeRun *r) {
+    double t0 = pd_now();
+    int rc = r->dm->step(r->d, r->state);
+    r->d->t_decode += pd_now() - t0;
+    return rc;
+}
+
+void decode_run_finish(DecodeRun *r) {
+    if (r->dm) r->dm->finish(r->d, r->state);
+    r->state = NULL;
+}
+
+int decode_generate(const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    DecodeRun r;
+    int rc = decode_run_begin(&r, dm, d, prompt, n_prompt);
+    while (!rc) rc = decode_run_step(&r);
+    decode_run_finish(&r);
+    return rc < 0 ? -1 : 0;
 }
 
 #define PREFILL_CHUNK 64 /* tokens a prefill pass takes at once */

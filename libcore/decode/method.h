@@ -96,7 +96,16 @@ typedef struct {
     int needs;           /* NEEDS_* */
     int samples;         /* lossless when sampling too (every method here) */
     int oracle;          /* takes the benchmarks' oracle (MethodShared.oracle) */
-    int (*generate)(DecodeCtx *d, const int32_t *prompt, int n_prompt);
+    /* generation as a state machine over the method's own state: no method owns a loop
+       or a thread. begin prefills the prompt (from d->reuse on) and accepts the first
+       token, leaving its state in *state (NULL or partial on failure: finish frees it
+       whatever begin returned); step runs one round (a token, a verified tree, a layer
+       range) and returns 1 when the generation is over, 0 when there is more, -1 on
+       error; finish frees the state. decode_generate steps one generation to its end;
+       the serve engine steps many from its one scheduler thread. */
+    int (*begin)(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state);
+    int (*step)(DecodeCtx *d, void *state);
+    void (*finish)(DecodeCtx *d, void *state);
 } DecodeMethod;
 
 const DecodeMethod *decode_method(const char *name); /* NULL + message when unknown */
@@ -129,7 +138,17 @@ int decode_options_check(const DecodeMethod *dm, const void *opts, const MethodS
 int decode_method_ready(const DecodeMethod *dm, const MethodShared *sh);
 /* the method list with each option's help, for --help */
 void decode_methods_help(FILE *f);
-/* decode_options_check, then the method's generation */
+/* one generation as a state machine: begin (decode_options_check, then the method's
+   begin), steps, finish; decode_run_step returns 1 when it is over, 0 for more, -1 */
+typedef struct {
+    const DecodeMethod *dm;
+    DecodeCtx *d;
+    void *state;
+} DecodeRun;
+int decode_run_begin(DecodeRun *r, const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt);
+int decode_run_step(DecodeRun *r);
+void decode_run_finish(DecodeRun *r);
+/* begin, every step, finish: the whole generation */
 int decode_generate(const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt);
 
 int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new);

@@ -162,7 +162,7 @@ static const MethodOption lookup_options[] = {
     DRAFTER_OPTIONS,
 };
 
-static int lookup_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int lookup_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     static const LookupOptions none;
     const LookupOptions *o = d->mopt ? d->mopt : &none;
     const MethodShared *sh = &d->opt;
@@ -174,10 +174,10 @@ static int lookup_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     lk->rate = sh->oracle_rate;
     lk->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
     Drafter dr = {lk, lookup_start, lookup_propose, lookup_accepted, lookup_free, 1, 0, -1};
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
 const DecodeMethod method_prompt_lookup = {
     .name = "prompt-lookup", .summary = "drafts what followed the text's tail where it occurred before",
     .options = lookup_options, .n_options = sizeof lookup_options / sizeof lookup_options[0],
-    .options_size = sizeof(LookupOptions), .samples = 1, .oracle = 1, .generate = lookup_generate};
+    .options_size = sizeof(LookupOptions), .samples = 1, .oracle = 1, .begin = lookup_begin, .step = drafter_step, .finish = drafter_finish};

@@ -138,7 +138,7 @@ static int selfspec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nod
     }
 }
 
-static int selfspec_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int selfspec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     SelfSpec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
     Drafter dr = {s, NULL, selfspec_propose, NULL, selfspec_free, 0, 1, -1};
@@ -147,11 +147,11 @@ static int selfspec_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) 
         return -1;
     }
     dr.exit_head = s->head;
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
 const DecodeMethod method_selfspec = {
     .name = "self-speculative", .summary = "the first layers and an exit head draft, the full model verifies",
     .options = selfspec_options, .n_options = sizeof selfspec_options / sizeof selfspec_options[0],
     .options_size = sizeof(SelfSpecOptions), .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1,
-    .generate = selfspec_generate};
+    .begin = selfspec_begin, .step = drafter_step, .finish = drafter_finish};

@@ -215,7 +215,7 @@ static int spec_check_options(Spec *s, const DecodeCtx *d) {
     return 0;
 }
 
-static int spec_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int spec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     Spec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
     Drafter dr = {s, spec_start, spec_propose, spec_accepted, spec_free, 0, 0, -1};
@@ -234,10 +234,10 @@ static int spec_generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         return -1;
     }
     for (int i = 0; i < CHUNK; i++) s->seqs[i] = s->seq;
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
 const DecodeMethod method_speculative = {
     .name = "speculative", .summary = "a smaller model with the same vocabulary drafts, the model verifies",
     .options = spec_options, .n_options = sizeof spec_options / sizeof spec_options[0],
-    .options_size = sizeof(SpecOptions), .needs = NEEDS_DRAFT, .samples = 1, .oracle = 1, .generate = spec_generate};
+    .options_size = sizeof(SpecOptions), .needs = NEEDS_DRAFT, .samples = 1, .oracle = 1, .begin = spec_begin, .step = drafter_step, .finish = drafter_finish};
