@@ -664,5 +664,6 @@ int main(int argc, char **argv) {
     else if (loaded == 1) heads_free(&heads);
     if (a.draft) model_free(&draft);
     model_free(&m);
+    free(a.mopt);
     return rc;
 }

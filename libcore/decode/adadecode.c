@@ -251,8 +251,8 @@ static const MethodOption ada_options[] = {
 };
 
 static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
-    static const AdaOptions none;
-    const AdaOptions *o = d->mopt ? d->mopt : &none;
+    static const AdaOptions ada_none;
+    const AdaOptions *o = d->mopt ? d->mopt : &ada_none;
     Ada *s = pd_alloc(sizeof *s);
     if (!(*state = s)) return -1;
     *s = (Ada){.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,

@@ -30,26 +30,26 @@
 
 #include "decode/drafter.h"
 
-#define DEFAULT_WINDOW 3
-#define DEFAULT_NGRAM 3
-#define MAX_WINDOW 32
-#define MAX_NGRAM 8
-#define MAX_GUESS 64
+#define LOOK_DEFAULT_WINDOW 3
+#define LOOK_DEFAULT_NGRAM 3
+#define LOOK_MAX_WINDOW 32
+#define LOOK_MAX_NGRAM 8
+#define LOOK_MAX_GUESS 64
 #define POOL_PER_KEY 8 /* n-grams kept under one first token, most recent first */
 #define WIDEN_AFTER 2  /* --adaptive: rounds in a row whose drafts held */
 #define NARROW_AFTER 4 /* --adaptive: rounds in a row whose drafts failed */
 
 typedef struct {
     int n;
-    int32_t g[POOL_PER_KEY][MAX_NGRAM - 1]; /* the N-1 tokens after the key */
+    int32_t g[POOL_PER_KEY][LOOK_MAX_NGRAM - 1]; /* the N-1 tokens after the key */
 } PoolKey;
 
 typedef struct {
     int V, W, N, G, adaptive, wmax;
     int w;                                /* columns in use (W unless adaptive) */
-    int lv[MAX_WINDOW];                   /* levels each column holds, 1..N-1 */
-    int32_t win[MAX_NGRAM - 1][MAX_WINDOW]; /* win[j][i]: column i, level j (oldest first) */
-    int top[MAX_WINDOW];                  /* side index of each column's top level, when it ran */
+    int lv[LOOK_MAX_WINDOW];                   /* levels each column holds, 1..N-1 */
+    int32_t win[LOOK_MAX_NGRAM - 1][LOOK_MAX_WINDOW]; /* win[j][i]: column i, level j (oldest first) */
+    int top[LOOK_MAX_WINDOW];                  /* side index of each column's top level, when it ran */
     int ran;                              /* columns the last proposal ran */
     PoolKey **pool;                       /* [vocab] allocated on first use */
     int32_t *text;                        /* [n_prompt + max_new] prompt, then output */
@@ -119,7 +119,7 @@ static int32_t random_text_token(Look *lk) {
 /* the window's columns as side nodes, level by level (every node's visible nodes come
    before it): as many columns as max_side nodes, the context and the positions allow */
 static void window_nodes(Look *lk, const DecodeCtx *d, DraftTree *t, int P, int max_side) {
-    int n = t->n, seq_len = d->m->c.seq_len, cols = 0, side = 0, idx[MAX_NGRAM - 1][MAX_WINDOW];
+    int n = t->n, seq_len = d->m->c.seq_len, cols = 0, side = 0, idx[LOOK_MAX_NGRAM - 1][LOOK_MAX_WINDOW];
     for (int i = 0; i < lk->w; i++) {
         int need = side + lk->lv[i];
         if (need > max_side || P + n + need > seq_len || P + 1 + i + lk->lv[i] - 1 >= seq_len) break;
@@ -154,7 +154,7 @@ static int window_step(Look *lk, const DraftTree *t, const float *logits, int V)
             lk->win[lk->lv[i]++][i] = next;
             continue;
         }
-        int32_t g[MAX_NGRAM - 1];
+        int32_t g[LOOK_MAX_NGRAM - 1];
         for (int j = 1; j < lk->N - 1; j++) g[j - 1] = lk->win[j][i];
         g[lk->N - 2] = next;
         if (pool_add(lk, lk->win[0][i], g)) return -1;
@@ -184,7 +184,7 @@ static int look_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, 
     int m = lk->N - 1 < max_depth ? lk->N - 1 : max_depth, P = lk->n_prompt + d->n_out - 1;
     if (look_sync(lk, d)) return -1;
     if (lk->oracle) { /* depth j+1's right token is oracle[n_out + j]; a wrong one is the next id */
-        int32_t g[MAX_NGRAM - 1];
+        int32_t g[LOOK_MAX_NGRAM - 1];
         for (int j = 0; j < m; j++) {
             int right = lk->oracle[d->n_out + j] >= 0 ? lk->oracle[d->n_out + j] : 0;
             g[j] = sampler_uniform(d->sampler) < lk->rate ? right : (right + 1) % d->m->c.vocab_size;
@@ -238,19 +238,19 @@ typedef struct {
 } LookOptions;
 
 static const MethodOption look_options[] = {
-    {"window", OPT_INT, 1, MAX_WINDOW, "W", "3", "the Jacobi window", offsetof(LookOptions, window), 0, NULL},
-    {"ngram", OPT_INT, 2, MAX_NGRAM, "N", "3", "the n-gram size", offsetof(LookOptions, ngram), 0, NULL},
-    {"guess", OPT_INT, 1, MAX_GUESS, "G", "the window", "candidate n-grams verified", offsetof(LookOptions, guess), 0, NULL},
+    {"window", OPT_INT, 1, LOOK_MAX_WINDOW, "W", "3", "the Jacobi window", offsetof(LookOptions, window), 0, NULL},
+    {"ngram", OPT_INT, 2, LOOK_MAX_NGRAM, "N", "3", "the n-gram size", offsetof(LookOptions, ngram), 0, NULL},
+    {"guess", OPT_INT, 1, LOOK_MAX_GUESS, "G", "the window", "candidate n-grams verified", offsetof(LookOptions, guess), 0, NULL},
     {"adaptive", OPT_SWITCH, 0, 0, NULL, NULL, "the window widens and narrows with acceptance",
      offsetof(LookOptions, adaptive), 0, NULL},
     DRAFTER_OPTIONS,
 };
 
 static int look_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
-    static const LookOptions none;
-    const LookOptions *o = d->mopt ? d->mopt : &none;
+    static const LookOptions look_none;
+    const LookOptions *o = d->mopt ? d->mopt : &look_none;
     const MethodShared *sh = &d->opt;
-    int W = o->window ? o->window : DEFAULT_WINDOW, N = o->ngram ? o->ngram : DEFAULT_NGRAM;
+    int W = o->window ? o->window : LOOK_DEFAULT_WINDOW, N = o->ngram ? o->ngram : LOOK_DEFAULT_NGRAM;
     if (W * (N - 1) > MAX_TREE)
         return pd_error("lookahead: --window %d × (--ngram %d - 1) is over the %d window nodes a round can run", W, N,
                         MAX_TREE);
@@ -262,7 +262,7 @@ static int look_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **
     lk->G = o->guess ? o->guess : W;
     lk->adaptive = o->adaptive;
     lk->wmax = lk->adaptive ? 2 * W : W;
-    if (lk->wmax > MAX_WINDOW) lk->wmax = MAX_WINDOW;
+    if (lk->wmax > LOOK_MAX_WINDOW) lk->wmax = LOOK_MAX_WINDOW;
     if (lk->wmax * (N - 1) > MAX_TREE) lk->wmax = MAX_TREE / (N - 1);
     lk->V = d->m->c.vocab_size;
     lk->rng = 0x9e3779b97f4a7c15ull;

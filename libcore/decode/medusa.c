@@ -229,8 +229,8 @@ static const MethodOption medusa_options[] = {
 };
 
 static int medusa_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
-    static const MedusaOptions none;
-    const MedusaOptions *o = d->mopt ? d->mopt : &none;
+    static const MedusaOptions medusa_none;
+    const MedusaOptions *o = d->mopt ? d->mopt : &medusa_none;
     const MethodShared *sh = &d->opt;
     Medusa *md = pd_alloc(sizeof *md);
     if (!md) return -1;

@@ -22,10 +22,10 @@
 
 #include "decode/drafter.h"
 
-#define DEFAULT_NGRAM_MAX 3
-#define MAX_NGRAM 8
-#define DEFAULT_DRAFT_MAX 10
-#define MAX_DRAFT 64
+#define LOOKUP_DEFAULT_NGRAM_MAX 3
+#define LOOKUP_MAX_NGRAM 8
+#define LOOKUP_DEFAULT_DRAFT_MAX 10
+#define LOOKUP_MAX_DRAFT 64
 
 typedef struct {
     uint32_t hash;
@@ -36,8 +36,8 @@ typedef struct {
     int ngram_max, draft_max;
     /* drafts kept after matches of each length (sums and rounds, from a prior of one
        kept in one round): a chain is a little longer than what usually holds */
-    float kept[MAX_NGRAM + 1];
-    int rounds[MAX_NGRAM + 1];
+    float kept[LOOKUP_MAX_NGRAM + 1];
+    int rounds[LOOKUP_MAX_NGRAM + 1];
     int last_n;          /* the match length the last proposal used, 0 = none */
     int32_t *text;       /* [n_prompt + max_new] the prompt, then the output as accepted */
     int len, n_prompt, indexed; /* n-grams ending before `indexed` are in the table */
@@ -95,7 +95,7 @@ static int lookup(Lookup *lk, int k, int32_t *out) {
 
 static int lookup_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
     Lookup *lk = dr->self;
-    int32_t chain[MAX_DRAFT];
+    int32_t chain[LOOKUP_MAX_DRAFT];
     int k = lk->draft_max;
     if (k > max_nodes - 1) k = max_nodes - 1;
     if (k > max_depth) k = max_depth;
@@ -140,7 +140,7 @@ static int lookup_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_
     lk->mask = (uint32_t)slots - 1;
     memcpy(lk->text, prompt, sizeof(int32_t) * n_prompt);
     lk->len = lk->n_prompt = n_prompt;
-    for (int n = 1; n <= MAX_NGRAM; n++) lk->kept[n] = 1, lk->rounds[n] = 1;
+    for (int n = 1; n <= LOOKUP_MAX_NGRAM; n++) lk->kept[n] = 1, lk->rounds[n] = 1;
     return 0;
 }
 
@@ -157,20 +157,20 @@ typedef struct {
 } LookupOptions;
 
 static const MethodOption lookup_options[] = {
-    {"ngram-max", OPT_INT, 1, MAX_NGRAM, "N", "3", "the longest n-gram looked up", offsetof(LookupOptions, ngram_max), 0, NULL},
-    {"draft-max", OPT_INT, 1, MAX_DRAFT, "K", "10", "drafts per round at most", offsetof(LookupOptions, draft_max), 0, NULL},
+    {"ngram-max", OPT_INT, 1, LOOKUP_MAX_NGRAM, "N", "3", "the longest n-gram looked up", offsetof(LookupOptions, ngram_max), 0, NULL},
+    {"draft-max", OPT_INT, 1, LOOKUP_MAX_DRAFT, "K", "10", "drafts per round at most", offsetof(LookupOptions, draft_max), 0, NULL},
     DRAFTER_OPTIONS,
 };
 
 static int lookup_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
-    static const LookupOptions none;
-    const LookupOptions *o = d->mopt ? d->mopt : &none;
+    static const LookupOptions lookup_none;
+    const LookupOptions *o = d->mopt ? d->mopt : &lookup_none;
     const MethodShared *sh = &d->opt;
     Lookup *lk = pd_alloc(sizeof *lk);
     if (!lk) return -1;
     memset(lk, 0, sizeof *lk);
-    lk->ngram_max = o->ngram_max ? o->ngram_max : DEFAULT_NGRAM_MAX;
-    lk->draft_max = o->draft_max ? o->draft_max : DEFAULT_DRAFT_MAX;
+    lk->ngram_max = o->ngram_max ? o->ngram_max : LOOKUP_DEFAULT_NGRAM_MAX;
+    lk->draft_max = o->draft_max ? o->draft_max : LOOKUP_DEFAULT_DRAFT_MAX;
     lk->rate = sh->oracle_rate;
     lk->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
     Drafter dr = {lk, lookup_start, lookup_propose, lookup_accepted, lookup_free, 1, 0, -1};

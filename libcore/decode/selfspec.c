@@ -23,9 +23,9 @@
 
 #include "decode/drafter.h"
 
-#define DEFAULT_DRAFT_MAX 4
-#define DEFAULT_CONFIDENCE 0.5f
-#define MAX_DRAFT 64
+#define SELFSPEC_DEFAULT_DRAFT_MAX 4
+#define SELFSPEC_DEFAULT_CONFIDENCE 0.5f
+#define SELFSPEC_MAX_DRAFT 64
 
 typedef struct {
     int le, head, kmax; /* exit layer, its head index, drafts per round at most */
@@ -59,20 +59,20 @@ static const MethodOption selfspec_options[] = {
      offsetof(SelfSpecOptions, gamma), 0, "confidence"},
     {"exit-layer", OPT_INT, 1, 1 << 20, "L", "the middle head's", "draft with layers [0, L) and the head at L",
      offsetof(SelfSpecOptions, exit_layer), 0, NULL},
-    {"draft-max", OPT_INT, 1, MAX_DRAFT, "K", "4", "drafts per round at most", offsetof(SelfSpecOptions, draft_max), 0, NULL},
+    {"draft-max", OPT_INT, 1, SELFSPEC_MAX_DRAFT, "K", "4", "drafts per round at most", offsetof(SelfSpecOptions, draft_max), 0, NULL},
 };
 
 static int selfspec_init(SelfSpec *s, DecodeCtx *d) {
-    static const SelfSpecOptions none;
-    const SelfSpecOptions *o = d->mopt ? d->mopt : &none;
+    static const SelfSpecOptions selfspec_none;
+    const SelfSpecOptions *o = d->mopt ? d->mopt : &selfspec_none;
     const ExitHeads *h = d->opt.heads;
     if (h->n < 1) return pd_error("self-speculative needs exit heads (--heads FILE)");
     if ((s->head = selfspec_pick_exit(h, o->exit_layer)) < 0) return -1;
     s->le = h->layer[s->head];
     if (s->le < 1 || s->le >= d->m->c.n_layers)
         return pd_error("self-speculative: exit layer %d is outside [1, %d)", s->le, d->m->c.n_layers);
-    s->kmax = o->draft_max ? o->draft_max : DEFAULT_DRAFT_MAX;
-    s->conf = o->gamma > 0 ? o->gamma : DEFAULT_CONFIDENCE;
+    s->kmax = o->draft_max ? o->draft_max : SELFSPEC_DEFAULT_DRAFT_MAX;
+    s->conf = o->gamma > 0 ? o->gamma : SELFSPEC_DEFAULT_CONFIDENCE;
     s->greedy = d->sampler->temp == 0;
     s->seq = d->seq;
     s->hl = pd_alloc(sizeof(float) * d->m->c.vocab_size);

@@ -198,8 +198,8 @@ static const MethodOption spec_options[] = {
 
 /* the options, checked; k's range and start */
 static int spec_check_options(Spec *s, const DecodeCtx *d) {
-    static const SpecOptions none;
-    const SpecOptions *o = d->mopt ? d->mopt : &none;
+    static const SpecOptions spec_none;
+    const SpecOptions *o = d->mopt ? d->mopt : &spec_none;
     const MethodShared *sh = &d->opt;
     char why[160];
     if (sh->draft->c.vocab_size != d->m->c.vocab_size || !tok_same_vocab(d->m->tok, sh->draft->tok, why, sizeof why))
