@@ -53,19 +53,73 @@ static uint64_t seed_of(uint64_t i) {
     return z ^ (z >> 31);
 }
 
+/* every method's knobs in one struct, for the tests' tables only: run() hands the
+   ones a method has to it through the registry's option parser (0 = not given) */
+typedef struct {
+    const ExitHeads *heads;
+    const MedusaHeads *medusa;
+    Model *draft;
+    float oracle_rate;
+    const int32_t *oracle;
+    int fixed_tree, shadows;
+    float gamma;
+    int max_pending, exit_layer, draft_min, draft_max, draft_fixed;
+    const char *tree;
+    int ngram_max, window, ngram, guess, adaptive;
+} TestOptions;
+
+/* o's knobs that the method has, set by name as decode and bench set them; -1 + the
+   parser's message */
+static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShared *sh, void *opts) {
+    *sh = (MethodShared){o->heads, o->medusa, o->draft, o->oracle_rate, o->oracle, o->fixed_tree, o->shadows};
+    char v[64];
+    struct {
+        const char *name;
+        int set;
+        const char *text;
+    } k[] = {
+        {"gamma", o->gamma != 0, (snprintf(v, sizeof v, "%.9g", o->gamma), v)},
+        {"max-pending", o->max_pending != 0, NULL}, {"exit-layer", o->exit_layer != 0, NULL},
+        {"draft-min", o->draft_min != 0, NULL},     {"draft-max", o->draft_max != 0, NULL},
+        {"draft-fixed", o->draft_fixed != 0, NULL}, {"tree", o->tree != NULL, o->tree},
+        {"ngram-max", o->ngram_max != 0, NULL},     {"window", o->window != 0, NULL},
+        {"ngram", o->ngram != 0, NULL},             {"guess", o->guess != 0, NULL},
+        {"adaptive", o->adaptive != 0, NULL},
+    };
+    const int ints[] = {0, o->max_pending, o->exit_layer, o->draft_min, o->draft_max, o->draft_fixed, 0,
+                        o->ngram_max, o->window, o->ngram, o->guess, o->adaptive};
+    for (int i = 0; i < (int)(sizeof k / sizeof k[0]); i++) {
+        if (!k[i].set || !decode_option_find(dm, k[i].name)) continue; /* a knob the method lacks is not its */
+        char num[32];
+        const char *text = k[i].text;
+        if (!text) snprintf(num, sizeof num, "%d", ints[i]), text = num;
+        if (decode_option_set(dm, opts, sh, k[i].name, text)) return -1;
+    }
+    return 0;
+}
+
 /* one generation through the library; returns tokens generated, -1 on error */
-static int run(const char *method, const MethodOptions *o, const int32_t *p, int n, int max_new, float temp,
+static int run(const char *method, const TestOptions *o, const int32_t *p, int n, int max_new, float temp,
                uint64_t seed, int32_t *out, Stats *st) {
     const DecodeMethod *dm = decode_method(method);
     Sampler s;
     DecodeCtx d;
     if (!dm || sampler_init(&s, M.c.vocab_size, temp, 0, 1, seed)) return -1;
-    if (decode_init(&d, &M, &KV, &s, max_new)) {
+    void *opts = decode_options_new(dm);
+    if (!opts || decode_init(&d, &M, &KV, &s, max_new)) {
+        free(opts);
         sampler_free(&s);
         return -1;
     }
-    if (o) d.opt = *o;
-    int rc = dm->generate(&d, p, n) ? -1 : d.n_out;
+    static const TestOptions none;
+    if (test_options(dm, o ? o : &none, &d.opt, opts)) {
+        decode_free(&d);
+        free(opts);
+        sampler_free(&s);
+        return -1;
+    }
+    d.mopt = opts;
+    int rc = decode_generate(dm, &d, p, n) ? -1 : d.n_out;
     if (rc >= 0 && out) memcpy(out, d.out, sizeof(int32_t) * d.n_out);
     if (st) {
         st->runs++;
@@ -80,6 +134,7 @@ static int run(const char *method, const MethodOptions *o, const int32_t *p, int
             for (int l = 0; l < M.c.n_layers; l++) st->kv_bad += kv_len(&KV, d.seq, l) != n + rc - 1;
     }
     decode_free(&d);
+    free(opts);
     sampler_free(&s);
     return rc;
 }
@@ -129,11 +184,11 @@ static void print_stats(const char *what, const Stats *s, int bad) {
 }
 
 /* mismatching prompts among the first n, for one method and setting */
-static int parity(const char *method, const MethodOptions *o, int n, const char *what) {
+static int parity(const char *method, const TestOptions *o, int n, const char *what) {
     Stats st = {0};
     int bad = 0, errors = 0;
     int32_t out[N_NEW];
-    MethodOptions opt = *o;
+    TestOptions opt = *o;
     for (int i = 0; i < n; i++) {
         if (o->oracle_rate > 0) opt.oracle = REF[i]; /* standard's continuation */
         int got = run(method, &opt, PROMPT[i], PROMPT_N[i], N_NEW, 0, 1, out, &st);
@@ -154,7 +209,7 @@ static int parity(const char *method, const MethodOptions *o, int n, const char 
 }
 
 
-static void parity_edges(const char *method, const MethodOptions *o) {
+static void parity_edges(const char *method, const TestOptions *o) {
     int32_t ref[N_NEW], out[N_NEW], bos = tok_bos(M.tok);
     int a = run("standard", NULL, &bos, 1, N_NEW, 0, 1, ref, NULL), b = run(method, o, &bos, 1, N_NEW, 0, 1, out, NULL);
     CHECK(a > 0 && a == b && !memcmp(ref, out, sizeof(int32_t) * a), "%s: BOS-only prompt differs", method);
@@ -266,7 +321,7 @@ static int SPROMPT_N;
 
 /* histograms of the tokens at POS_A and POS_B over N_SEEDS seeds; slot vocab = the text
    ended before that position */
-static int sample_hist(const char *method, const MethodOptions *o, uint64_t seed0, int seeds, int *ha, int *hb,
+static int sample_hist(const char *method, const TestOptions *o, uint64_t seed0, int seeds, int *ha, int *hb,
                        Stats *st) {
     int V = M.c.vocab_size;
     memset(ha, 0, sizeof(int) * (V + 1));
@@ -284,7 +339,7 @@ static int sample_hist(const char *method, const MethodOptions *o, uint64_t seed
 static int *REF_A, *REF_B;
 static int n_seeds = N_SEEDS, n_ref = N_REF; /* (fewer under the sanitizers: san_share) */
 
-static void chi2_method(const char *method, const MethodOptions *o, const char *what) {
+static void chi2_method(const char *method, const TestOptions *o, const char *what) {
     int V = M.c.vocab_size, *ha = malloc(sizeof(int) * (V + 1)), *hb = malloc(sizeof(int) * (V + 1)), dfa, dfb;
     Stats st = {0};
     if (sample_hist(method, o, 1000003, n_seeds, ha, hb, &st)) {

@@ -12,7 +12,7 @@
 #include "methods.h"
 
 /* the share of drafted tokens kept over the first n prompts (greedy), -1 on error */
-static double kept(const char *method, const MethodOptions *o, int n, Stats *st) {
+static double kept(const char *method, const TestOptions *o, int n, Stats *st) {
     for (int i = 0; i < n; i++)
         if (run(method, o, PROMPT[i], PROMPT_N[i], N_NEW, 0, 1, NULL, st) < 0) return -1;
     return st->drafted ? (double)(st->drafted - st->rejected) / st->drafted : 0;
@@ -23,7 +23,7 @@ static void oracles(const char *method, int n) {
     char what[128];
     for (int f = 0; f < 2; f++)
         for (int r = 0; r < 2; r++) {
-            MethodOptions o = {.fixed_tree = f, .oracle_rate = r ? 1.0f : 0.8f};
+            TestOptions o = {.fixed_tree = f, .oracle_rate = r ? 1.0f : 0.8f};
             snprintf(what, sizeof what, "oracle %.1f%s", o.oracle_rate, f ? ", fixed" : ", size controller");
             parity(method, &o, n, what);
         }
@@ -31,7 +31,7 @@ static void oracles(const char *method, int n) {
 
 /* the method drafts, and keeps more than 0.1 drafts a token: parity is no accident of
    a drafter that never guesses */
-static void drafts_kept(const char *method, const MethodOptions *o, int n) {
+static void drafts_kept(const char *method, const TestOptions *o, int n) {
     Stats st = {0};
     if (n < 50) n = 50; /* (the sanitizer run's n_small is 5: too few stories repeat themselves) */
     double k = kept(method, o, n, &st);
@@ -42,36 +42,36 @@ static void drafts_kept(const char *method, const MethodOptions *o, int n) {
 
 static void parity_lookup(int n_small) {
     char what[128];
-    MethodOptions ctl = {0}, fixed = {.fixed_tree = 1};
+    TestOptions ctl = {0}, fixed = {.fixed_tree = 1};
     parity("prompt-lookup", &ctl, n_prompts, "defaults, size controller");
     parity("prompt-lookup", &fixed, n_prompts, "defaults, fixed");
     for (int n = 1; n <= 4; n++)
         for (int k = 1; k <= 16; k *= 4) {
-            MethodOptions o = {.ngram_max = n, .draft_max = k, .fixed_tree = 1};
+            TestOptions o = {.ngram_max = n, .draft_max = k, .fixed_tree = 1};
             snprintf(what, sizeof what, "ngram-max %d, draft-max %d, fixed", n, k);
             parity("prompt-lookup", &o, n_small, what);
         }
-    MethodOptions big = {.ngram_max = 8, .draft_max = 64}, shadow = {.shadows = 1},
+    TestOptions big = {.ngram_max = 8, .draft_max = 64}, shadow = {.shadows = 1},
                   big_shadow = {.ngram_max = 8, .draft_max = 64, .shadows = 1};
     parity("prompt-lookup", &big, n_small, "ngram-max 8, draft-max 64, size controller");
     /* the controller's shadows run only where a step is slow (the 110m model): here on demand */
     parity("prompt-lookup", &shadow, n_prompts, "defaults, size controller with shadows");
     parity("prompt-lookup", &big_shadow, n_small, "ngram-max 8, draft-max 64, size controller with shadows");
     for (int r = 0; r < 2; r++) { /* long kept paths through the shadows' walk */
-        MethodOptions o = {.oracle_rate = r ? 1.0f : 0.8f, .shadows = 1};
+        TestOptions o = {.oracle_rate = r ? 1.0f : 0.8f, .shadows = 1};
         snprintf(what, sizeof what, "oracle %.1f, size controller with shadows", o.oracle_rate);
         parity("prompt-lookup", &o, n_small, what);
     }
     oracles("prompt-lookup", n_small);
     parity_edges("prompt-lookup", &fixed);
-    MethodOptions one = {.draft_max = 1, .ngram_max = 1, .fixed_tree = 1};
+    TestOptions one = {.draft_max = 1, .ngram_max = 1, .fixed_tree = 1};
     parity_edges("prompt-lookup", &one);
     drafts_kept("prompt-lookup", &fixed, n_small);
 }
 
 static void parity_lookahead(int n_small) {
     char what[128];
-    MethodOptions ctl = {0}, fixed = {.fixed_tree = 1};
+    TestOptions ctl = {0}, fixed = {.fixed_tree = 1};
     parity("lookahead", &ctl, n_prompts, "defaults, size controller");
     parity("lookahead", &fixed, n_prompts, "defaults, fixed");
     static const int shapes[][3] = {/* window, ngram, guess */
@@ -79,23 +79,23 @@ static void parity_lookahead(int n_small) {
                                     {8, 5, 8}, {16, 8, 4}, {32, 5, 64}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
         for (int a = 0; a < 2; a++) {
-            MethodOptions o = {.window = shapes[s][0], .ngram = shapes[s][1], .guess = shapes[s][2], .adaptive = a,
+            TestOptions o = {.window = shapes[s][0], .ngram = shapes[s][1], .guess = shapes[s][2], .adaptive = a,
                                .fixed_tree = 1};
             snprintf(what, sizeof what, "window %d, ngram %d, guess %d%s, fixed", o.window, o.ngram, o.guess,
                      a ? ", adaptive" : "");
             parity("lookahead", &o, s % 3 ? n_small / 2 : n_small, what);
         }
-    MethodOptions ad = {.adaptive = 1};
+    TestOptions ad = {.adaptive = 1};
     parity("lookahead", &ad, n_small, "adaptive, size controller");
     oracles("lookahead", n_small);
     parity_edges("lookahead", &fixed);
-    MethodOptions wide = {.window = 16, .ngram = 8, .adaptive = 1, .fixed_tree = 1};
+    TestOptions wide = {.window = 16, .ngram = 8, .adaptive = 1, .fixed_tree = 1};
     parity_edges("lookahead", &wide);
     drafts_kept("lookahead", &fixed, n_small);
 }
 
 static void sampling(void) {
-    MethodOptions pl = {.fixed_tree = 1}, pl1 = {.ngram_max = 1, .draft_max = 1, .fixed_tree = 1},
+    TestOptions pl = {.fixed_tree = 1}, pl1 = {.ngram_max = 1, .draft_max = 1, .fixed_tree = 1},
                   plo = {.fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY}, la = {.fixed_tree = 1},
                   law = {.window = 8, .ngram = 5, .guess = 8, .adaptive = 1, .fixed_tree = 1},
                   lao = {.fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
@@ -108,7 +108,7 @@ static void sampling(void) {
 }
 
 static void bad_options(void) {
-    static const struct { const char *method; MethodOptions o; const char *says; } bad[] = {
+    static const struct { const char *method; TestOptions o; const char *says; } bad[] = {
         {"prompt-lookup", {.ngram_max = 9}, "--ngram-max"},
         {"prompt-lookup", {.ngram_max = -1}, "--ngram-max"},
         {"prompt-lookup", {.draft_max = 65}, "--draft-max"},

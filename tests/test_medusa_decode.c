@@ -32,25 +32,25 @@ static const char *const TREES[] = {
 
 static void parity_medusa(const MedusaHeads *h, const char *name, int n_small) {
     char what[128];
-    MethodOptions adaptive = {.medusa = h};
+    TestOptions adaptive = {.medusa = h};
     snprintf(what, sizeof what, "%s default tree, size controller", name);
     parity("medusa", &adaptive, n_prompts, what);
     for (int t = 0; t < (int)(sizeof TREES / sizeof TREES[0]); t++) {
-        MethodOptions o = {.medusa = h, .tree = TREES[t], .fixed_tree = 1};
+        TestOptions o = {.medusa = h, .tree = TREES[t], .fixed_tree = 1};
         snprintf(what, sizeof what, "%s tree %d fixed", name, t);
         parity("medusa", &o, t ? n_small : n_prompts, what);
     }
     for (int r = 0; r < 2; r++) {
-        MethodOptions o = {.medusa = h, .fixed_tree = 1, .oracle_rate = r ? 1.0f : 0.8f};
+        TestOptions o = {.medusa = h, .fixed_tree = 1, .oracle_rate = r ? 1.0f : 0.8f};
         snprintf(what, sizeof what, "%s default tree, oracle %.1f", name, o.oracle_rate);
         parity("medusa", &o, n_small, what);
     }
-    MethodOptions e = {.medusa = h, .fixed_tree = 1};
+    TestOptions e = {.medusa = h, .fixed_tree = 1};
     parity_edges("medusa", &e);
 }
 
 static void sampling_medusa(const MedusaHeads *h, const char *name) {
-    MethodOptions a = {.medusa = h, .fixed_tree = 1}, b = {.medusa = h, .tree = TREES[3], .fixed_tree = 1},
+    TestOptions a = {.medusa = h, .fixed_tree = 1}, b = {.medusa = h, .tree = TREES[3], .fixed_tree = 1},
                   c = {.medusa = h, .fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
     char what[128];
     snprintf(what, sizeof what, "%s, default tree", name);
@@ -68,18 +68,18 @@ static void bad_medusa(const MedusaHeads *h) {
         {"[[0], [\"a\"]]", "rank"}, {"[0]", "ranks"},
     };
     int32_t out[8];
-    MethodOptions none = {0};
+    TestOptions none = {0};
     CHECK(run("medusa", &none, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0 && strstr(pd_errmsg(), "heads"),
           "medusa without heads: %s", pd_errmsg());
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
-        MethodOptions o = {.medusa = h, .tree = bad[i][0]};
+        TestOptions o = {.medusa = h, .tree = bad[i][0]};
         int rc = run("medusa", &o, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL);
         CHECK(rc < 0 && strstr(pd_errmsg(), bad[i][1]), "medusa --tree '%s': %s", bad[i][0], rc < 0 ? pd_errmsg() : "accepted");
     }
     char big[4096] = "[[0]";
     for (int i = 1; i < MAX_TREE; i++) snprintf(big + strlen(big), sizeof big - strlen(big), ", [0, %d]", i % 32);
     strcat(big, "]");
-    MethodOptions o = {.medusa = h, .tree = big};
+    TestOptions o = {.medusa = h, .tree = big};
     CHECK(run("medusa", &o, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0, "an oversized tree accepted");
 }
 

@@ -13,34 +13,34 @@ static void parity_adadecode(const ExitHeads *h, const char *heads_name, int n_s
     static const float gammas[] = {0.3f, 0.5f, 0.75f, 0.9f};
     char what[128];
     for (int g = 0; g < 4; g++) {
-        MethodOptions o = {.heads = h, .gamma = gammas[g]};
+        TestOptions o = {.heads = h, .gamma = gammas[g]};
         snprintf(what, sizeof what, "%s γ=%.2f", heads_name, gammas[g]);
         parity("adadecode", &o, n_prompts, what); /* 200 prompts at every γ */
     }
-    MethodOptions o = {.heads = h, .gamma = 0.75f, .oracle_rate = 0.8f};
+    TestOptions o = {.heads = h, .gamma = 0.75f, .oracle_rate = 0.8f};
     snprintf(what, sizeof what, "%s oracle 0.8", heads_name);
     parity("adadecode", &o, n_small, what);
 }
 
 static void parity_selfspec(const ExitHeads *h, const char *heads_name, int n_small) {
     char what[128];
-    MethodOptions o = {.heads = h};
+    TestOptions o = {.heads = h};
     snprintf(what, sizeof what, "%s default (exit %d, K=4, conf 0.5)", heads_name, h->layer[h->n / 2]);
     parity("self-speculative", &o, n_prompts, what);
     /* every exit layer and draft length, drafting whatever the head's confidence */
     for (int k = 0; k < h->n; k++)
         for (int K = 1; K <= 6; K++) {
-            MethodOptions a = {.heads = h, .exit_layer = h->layer[k], .draft_max = K, .gamma = 1e-6f};
+            TestOptions a = {.heads = h, .exit_layer = h->layer[k], .draft_max = K, .gamma = 1e-6f};
             snprintf(what, sizeof what, "%s exit %d K=%d always draft", heads_name, h->layer[k], K);
             parity("self-speculative", &a, n_small, what);
         }
     static const float gammas[] = {0.3f, 0.5f, 0.75f, 0.9f};
     for (int g = 0; g < 4; g++) {
-        MethodOptions a = {.heads = h, .gamma = gammas[g], .draft_max = 6};
+        TestOptions a = {.heads = h, .gamma = gammas[g], .draft_max = 6};
         snprintf(what, sizeof what, "%s K=6 conf %.2f", heads_name, gammas[g]);
         parity("self-speculative", &a, n_small, what);
     }
-    MethodOptions a = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f};
+    TestOptions a = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f};
     snprintf(what, sizeof what, "%s K=6 oracle 0.8", heads_name);
     parity("self-speculative", &a, n_small, what);
     a.oracle_rate = 1;
@@ -131,11 +131,11 @@ static void chi2_power(const ExitHeads *h) {
 static void test_sampling(const ExitHeads *h, const char *heads_name, int have_ada, int have_ss) {
     char what[128];
     if (have_ss) {
-        MethodOptions a = {.heads = h};
+        TestOptions a = {.heads = h};
         snprintf(what, sizeof what, "%s default", heads_name);
         chi2_method("self-speculative", &a, what);
         for (int k = 0; k < h->n; k += h->n - 1) { /* the shallowest and the deepest head */
-            MethodOptions b = {.heads = h, .exit_layer = h->layer[k], .draft_max = 4, .gamma = 1e-6f};
+            TestOptions b = {.heads = h, .exit_layer = h->layer[k], .draft_max = 4, .gamma = 1e-6f};
             snprintf(what, sizeof what, "%s exit %d always draft", heads_name, h->layer[k]);
             chi2_method("self-speculative", &b, what);
         }
@@ -143,12 +143,12 @@ static void test_sampling(const ExitHeads *h, const char *heads_name, int have_a
     if (have_ss && h->norm == 1 && !strcmp(heads_name, "identity")) {
         /* drafts from an oracle that knows the greedy continuation: point-mass drafts,
            accepted with probability p(draft), long accepted runs and bonus tokens */
-        MethodOptions c = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f, .oracle = SGREEDY};
+        TestOptions c = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f, .oracle = SGREEDY};
         chi2_method("self-speculative", &c, "oracle 0.8");
     }
     if (have_ada)
         for (int g = 0; g < 2; g++) {
-            MethodOptions b = {.heads = h, .gamma = g ? 0.75f : 0.3f};
+            TestOptions b = {.heads = h, .gamma = g ? 0.75f : 0.3f};
             snprintf(what, sizeof what, "%s γ=%.2f", heads_name, b.gamma);
             chi2_method("adadecode", &b, what);
         }
@@ -158,7 +158,7 @@ static void test_sampling(const ExitHeads *h, const char *heads_name, int have_a
 
 static void test_bad_options(const ExitHeads *h) {
     int32_t out[8];
-    MethodOptions none = {0}, layer = {.heads = h, .exit_layer = M.c.n_layers + 2},
+    TestOptions none = {0}, layer = {.heads = h, .exit_layer = M.c.n_layers + 2},
                   drafts = {.heads = h, .draft_max = -1}, gamma = {.heads = h, .gamma = 1.5f};
     CHECK(run("self-speculative", &none, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0 &&
               strstr(pd_errmsg(), "heads"),
@@ -212,13 +212,13 @@ int main(void) {
     if (have_ada) {
         parity_adadecode(&ident, "identity", n_small);
         if (have_trained) parity_adadecode(&trained, "trained", n_small / 2);
-        MethodOptions o = {.heads = &ident, .gamma = 0.3f};
+        TestOptions o = {.heads = &ident, .gamma = 0.3f};
         parity_edges("adadecode", &o);
     }
     if (have_ss) {
         parity_selfspec(&ident, "identity", n_small);
         if (have_trained) parity_selfspec(&trained, "trained", n_small / 2);
-        MethodOptions o = {.heads = &ident, .gamma = 1e-6f, .draft_max = 5, .exit_layer = 1};
+        TestOptions o = {.heads = &ident, .gamma = 1e-6f, .draft_max = 5, .exit_layer = 1};
         parity_edges("self-speculative", &o);
         test_bad_options(&ident);
     }

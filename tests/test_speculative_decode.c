@@ -123,7 +123,7 @@ static int draft_greedy(Model *draft, KVCache *kv, const int32_t *ids, int n, in
     DecodeCtx d;
     if (sampler_init(&s, draft->c.vocab_size, 0, 0, 1, 1)) return -1;
     if (decode_init(&d, draft, kv, &s, k)) return sampler_free(&s), -1;
-    int rc = decode_method("standard")->generate(&d, ids, n) ? -1 : d.n_out;
+    int rc = decode_generate(decode_method("standard"), &d, ids, n) ? -1 : d.n_out;
     if (rc > 0) memcpy(out, d.out, sizeof(int32_t) * rc);
     decode_free(&d);
     sampler_free(&s);
@@ -156,7 +156,7 @@ static void rounds_replayed(Model *draft, int k, int n) {
             want_rejected += kk - a;
             at += a + 1;
         }
-        MethodOptions o = {.draft = draft, .draft_max = k, .draft_fixed = 1, .fixed_tree = 1};
+        TestOptions o = {.draft = draft, .draft_max = k, .draft_fixed = 1, .fixed_tree = 1};
         Stats st = {0};
         int got = run("speculative", &o, PROMPT[i], np, N_NEW, 0, 1, out, &st);
         CHECK(got == N_NEW && !memcmp(out, REF[i], sizeof out), "replay prompt %d: output differs", i);
@@ -181,7 +181,7 @@ static void self_draft(void) {
     Stats st = {0};
     int32_t out[N_NEW];
     for (int c = 0; c < 3; c++) {
-        MethodOptions o = {.draft = &M};
+        TestOptions o = {.draft = &M};
         if (c == 1) o.fixed_tree = 1, o.draft_fixed = 1, o.draft_max = 5;
         if (c == 2) o.fixed_tree = 1;
         for (int i = 0; i < 20; i++) {
@@ -202,26 +202,26 @@ static void self_draft(void) {
 
 static void parity_draft(Model *draft, const char *name, int n_small) {
     char what[128];
-    MethodOptions def = {.draft = draft};
+    TestOptions def = {.draft = draft};
     snprintf(what, sizeof what, "%s defaults", name);
     parity("speculative", &def, n_prompts, what);
     static const struct { int min, max, fixed; } K[] = {{0, 1, 1}, {0, 4, 1}, {0, 8, 1}, {0, 32, 1}, {2, 5, 0}, {1, 8, 0}, {6, 0, 0}};
     for (int i = 0; i < (int)(sizeof K / sizeof K[0]); i++) {
-        MethodOptions o = {.draft = draft, .draft_min = K[i].min, .draft_max = K[i].max, .draft_fixed = K[i].fixed,
+        TestOptions o = {.draft = draft, .draft_min = K[i].min, .draft_max = K[i].max, .draft_fixed = K[i].fixed,
                            .fixed_tree = 1};
         snprintf(what, sizeof what, "%s k %d..%d%s", name, K[i].min, K[i].max, K[i].fixed ? " fixed" : "");
         parity("speculative", &o, n_small, what);
     }
-    MethodOptions c = {.draft = draft, .draft_max = 3};
+    TestOptions c = {.draft = draft, .draft_max = 3};
     snprintf(what, sizeof what, "%s k ..3, size controller", name);
     parity("speculative", &c, n_small, what);
     for (int r = 0; r < 2; r++) {
-        MethodOptions o = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1,
+        TestOptions o = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1,
                            .oracle_rate = r ? 1.0f : 0.8f};
         snprintf(what, sizeof what, "%s k 4, oracle %.1f", name, o.oracle_rate);
         parity("speculative", &o, n_small, what);
     }
-    MethodOptions e = {.draft = draft, .fixed_tree = 1}, f = {.draft = draft};
+    TestOptions e = {.draft = draft, .fixed_tree = 1}, f = {.draft = draft};
     parity_edges("speculative", &e);
     parity_edges("speculative", &f);
 }
@@ -234,7 +234,7 @@ static void short_context(const char *path) {
         return;
     }
     d.c.seq_len = 60; /* the rope tables are longer: a shorter window is safe */
-    MethodOptions o = {.draft = &d, .fixed_tree = 1};
+    TestOptions o = {.draft = &d, .fixed_tree = 1};
     parity("speculative", &o, 20, "a draft with a 60-token context");
     parity_edges("speculative", &o);
     model_free(&d);
@@ -276,7 +276,7 @@ static Tokenizer *altered_vocab(int drop_last, int *changed) {
 
 static void refusals(const char *draft_path) {
     int32_t out[8];
-    MethodOptions none = {0};
+    TestOptions none = {0};
     CHECK(run("speculative", &none, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0 && strstr(pd_errmsg(), "--draft"),
           "speculative without a draft: %s", pd_errmsg());
     Model d;
@@ -289,14 +289,14 @@ static void refusals(const char *draft_path) {
         {-1, 0, "--draft-min -1"}, {0, -2, "--draft-max -2"}, {9, 8, "above"},
     };
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
-        MethodOptions o = {.draft = &d, .draft_min = bad[i].min, .draft_max = bad[i].max};
+        TestOptions o = {.draft = &d, .draft_min = bad[i].min, .draft_max = bad[i].max};
         int rc = run("speculative", &o, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL);
         CHECK(rc < 0 && strstr(pd_errmsg(), bad[i].says), "draft-min %d draft-max %d: %s", bad[i].min, bad[i].max,
               rc < 0 ? pd_errmsg() : "accepted");
     }
-    MethodOptions big = {.draft = &d, .draft_min = 12}; /* draft-max follows a larger min */
+    TestOptions big = {.draft = &d, .draft_min = 12}; /* draft-max follows a larger min */
     CHECK(run("speculative", &big, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) == 8, "draft-min 12 alone: %s", pd_errmsg());
-    MethodOptions orc = {.draft = &d, .oracle_rate = 0.5f};
+    TestOptions orc = {.draft = &d, .oracle_rate = 0.5f};
     CHECK(run("speculative", &orc, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0 && strstr(pd_errmsg(), "oracle"),
           "an oracle without its tokens: %s", pd_errmsg());
     for (int drop = 0; drop < 2; drop++) {
@@ -309,7 +309,7 @@ static void refusals(const char *draft_path) {
         char want[64], why[160];
         snprintf(want, sizeof want, drop ? "512 and 511 tokens" : "first at token %d ", changed);
         d.tok = alt;
-        MethodOptions o = {.draft = &d};
+        TestOptions o = {.draft = &d};
         int rc = run("speculative", &o, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL);
         CHECK(rc < 0 && strstr(pd_errmsg(), want), "a draft with another vocabulary (%s): %s", want,
               rc < 0 ? pd_errmsg() : "accepted");
@@ -325,7 +325,7 @@ static void refusals(const char *draft_path) {
 /* ---------- sampling ---------- */
 
 static void sampling_draft(Model *draft, const char *name) {
-    MethodOptions a = {.draft = draft}, b = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1},
+    TestOptions a = {.draft = draft}, b = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1},
                   c = {.draft = draft, .draft_max = 4, .draft_fixed = 1, .fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
     char what[128];
     snprintf(what, sizeof what, "%s, adaptive", name);
@@ -365,7 +365,7 @@ int main(void) {
     parity_draft(&id, "identity L2", n_small);
     if (have_trained) {
         parity_draft(&tr2, "trained L2", n_small);
-        MethodOptions o = {.draft = &tr3};
+        TestOptions o = {.draft = &tr3};
         parity("speculative", &o, n_prompts, "trained L3 defaults");
     }
     rounds_replayed(&id, 1, 16);

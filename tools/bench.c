@@ -100,7 +100,7 @@ static char *file_of(const Recipe *r, const char *given, const char *out, const 
 
 /* the methods to run: --methods (standard always first) or the recipe's */
 static void pick_methods(Bench *b, const Args *a) {
-    b->methods[b->n_methods++] = "standard";
+    b->methods[b->n_methods++] = decode_reference()->name;
     if (!a->methods) {
         for (int i = 1; i < b->r->dec.n_methods; i++) b->methods[b->n_methods++] = b->r->dec.methods[i];
         return;
@@ -148,18 +148,37 @@ static void load(Bench *b, const Args *a, const char *out) {
     if (kv_init(&b->kv, &b->m.c, 2, 2 * b->m.c.seq_len, 16)) die_lib();
 }
 
-static MethodOptions options(Bench *b, const char *method, const RecipeDataset *ds) {
+/* a method's option whose recipe key is "gamma" takes the dataset's γ (its guidance
+   or decoding.gamma): the methods judged per dataset's γ */
+static const MethodOption *dataset_gamma(const char *method) {
+    const DecodeMethod *dm = decode_method(method);
+    char key[64];
+    for (int i = 0; dm && i < dm->n_options; i++)
+        if (!strcmp(decode_option_key(&dm->options[i], key, sizeof key), "gamma")) return &dm->options[i];
+    return NULL;
+}
+
+/* what a method runs with: the loaded heads or draft, and its options from the recipe */
+typedef struct {
+    MethodShared sh;
+    void *opts;
+} MethodRun;
+
+static MethodRun options(Bench *b, const char *method, const RecipeDataset *ds) {
     const RecipeDecoding *d = &b->r->dec;
-    MethodOptions o = {0};
+    const DecodeMethod *dm = decode_method(method);
+    MethodRun o = {{0}, decode_options_new(dm)};
+    if (!o.opts) die_lib();
     int need = recipe_method_needs(method);
-    if (need & RECIPE_NEEDS_EXIT) o.heads = &b->heads;
-    if (need & RECIPE_NEEDS_MEDUSA) o.medusa = &b->medusa;
-    if (need & RECIPE_NEEDS_DRAFT) o.draft = &b->draft;
-    o.gamma = !strcmp(method, "adadecode") ? ds->gamma : !strcmp(method, "self-speculative") ? d->confidence : 0;
-    o.max_pending = d->max_pending, o.exit_layer = d->exit_layer;
-    o.draft_min = d->draft_min, o.draft_max = d->draft_max, o.draft_fixed = d->draft_fixed;
-    o.tree = d->tree, o.fixed_tree = d->fixed_tree, o.ngram_max = d->ngram_max;
-    o.window = d->window, o.ngram = d->ngram, o.guess = d->guess, o.adaptive = d->adaptive;
+    if (need & RECIPE_NEEDS_EXIT) o.sh.heads = &b->heads;
+    if (need & RECIPE_NEEDS_MEDUSA) o.sh.medusa = &b->medusa;
+    if (need & RECIPE_NEEDS_DRAFT) o.sh.draft = &b->draft;
+    for (int i = 0; i < dm->n_options; i++) {
+        char key[64], g[32];
+        const char *v = recipe_option(d, decode_option_key(&dm->options[i], key, sizeof key));
+        if (&dm->options[i] == dataset_gamma(method)) snprintf(g, sizeof g, "%.9g", ds->gamma), v = g;
+        if (v && decode_option_set(dm, o.opts, &o.sh, dm->options[i].name, v)) die("%s: %s", method, pd_errmsg());
+    }
     return o;
 }
 
@@ -170,13 +189,14 @@ typedef struct {
     int64_t passes, layer_passes, drafted, rejected;
 } Run;
 
-static void run(Bench *b, const char *method, const MethodOptions *o, const int32_t *ids, int n_ids, int max_new,
+static void run(Bench *b, const char *method, const MethodRun *o, const int32_t *ids, int n_ids, int max_new,
                 uint64_t seed, Run *out) {
     Sampler s;
     DecodeCtx d;
     if (sampler_init(&s, b->m.c.vocab_size, 0, 0, 1, seed) || decode_init(&d, &b->m, &b->kv, &s, max_new)) die_lib();
-    d.opt = *o;
-    if (decode_method(method)->generate(&d, ids, n_ids)) die("%s: %s", method, pd_errmsg());
+    d.opt = o->sh;
+    d.mopt = o->opts;
+    if (decode_generate(decode_method(method), &d, ids, n_ids)) die("%s: %s", method, pd_errmsg());
     out->t = d.t_decode;
     out->passes = d.target_passes - d.prefill_passes;
     out->layer_passes = d.layer_passes - d.prefill_passes * b->m.c.n_layers;
@@ -234,7 +254,7 @@ static void fmt_rate(char *buf, size_t n, double v) {
 }
 
 static void fmt_effort(char *buf, size_t n, const char *method, const Stats *s) {
-    if (!strcmp(method, "standard")) snprintf(buf, n, "τ %.2f · %.2f layers", tau(s), passes_per_token(s));
+    if (!strcmp(method, decode_reference()->name)) snprintf(buf, n, "τ %.2f · %.2f layers", tau(s), passes_per_token(s));
     else if (by_layers(method)) snprintf(buf, n, "%.2f layers/token", passes_per_token(s));
     else snprintf(buf, n, "τ %.2f", tau(s));
 }
@@ -302,7 +322,7 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
         put(md, "\n");
     }
     int ada = 0;
-    for (int k = 0; k < b->n_methods; k++) ada |= !strcmp(b->methods[k], "adadecode");
+    for (int k = 0; k < b->n_methods; k++) ada |= dataset_gamma(b->methods[k]) != NULL;
     if (ada) {
         put(md, "\nadadecode's γ:");
         for (int i = 0; i < R->n_ds; i++) put(md, " %s %.2f%s", pretty(R->ds[i]->name), R->ds[i]->gamma, i + 1 < R->n_ds ? "," : ".");
@@ -372,13 +392,13 @@ static void table_csv(const Results *R, Str *c) {
            "rejection_rate,parity_ok,parity_of,figures\n");
     for (int i = 0; i < R->n_ds; i++)
         for (int k = 0; k < b->n_methods; k++)
-            csv_row(c, "speed", R->ds[i]->name, b->methods[k], strcmp(b->methods[k], "adadecode") ? 0 : R->ds[i]->gamma, -1,
+            csv_row(c, "speed", R->ds[i]->name, b->methods[k], dataset_gamma(b->methods[k]) ? R->ds[i]->gamma : 0, -1,
                     &R->st[i][k], &R->st[i][0], fig);
     char ofig[64];
     snprintf(ofig, sizeof ofig, "oracle%s", strcmp(fig, "real") ? "+random-weights" : "");
     for (int k = 0; k < R->n_om; k++)
         for (int j = 0; j < R->n_rates; j++)
-            csv_row(c, "oracle", R->ds[0]->name, R->om[k], strcmp(R->om[k], "adadecode") ? 0 : R->ds[0]->gamma, b->r->dec.oracle[j],
+            csv_row(c, "oracle", R->ds[0]->name, R->om[k], dataset_gamma(R->om[k]) ? R->ds[0]->gamma : 0, b->r->dec.oracle[j],
                     &R->ost[k][j], &R->ostd, ofig);
 }
 
@@ -494,8 +514,9 @@ static void bench_dataset(Bench *b, Results *R, int i, Prompt *ps, int n) {
         for (int rep = 0; rep < R->repeat; rep++)
             for (int j = 0; j < M; j++) { /* the order turns with the prompt and the repeat */
                 int k = (j + p + rep) % M;
-                MethodOptions o = options(b, b->methods[k], ds);
+                MethodRun o = options(b, b->methods[k], ds);
                 run(b, b->methods[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x);
+                free(o.opts);
                 keep(&best[k], &x, rep == 0);
             }
         for (int k = 0; k < M; k++) add(&R->st[i][k], &best[k]);
@@ -509,19 +530,20 @@ static void bench_oracle(Bench *b, Results *R, Prompt *ps, int n) {
     int cells = R->n_om * R->n_rates;
     Run ref, x, best[RECIPE_MAX_METHODS * RECIPE_MAX_ORACLE];
     for (int p = 0; p < n; p++) {
-        MethodOptions o0 = options(b, "standard", ds);
-        run(b, "standard", &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &ref);
+        MethodRun o0 = options(b, decode_reference()->name, ds);
+        run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &ref);
         int32_t *oracle = malloc(sizeof(int32_t) * (ps[p].max_new + 1));
         if (!oracle) die("out of memory");
         memset(oracle, 0xff, sizeof(int32_t) * (ps[p].max_new + 1));
         memcpy(oracle, ref.seq.tok, sizeof(int32_t) * ref.seq.n);
         for (int rep = 0; rep < R->repeat; rep++) {
-            if (rep) run(b, "standard", &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x), keep(&ref, &x, 0);
+            if (rep) run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x), keep(&ref, &x, 0);
             for (int c = 0; c < cells; c++) {
                 int cell = (c + p + rep) % cells, k = cell / R->n_rates, j = cell % R->n_rates;
-                MethodOptions o = options(b, R->om[k], ds);
-                o.oracle = oracle, o.oracle_rate = b->r->dec.oracle[j];
+                MethodRun o = options(b, R->om[k], ds);
+                o.sh.oracle = oracle, o.sh.oracle_rate = b->r->dec.oracle[j];
                 run(b, R->om[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x);
+                free(o.opts);
                 keep(&best[cell], &x, rep == 0);
             }
         }
@@ -534,7 +556,7 @@ static void bench_oracle(Bench *b, Results *R, Prompt *ps, int n) {
             parity(what, ds->name, p, &ref.seq, &best[cell].seq, &R->ost[k][j]);
             free(best[cell].seq.tok);
         }
-        free(oracle), free(ref.seq.tok);
+        free(oracle), free(ref.seq.tok), free(o0.opts);
     }
 }
 
@@ -602,9 +624,9 @@ int main(int argc, char **argv) {
     double t0 = pd_now();
     { /* a warm-up: the first run grows the workspaces and faults the weights in */
         Run w;
-        MethodOptions o = options(&b, "standard", R.ds[0]);
-        run(&b, "standard", &o, ps[0][0].ids, ps[0][0].n, ps[0][0].max_new, 1, &w);
-        free(w.seq.tok);
+        MethodRun o = options(&b, decode_reference()->name, R.ds[0]);
+        run(&b, decode_reference()->name, &o, ps[0][0].ids, ps[0][0].n, ps[0][0].max_new, 1, &w);
+        free(w.seq.tok), free(o.opts);
     }
     for (int i = 0; i < R.n_ds; i++) bench_dataset(&b, &R, i, ps[i], R.prompts[i]);
     if (R.n_om) bench_oracle(&b, &R, ps[0], R.oracle_prompts);

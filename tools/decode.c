@@ -31,43 +31,71 @@ typedef struct {
     double temp, top_p, oracle;
     long long seed;
     StrList stop;
-    MethodOptions opt;
+    MethodShared opt;
+    void *mopt; /* the method's own options */
 } Args;
 
-/* which methods read which option (the files in libcore/decode/, drafter.c): the others refuse it */
-static const struct {
-    const char *flag, *methods;
-} METHOD_FLAGS[] = {
-    {"--heads", "adadecode self-speculative medusa"},
-    {"--gamma", "adadecode self-speculative"},
-    {"--max-pending", "adadecode"},
-    {"--exit-layer", "self-speculative"},
-    {"--draft-max", "self-speculative speculative prompt-lookup medusa"},
-    {"--draft", "speculative"},
-    {"--draft-min", "speculative"},
-    {"--draft-fixed", "speculative"},
-    {"--tree", "medusa"},
-    {"--fixed-tree", "speculative prompt-lookup lookahead medusa"},
-    {"--ngram-max", "prompt-lookup"},
-    {"--window", "lookahead"},
-    {"--ngram", "lookahead"},
-    {"--guess", "lookahead"},
-    {"--adaptive", "lookahead"},
-    {"--oracle-exit", "adadecode self-speculative speculative prompt-lookup lookahead medusa"},
-    {"--oracle-acceptance", "adadecode self-speculative speculative prompt-lookup lookahead medusa"},
-};
+/* --heads, --draft and the oracles, which the methods read through MethodShared: the
+   methods that do, for a refusal's message */
+static const char *users_of(int needs, int oracle) {
+    static char buf[256];
+    buf[0] = 0;
+    for (int i = 0; i < decode_method_count(); i++) {
+        const DecodeMethod *dm = decode_method_at(i);
+        if ((dm->needs & needs) || (oracle && dm->oracle))
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", buf[0] ? " " : "", dm->name);
+    }
+    return buf;
+}
 
-static int word_in(const char *word, const char *list) {
-    size_t n = strlen(word);
-    for (const char *s = list; (s = strstr(s, word)); s += n)
-        if ((s == list || s[-1] == ' ') && (s[n] == ' ' || !s[n])) return 1;
-    return 0;
+#define MAX_METHOD_FLAGS 48
+
+/* the method options of every registered method, one flag each (a name two methods
+   share is one flag); their text goes to decode_option_set once the method is known */
+typedef struct {
+    char names[MAX_METHOD_FLAGS][40], help[MAX_METHOD_FLAGS][200];
+    const char *value[MAX_METHOD_FLAGS];
+    int on[MAX_METHOD_FLAGS], n;
+} MethodFlags;
+
+static void method_flags(MethodFlags *mf, Flag *t, int *n) {
+    mf->n = 0;
+    for (int i = 0; i < decode_method_count(); i++) {
+        const DecodeMethod *dm = decode_method_at(i);
+        for (int k = 0; k < dm->n_options; k++) {
+            const MethodOption *o = &dm->options[k];
+            char name[40];
+            snprintf(name, sizeof name, "--%s", o->name);
+            int dup = 0;
+            for (int j = 0; j < mf->n && !dup; j++) dup = !strcmp(mf->names[j], name);
+            if (dup || mf->n == MAX_METHOD_FLAGS) continue;
+            int j = mf->n++;
+            strcpy(mf->names[j], name);
+            snprintf(mf->help[j], sizeof mf->help[j], "%s (see the methods below)", decode_option_users(o->name));
+            t[*n] = o->type == OPT_SWITCH ? (Flag){mf->names[j], NULL, NULL, mf->help[j], F_SWITCH(&mf->on[j])}
+                                          : (Flag){mf->names[j], o->metavar, "the method's", mf->help[j], F_STR(&mf->value[j])};
+            ++*n;
+        }
+    }
+}
+
+/* --help's notes: the methods and their options, from the registry */
+static const char *notes_text(void) {
+    static char *buf;
+    size_t len;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NOTES;
+    fputs(NOTES, f);
+    fputc('\n', f);
+    decode_methods_help(f);
+    fclose(f);
+    return buf;
 }
 
 static void parse(Args *a, int argc, char **argv) {
-    *a = (Args){.method = "standard", .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0, .oracle = -1, .seed = -1};
+    *a = (Args){.method = decode_reference()->name, .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0, .oracle = -1, .seed = -1};
     double oracle_exit = -1, oracle_acc = -1;
-    Flag t[] = {
+    Flag fixed[] = {
         {"-m, --model", "FILE", "required",
          "the model: a paradec file or bundle, a GGUF file, a Hugging Face directory; - is stdin", F_STR(&a->model)},
         MODEL_FLAGS{"-p, --prompt", "TEXT", NULL,
@@ -88,9 +116,8 @@ static void parse(Args *a, int argc, char **argv) {
          F_I64(&a->seed, 0, 1e19)},
         {"--stop", "TEXT", NULL, "stop when the text contains TEXT, printed up to before it (repeatable)",
          F_LIST(&a->stop)},
-        {"--method", "NAME", "standard",
-         "the decoding method (standard, adadecode, self-speculative, medusa, prompt-lookup, lookahead, speculative)",
-         F_STR(&a->method)},
+        {"--method", "NAME", decode_reference()->name,
+         "the decoding method (the list below)", F_STR(&a->method)},
         {"--json", NULL, NULL, "print one JSON object (tokens, text, stop reason, times, statistics) for the text",
          F_SWITCH(&a->json)},
         {"--chat", NULL, NULL, "the prompt is a user turn in the model's chat format; the answer alone is printed",
@@ -104,39 +131,21 @@ static void parse(Args *a, int argc, char **argv) {
         {"-cnv, --conversation, --interactive", NULL, NULL,
          "a conversation on the terminal, turn by turn, the KV cache kept (implies --chat)",
          F_SWITCH(&a->conversation)},
-        {"--heads", "FILE", "the bundle's", "exit heads or Medusa heads (adadecode, self-speculative, medusa)",
+        {"--heads", "FILE", "the bundle's", "exit heads or Medusa heads, for the methods that take them",
          F_STR(&a->heads)},
-        {"--gamma", "G", "0.75; self-speculative 0.5",
-         "adadecode: exit at a head whose top probability is ≥ G; self-speculative: draft while it is",
-         F_FLOAT(&a->opt.gamma, 1e-6, 1)},
-        {"--max-pending", "K", "5", "adadecode: unverified early tokens at most", F_INT(&a->opt.max_pending, 1, 32)},
-        {"--exit-layer", "L", "the middle head's", "self-speculative: draft with layers [0, L) and the head at L",
-         F_INT(&a->opt.exit_layer, 1, 1 << 20)},
-        {"--draft", "FILE", NULL, "speculative: the draft model (the target's vocabulary)", F_STR(&a->draft)},
-        {"--draft-min", "K", "1", "speculative: drafts per round at least", F_INT(&a->opt.draft_min, 1, 127)},
-        {"--draft-max", "K", "the method's",
-         "drafts per round at most (self-speculative 4, speculative 8, prompt-lookup 10); medusa: tree nodes (64)",
-         F_INT(&a->opt.draft_max, 1, 127)},
-        {"--draft-fixed", NULL, NULL, "speculative: always --draft-max drafts (no adaptation)",
-         F_SWITCH(&a->opt.draft_fixed)},
-        {"--tree", "PATHS", "built from the heads' accuracies", "medusa: the candidate tree as paths of ranks",
-         F_STR(&a->opt.tree)},
-        {"--fixed-tree", NULL, NULL, "drafters: verify the whole proposal every round (no size controller)",
-         F_SWITCH(&a->opt.fixed_tree)},
-        {"--ngram-max", "N", "3", "prompt-lookup: the longest n-gram looked up", F_INT(&a->opt.ngram_max, 1, 8)},
-        {"--window", "W", "3", "lookahead: the Jacobi window", F_INT(&a->opt.window, 1, 32)},
-        {"--ngram", "N", "3", "lookahead: the n-gram size", F_INT(&a->opt.ngram, 2, 8)},
-        {"--guess", "G", "the window", "lookahead: candidate n-grams verified", F_INT(&a->opt.guess, 1, 64)},
-        {"--adaptive", NULL, NULL, "lookahead: the window widens and narrows with acceptance",
-         F_SWITCH(&a->opt.adaptive)},
+        {"--draft", "FILE", NULL, "the draft model (the target's vocabulary), for the methods that take one", F_STR(&a->draft)},
         {"--oracle-exit", "RATE", NULL,
          "benchmarks: an oracle knowing the greedy continuation exits right at this rate", F_NUM(&oracle_exit, 0, 1)},
         {"--oracle-acceptance", "A", NULL, "benchmarks: an oracle drafter right at this rate",
          F_NUM(&oracle_acc, 0, 1)},
         {"--dump-logits", "FILE", NULL, "write the logits after the prompt (f32) and stop", F_STR(&a->dump)},
     };
-    int n = N_FLAGS(t);
-    flags_parse(t, n, argc, argv, NULL, 0, USAGE, NOTES);
+    Flag t[N_FLAGS(fixed) + MAX_METHOD_FLAGS];
+    static MethodFlags mf;
+    int n = N_FLAGS(fixed);
+    memcpy(t, fixed, sizeof fixed);
+    method_flags(&mf, t, &n);
+    flags_parse(t, n, argc, argv, NULL, 0, USAGE, notes_text());
     a->oracle = oracle_exit >= 0 ? oracle_exit : oracle_acc;
     if (a->chat_format || a->messages || a->conversation) a->chat = 1;
     if (!a->model) usage("-m/--model");
@@ -145,16 +154,30 @@ static void parse(Args *a, int argc, char **argv) {
     if (a->n == 0) die("-n: 0 tokens is nothing to generate (-1: until the end token or the context)");
     for (int i = 0; i < a->stop.n; i++)
         if (!*a->stop.v[i]) die("--stop: an empty stop string would stop before the first token");
-    if (!decode_method(a->method)) die_lib();
-    for (size_t i = 0; i < sizeof METHOD_FLAGS / sizeof METHOD_FLAGS[0]; i++) {
-        const Flag *f = flag_given(t, n, METHOD_FLAGS[i].flag);
-        if (f && !word_in(a->method, METHOD_FLAGS[i].methods))
-            die("%s: %s does not use it (%s do)", f->as, a->method, METHOD_FLAGS[i].methods);
+    const DecodeMethod *dm = decode_method(a->method);
+    if (!dm) die_lib();
+    static const struct {
+        const char *flag;
+        int needs, oracle;
+    } SHARED[] = {{"--heads", NEEDS_EXIT_HEADS | NEEDS_MEDUSA, 0},
+                  {"--draft", NEEDS_DRAFT, 0},
+                  {"--oracle-exit", 0, 1},
+                  {"--oracle-acceptance", 0, 1}};
+    for (size_t i = 0; i < sizeof SHARED / sizeof SHARED[0]; i++) {
+        const Flag *f = flag_given(t, n, SHARED[i].flag);
+        if (f && !(dm->needs & SHARED[i].needs) && !(SHARED[i].oracle && dm->oracle))
+            die("%s: %s does not use it (%s do)", f->as, a->method, users_of(SHARED[i].needs, SHARED[i].oracle));
+    }
+    if (!(a->mopt = decode_options_new(dm))) die_lib();
+    for (int j = 0; j < mf.n; j++) {
+        const Flag *f = flag_given(t, n, mf.names[j]);
+        if (f && decode_option_set(dm, a->mopt, &a->opt, mf.names[j] + 2, f->type == 'b' ? NULL : mf.value[j]))
+            die_lib();
     }
     if (a->system && !a->chat)
         die("--system: only a chat has a system prompt (--chat, --chat-format, --messages or -cnv)");
     if (a->oracle >= 0 && a->temp != 0) die("--oracle-*: the oracle knows the greedy continuation; use --temp 0");
-    if (a->dump && strcmp(a->method, "standard"))
+    if (a->dump && dm != decode_reference())
         die("--dump-logits: the logits after the prompt are the model's whatever the method");
     const char *in[] = {a->model, a->prompt, a->file, a->messages, a->heads, a->draft, a->conversation ? "-" : NULL};
     int stdin_uses = 0; /* stdin is read once */
@@ -426,7 +449,8 @@ static void summary(const Args *a, const DecodeCtx *d, int n_prompt, const char 
 /* --heads FILE (exit heads, Medusa heads, or a bundle's set for the method), or the
    model's own when it is a bundle and the method takes heads; 2 = Medusa, 1 = exit, 0 */
 static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh) {
-    int medusa = !strcmp(a->method, "medusa"), rc;
+    const DecodeMethod *dm = decode_method(a->method);
+    int medusa = (dm->needs & NEEDS_MEDUSA) != 0, rc;
     if (a->heads) {
         TensorFile tf; /* opened once: "-" is read once */
         if (tf_open(&tf, a->heads)) die_lib();
@@ -436,7 +460,7 @@ static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh) {
         tf_close(&tf);
     } else {
         const char *kind = tf_meta(&m->tf, "paradec.kind");
-        if (!kind || strcmp(kind, "bundle") || (!medusa && strcmp(a->method, "adadecode") && strcmp(a->method, "self-speculative")))
+        if (!kind || strcmp(kind, "bundle") || !(dm->needs & (NEEDS_EXIT_HEADS | NEEDS_MEDUSA)))
             return 0;
         rc = medusa ? medusa_load_tf(mh, &m->tf, m, a->model) : heads_load_tf(eh, &m->tf, m, a->model);
     }
@@ -451,7 +475,7 @@ static int32_t *standard_continuation(Model *m, KVCache *kv, const Args *a, cons
     Sampler s;
     DecodeCtx d;
     if (sampler_init(&s, m->c.vocab_size, (float)a->temp, a->top_k, (float)a->top_p, a->seed) ||
-        decode_init(&d, m, kv, &s, n) || decode_method("standard")->generate(&d, ids, n_prompt))
+        decode_init(&d, m, kv, &s, n) || decode_generate(decode_reference(), &d, ids, n_prompt))
         die_lib();
     int32_t *out = malloc(sizeof(int32_t) * n);
     if (!out) die("out of memory");
@@ -510,6 +534,7 @@ static int converse(const Args *a, Model *m, const DecodeMethod *dm, KVCache *kv
     DecodeCtx d;
     if (decode_init(&d, m, kv, s, 1)) die_lib();
     d.opt = a->opt;
+    d.mopt = a->mopt;
     d.emit = emit;
     int32_t *held = NULL; /* the tokens of the last prompt and answer, the first `kept` in the cache */
     int kept = 0, code = 0;
@@ -531,7 +556,7 @@ static int converse(const Args *a, Model *m, const DecodeMethod *dm, KVCache *kv
         d.emit_ctx = &o;
         interrupted = 0;
         double t0 = pd_now();
-        if (dm->generate(&d, ids, n_ids)) die_lib();
+        if (decode_generate(dm, &d, ids, n_ids)) die_lib();
         double total = pd_now() - t0;
         if (!o.stopped) show(&o, o.len);
         fputc('\n', stdout);
@@ -555,7 +580,7 @@ int main(int argc, char **argv) {
     Args a;
     parse(&a, argc, argv);
     const DecodeMethod *dm = decode_method(a.method);
-    if (a.oracle >= 0 && !strcmp(a.method, "standard")) die("--oracle-*: standard decoding has nothing for an oracle to stand in for");
+    if (a.oracle >= 0 && !dm->oracle) die("--oracle-*: %s decoding has nothing for an oracle to stand in for", dm->name);
     if (a.file) a.prompt = read_text("-f", a.file);
     else if (a.prompt && !strcmp(a.prompt, "-")) a.prompt = read_text("-p", "-");
     if (a.seed < 0) a.seed = (long long)random_seed();
@@ -605,6 +630,7 @@ int main(int argc, char **argv) {
         DecodeCtx d;
         if (decode_init(&d, &m, &kv, &s, max_new)) die_lib();
         d.opt = a.opt;
+        d.mopt = a.mopt;
         Out o = {.m = &m,
                  .quiet = a.json,
                  .prompt = a.json || a.chat ? NULL : a.prompt,
@@ -620,7 +646,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         double t0 = pd_now();
-        if (dm->generate(&d, ids, n_prompt)) die_lib();
+        if (decode_generate(dm, &d, ids, n_prompt)) die_lib();
         double total = pd_now() - t0;
         const char *stop = stop_reason(&d, &o, a.n);
         if (!o.stopped) show(&o, o.len);
@@ -638,5 +664,6 @@ int main(int argc, char **argv) {
     else if (loaded == 1) heads_free(&heads);
     if (a.draft) model_free(&draft);
     model_free(&m);
+    free(a.mopt);
     return rc;
 }

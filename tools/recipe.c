@@ -203,11 +203,9 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
     put(&extra, "threads %d methods", r->threads);
     const RecipeDecoding *d = &r->dec;
     for (int i = 0; i < d->n_methods; i++) put(&extra, " %s", d->methods[i]);
-    put(&extra, "\ngamma %g confidence %g max_pending %d exit_layer %d draft %d-%d fixed %d tree %s fixed_tree %d\n", d->gamma,
-        d->confidence, d->max_pending, d->exit_layer, d->draft_min, d->draft_max, d->draft_fixed, d->tree ? d->tree : "-",
-        d->fixed_tree);
-    put(&extra, "ngram_max %d window %d ngram %d guess %d adaptive %d repeat %d oracle_samples %d oracle", d->ngram_max, d->window,
-        d->ngram, d->guess, d->adaptive, d->repeat, d->oracle_samples);
+    put(&extra, "\ngamma %g", d->gamma);
+    for (int i = 0; i < d->n_opts; i++) put(&extra, " %s %s", d->opt_key[i], d->opt_val[i]); /* the methods' options */
+    put(&extra, "\nrepeat %d oracle_samples %d oracle", d->repeat, d->oracle_samples);
     for (int i = 0; i < d->n_oracle; i++) put(&extra, " %g", d->oracle[i]);
     put(&extra, "\nabout %s\nmodel %s\n", r->about ? r->about : "-", r->model.about ? r->model.about : "-");
     for (int i = 0; i < r->n_datasets; i++) dataset_settings(&extra, &r->ds[i]), put(&files, " %s", r->ds[i].file);
@@ -249,7 +247,7 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
                 continue;
             }
             DecodeCtx d;
-            if (decode_init(&d, &m, &kv, &s, max_new) || decode_method("standard")->generate(&d, ids, n_ids)) die_lib();
+            if (decode_init(&d, &m, &kv, &s, max_new) || decode_generate(decode_reference(), &d, ids, n_ids)) die_lib();
             Str t = {0};
             put(&t, "%s", text);
             for (int k = 0, prev = ids[n_ids - 1]; k < d.n_out; prev = d.out[k++]) {

@@ -539,6 +539,31 @@ static void load_methods(EngineOptions *o, const char *path, const char *draft) 
     }
 }
 
+/* the methods this server can run (their heads or draft are loaded), "standard, ..." */
+static const char *ready_methods(const MethodShared *sh) {
+    static char buf[512];
+    buf[0] = 0;
+    for (int i = 0; i < decode_method_count(); i++) {
+        const DecodeMethod *dm = decode_method_at(i);
+        int ok = !decode_method_ready(dm, sh);
+        if (ok) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", buf[0] ? ", " : "", dm->name);
+    }
+    return buf;
+}
+
+/* --help: the flags, then the methods a request may name, with their options (a request
+   runs a method with its defaults) */
+static const char *help_notes(void) {
+    static char *buf;
+    size_t len;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return FLAGS MEMORY;
+    fputs(FLAGS MEMORY "\n", f);
+    decode_methods_help(f);
+    fclose(f);
+    return buf;
+}
+
 static void chat_setup(const char *format) {
     S.chat_format = format ? chat_format_parse(format) : chat_format_detect(S.m.chat_template);
     if (format && S.chat_format < 0) die_lib();
@@ -693,7 +718,7 @@ int main(int argc, char **argv) {
         else if (IS("--shutdown-grace", "")) grace = arg_num(f, arg_next(argc, argv, &i), 0, 3600);
         else if (IS("--api-key", "")) S.api_key = arg_next(argc, argv, &i);
         else if (IS("--cors", "")) S.cors = arg_next(argc, argv, &i);
-        else if (IS("-h", "--help")) help_exit(USAGE, FLAGS MEMORY);
+        else if (IS("-h", "--help")) help_exit(USAGE, help_notes());
         else if (IS("--version", "")) version_exit();
         else if (*f == '-') die("unknown flag %s (serve --help lists the flags)", f);
         else die("unexpected argument '%s' (the model goes after -m)", f);
@@ -744,10 +769,8 @@ int main(int argc, char **argv) {
     if (!d) die("cannot start the HTTP server on %s", shown);
     fprintf(
         stderr,
-        "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: standard%s%s%s%s)\n",
-        shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ", prompt-lookup, lookahead",
-        o.opt.heads ? ", adadecode, self-speculative" : "", o.opt.medusa ? ", medusa" : "",
-        o.opt.draft ? ", speculative" : "");
+        "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: %s)\n", shown,
+        S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ready_methods(&o.opt));
     int sig;
     do sigwait(&sigs, &sig);
     while (sig == SIGPIPE);

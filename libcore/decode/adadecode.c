@@ -12,11 +12,12 @@
 
    Active positions are kept oldest first; their next layers never increase from old
    to young (a position cannot pass an older one: it needs the older one's KV). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "decode/method.h"
+#include "decode/accept.h"
 
 #define MAX_ACTIVE 34 /* max_pending (≤ 32) + the youngest + one spare */
 
@@ -25,7 +26,7 @@ typedef struct {
     int pos;
     int layer;      /* next layer to run */
     int head;       /* head that emitted the next token early, -1 when none */
-} Slot;
+} AdaSlot;
 
 /* per-head bookkeeping for the controller that stops exits that do not pay */
 typedef struct {
@@ -40,7 +41,7 @@ typedef struct {
     int L, dim, vocab, n_prompt;
     float gamma;
     int max_pending;
-    Slot a[MAX_ACTIVE];
+    AdaSlot a[MAX_ACTIVE];
     int n;                   /* active positions */
     float *h;                /* [MAX_ACTIVE][dim] hidden states, in active order */
     float *q;                /* [MAX_ACTIVE][vocab] head distributions (sampling) */
@@ -51,29 +52,29 @@ typedef struct {
     int done;
 } Ada;
 
-static float *slot_h(Ada *s, int i) { return s->h + (size_t)i * s->dim; }
-static float *slot_q(Ada *s, int i) { return s->q + (size_t)i * s->vocab; }
+static float *ada_slot_h(Ada *s, int i) { return s->h + (size_t)i * s->dim; }
+static float *ada_slot_q(Ada *s, int i) { return s->q + (size_t)i * s->vocab; }
 
 /* removes active positions [i, i+k) */
-static void drop(Ada *s, int i, int k) {
-    memmove(&s->a[i], &s->a[i + k], sizeof(Slot) * (s->n - i - k));
-    memmove(slot_h(s, i), slot_h(s, i + k), sizeof(float) * s->dim * (s->n - i - k));
-    memmove(slot_q(s, i), slot_q(s, i + k), sizeof(float) * s->vocab * (s->n - i - k));
+static void ada_drop(Ada *s, int i, int k) {
+    memmove(&s->a[i], &s->a[i + k], sizeof(AdaSlot) * (s->n - i - k));
+    memmove(ada_slot_h(s, i), ada_slot_h(s, i + k), sizeof(float) * s->dim * (s->n - i - k));
+    memmove(ada_slot_q(s, i), ada_slot_q(s, i + k), sizeof(float) * s->vocab * (s->n - i - k));
     s->n -= k;
 }
 
-static void push(Ada *s, int32_t token, int pos) {
-    s->a[s->n] = (Slot){token, pos, 0, -1};
+static void ada_push(Ada *s, int32_t token, int pos) {
+    s->a[s->n] = (AdaSlot){token, pos, 0, -1};
     s->n++;
 }
 
-static int pending(const Ada *s) {
+static int ada_pending(const Ada *s) {
     int k = 0;
     for (int i = 0; i < s->n; i++) k += s->a[i].head >= 0;
     return k;
 }
 
-static uint32_t coin(Ada *s) {
+static uint32_t ada_coin(Ada *s) {
     s->rng ^= s->rng << 13;
     s->rng ^= s->rng >> 7;
     s->rng ^= s->rng << 17;
@@ -82,7 +83,7 @@ static uint32_t coin(Ada *s) {
 
 /* accepts a verified token chosen from the final logits raw (decode_keep); 1 when
    generation must stop */
-static int commit(Ada *s, int prev, int token, const float *raw) {
+static int ada_commit(Ada *s, int prev, int token, const float *raw) {
     if (decode_accept(s->d, prev, token, raw)) s->done = 1;
     return s->done;
 }
@@ -91,7 +92,7 @@ static int commit(Ada *s, int prev, int token, const float *raw) {
    coverage and precision at 0.5, 0.75 and 0.9; in between, linear): the expected
    layer passes a check saves, net of the check and of the rejections. Without the
    records: optimistic, so the head gets probed. */
-static double prior_gain(const Ada *s, int k) {
+static double ada_prior_gain(const Ada *s, int k) {
     const float *G = exit_gamma;
     double c[EXIT_N_GAMMA], p[EXIT_N_GAMMA];
     char key[EXIT_KEY_MAX];
@@ -112,7 +113,7 @@ static double prior_gain(const Ada *s, int k) {
 
 /* the window of a head's checks is judged: exits must save more layer work than the
    checks and the rejections cost, or the head rests (longer each time) */
-static void judge(Ada *s, int k) {
+static void ada_judge(Ada *s, int k) {
     HeadStat *st = &s->stat[k];
     if (st->checks < 16) return;
     double saved = (double)(st->exits - st->rejects) * (s->L - s->heads->layer[k]);
@@ -127,30 +128,30 @@ static void judge(Ada *s, int k) {
 
 /* may the youngest position exit at head k now? (a resting head is not even run, and
    then its layer does not split the forward call) */
-static int may_exit(const Ada *s, int k) {
+static int ada_may_exit(const Ada *s, int k) {
     const DecodeCtx *d = s->d;
-    const Slot *y = &s->a[s->n - 1];
-    if (y->head >= 0 || pending(s) >= s->max_pending || d->n_out + pending(s) + 1 >= d->max_new) return 0;
+    const AdaSlot *y = &s->a[s->n - 1];
+    if (y->head >= 0 || ada_pending(s) >= s->max_pending || d->n_out + ada_pending(s) + 1 >= d->max_new) return 0;
     if (y->pos + 1 >= d->m->c.seq_len) return 0;
     if (d->opt.oracle) return k == s->heads->n / 2; /* the oracle exits at the middle head */
     return d->n_out >= s->stat[k].off_until;
 }
 
 /* the youngest position is at head layer `layer`: exit early? returns the token, or -1 */
-static int try_exit(Ada *s, int layer) {
+static int ada_try_exit(Ada *s, int layer) {
     DecodeCtx *d = s->d;
     int k = heads_find(s->heads, layer), y = s->n - 1;
-    if (k < 0 || !may_exit(s, k)) return -1;
+    if (k < 0 || !ada_may_exit(s, k)) return -1;
     if (d->opt.oracle) { /* benchmarks: an oracle right with probability rate */
         int idx = s->a[y].pos + 1 - s->n_prompt;
-        if (idx >= d->max_new || coin(s) >= d->opt.oracle_rate * 4294967296.0) return -1;
+        if (idx >= d->max_new || ada_coin(s) >= d->opt.oracle_rate * 4294967296.0) return -1;
         s->a[y].head = k;
         s->stat[k].exits++;
         return d->opt.oracle[idx];
     }
     s->stat[k].checks++;
-    if (head_logits(d->m, s->heads, k, slot_h(s, y), 1, s->hl)) return -2;
-    float *q = slot_q(s, y);
+    if (head_logits(d->m, s->heads, k, ada_slot_h(s, y), 1, s->hl)) return -2;
+    float *q = ada_slot_q(s, y);
     memcpy(q, s->hl, sizeof(float) * s->vocab);
     k_softmax(q, s->vocab); /* confidence: the head's own distribution */
     int tok = k_argmax(q, s->vocab);
@@ -168,14 +169,14 @@ static int try_exit(Ada *s, int layer) {
 
 /* position i reached the last layer with final logits lg: verify the token emitted
    early from it (if any) or sample its successor. 1: a rejection rolled back */
-static int settle(Ada *s, int i, float *lg) {
+static int ada_settle(Ada *s, int i, float *lg) {
     DecodeCtx *d = s->d;
-    Slot *sl = &s->a[i];
+    AdaSlot *sl = &s->a[i];
     int greedy = d->sampler->temp == 0, next;
     const float *raw = decode_keep(d, 0, lg);
     if (sl->head < 0) { /* no early token: the successor comes from the final distribution */
         next = sampler_sample(d->sampler, lg);
-        if (!commit(s, sl->token, next, raw)) push(s, next, sl->pos + 1);
+        if (!ada_commit(s, sl->token, next, raw)) ada_push(s, next, sl->pos + 1);
         return 0;
     }
     int early = s->a[i + 1].token, ok;
@@ -184,100 +185,115 @@ static int settle(Ada *s, int i, float *lg) {
         next = k_argmax(lg, s->vocab);
         ok = next == early;
     } else {
-        float *q = slot_q(s, i);
         sampler_probs(d->sampler, lg);
-        ok = sampler_uniform(d->sampler) * q[early] < lg[early]; /* min(1, p/q) */
-        if (!ok) { /* resample from norm(max(0, p − q)) */
-            for (int v = 0; v < s->vocab; v++) lg[v] = lg[v] > q[v] ? lg[v] - q[v] : 0;
-            float z = 0;
-            for (int v = 0; v < s->vocab; v++) z += lg[v];
-            float u = sampler_uniform(d->sampler) * z, c = 0;
-            next = s->vocab - 1;
-            for (int v = 0; v < s->vocab; v++)
-                if (lg[v] > 0 && (c += lg[v]) > u) { next = v; break; }
-        } else
-            next = early;
+        /* a rejection draws from norm(max(0, p − q)), or from p should rounding leave nothing */
+        next = accept_one(d->sampler, lg, ada_slot_q(s, i), early, s->hl, s->vocab, &ok);
     }
     if (ok) {
         d->early[sl->head]++;
-        commit(s, sl->token, early, raw);
+        ada_commit(s, sl->token, early, raw);
         return 0;
     }
     d->rejected++;
     s->stat[sl->head].rejects++;
     int pos = sl->pos;
-    drop(s, i + 1, s->n - i - 1); /* every later position and its KV entries go */
+    ada_drop(s, i + 1, s->n - i - 1); /* every later position and its KV entries go */
     kv_truncate(d->kv, d->seq, pos + 1);
-    if (!commit(s, sl->token, next, raw)) push(s, next, pos + 1);
+    if (!ada_commit(s, sl->token, next, raw)) ada_push(s, next, pos + 1);
     return 1;
 }
 
 /* one batched call: the trailing group of positions at the same layer runs to the
    next boundary (a head layer, the last layer, or the next older position's layer) */
-static int step(Ada *s) {
+static int ada_step(Ada *s) {
     DecodeCtx *d = s->d;
     int y = s->n - 1, m = s->a[y].layer, g0 = y;
     while (g0 > 0 && s->a[g0 - 1].layer == m) g0--;
     int e = s->L;
     for (int k = 0; k < s->heads->n; k++)
-        if (s->heads->layer[k] > m && s->heads->layer[k] < e && may_exit(s, k)) e = s->heads->layer[k];
+        if (s->heads->layer[k] > m && s->heads->layer[k] < e && ada_may_exit(s, k)) e = s->heads->layer[k];
     if (g0 > 0 && s->a[g0 - 1].layer < e) e = s->a[g0 - 1].layer;
     int g = s->n - g0, tok[MAX_ACTIVE], pos[MAX_ACTIVE], seq[MAX_ACTIVE];
     for (int i = 0; i < g; i++) tok[i] = s->a[g0 + i].token, pos[i] = s->a[g0 + i].pos, seq[i] = d->seq;
     Batch b = {g, tok, seq, pos, NULL, NULL};
-    if (decode_forward(d, &b, m, e, slot_h(s, g0))) return -1;
+    if (decode_forward(d, &b, m, e, ada_slot_h(s, g0))) return -1;
     for (int i = g0; i < s->n; i++) s->a[i].layer = e;
-    d->pending_sum += pending(s);
+    d->pending_sum += ada_pending(s);
     d->pending_n++;
     if (e == s->L) {
-        if (final_logits(d->run, slot_h(s, g0), g, d->logits)) return -1;
+        if (final_logits(d->run, ada_slot_h(s, g0), g, d->logits)) return -1;
         for (int i = 0; i < g && !s->done; i++) {
-            int rolled = settle(s, g0, d->logits + (size_t)i * s->vocab);
-            drop(s, g0, 1); /* position done: its KV is complete */
+            int rolled = ada_settle(s, g0, d->logits + (size_t)i * s->vocab);
+            ada_drop(s, g0, 1); /* position done: its KV is complete */
             if (rolled) break;
         }
         return 0;
     }
-    int tok_early = s->a[s->n - 1].head < 0 ? try_exit(s, e) : -1;
+    int tok_early = s->a[s->n - 1].head < 0 ? ada_try_exit(s, e) : -1;
     if (tok_early == -2) return -1;
-    if (tok_early >= 0) push(s, tok_early, s->a[s->n - 1].pos + 1);
-    for (int k = 0; k < s->heads->n; k++) judge(s, k);
+    if (tok_early >= 0) ada_push(s, tok_early, s->a[s->n - 1].pos + 1);
+    for (int k = 0; k < s->heads->n; k++) ada_judge(s, k);
     return 0;
 }
 
-static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
-    if (!d->opt.heads) return pd_error("adadecode needs exit heads (--heads FILE)");
-    Ada s = {.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,
-             .vocab = d->m->c.vocab_size, .n_prompt = n_prompt,
-             .gamma = d->opt.gamma > 0 ? d->opt.gamma : 0.75f,
-             .max_pending = d->opt.max_pending > 0 ? d->opt.max_pending : 5, .rng = 0x2545F4914F6CDD1Dull};
-    if (s.max_pending > MAX_ACTIVE - 2) s.max_pending = MAX_ACTIVE - 2;
+typedef struct {
+    float gamma;
+    int max_pending;
+} AdaOptions;
+
+static const MethodOption ada_options[] = {
+    {"gamma", OPT_FLOAT, 1e-6, 1, "G", "0.75", "exit at a head whose top probability is ≥ G", offsetof(AdaOptions, gamma),
+     0, NULL},
+    {"max-pending", OPT_INT, 1, MAX_ACTIVE - 2, "K", "5", "unverified early tokens at most",
+     offsetof(AdaOptions, max_pending), 0, NULL},
+};
+
+static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
+    static const AdaOptions ada_none;
+    const AdaOptions *o = d->mopt ? d->mopt : &ada_none;
+    Ada *s = pd_alloc(sizeof *s);
+    if (!(*state = s)) return -1;
+    *s = (Ada){.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,
+               .vocab = d->m->c.vocab_size, .n_prompt = n_prompt,
+               .gamma = o->gamma > 0 ? o->gamma : 0.75f,
+               .max_pending = o->max_pending > 0 ? o->max_pending : 5, .rng = 0x2545F4914F6CDD1Dull};
+    if (s->max_pending > MAX_ACTIVE - 2) s->max_pending = MAX_ACTIVE - 2;
     const Config *c = &d->m->c;
     double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
     /* a check: the head's two products, and one more forward call split off (about a
        tenth of a layer in fixed costs, measured on stories260K) */
-    s.head_cost = ((double)c->dim * c->dim + (double)c->vocab_size * c->dim) / layer + 0.1;
-    for (int k = 0; k < s.heads->n; k++) /* heads that cannot pay rest from the start */
-        if (!d->opt.oracle && prior_gain(&s, k) <= 0) s.stat[k].off_until = s.stat[k].backoff = 256;
-    s.h = pd_alloc(sizeof(float) * MAX_ACTIVE * s.dim);
-    s.q = pd_alloc(sizeof(float) * MAX_ACTIVE * s.vocab);
-    s.hl = pd_alloc(sizeof(float) * s.vocab);
-    int rc = s.h && s.q && s.hl ? decode_prefill(d, prompt, n_prompt) : -1;
-    double t0 = pd_now();
-    if (!rc) {
-        const float *raw = decode_keep(d, 0, d->logits);
-        int next = sampler_sample(d->sampler, d->logits);
-        if (!commit(&s, prompt[n_prompt - 1], next, raw)) push(&s, next, n_prompt);
-        while (!rc && !s.done && s.n > 0) {
-            if (s.a[s.n - 1].pos >= c->seq_len) break; /* the context is full */
-            rc = step(&s);
-        }
-    }
-    d->t_decode += pd_now() - t0;
-    free(s.h);
-    free(s.q);
-    free(s.hl);
-    return rc;
+    s->head_cost = ((double)c->dim * c->dim + (double)c->vocab_size * c->dim) / layer + 0.1;
+    for (int k = 0; k < s->heads->n; k++) /* heads that cannot pay rest from the start */
+        if (!d->opt.oracle && ada_prior_gain(s, k) <= 0) s->stat[k].off_until = s->stat[k].backoff = 256;
+    s->h = pd_alloc(sizeof(float) * MAX_ACTIVE * s->dim);
+    s->q = pd_alloc(sizeof(float) * MAX_ACTIVE * s->vocab);
+    s->hl = pd_alloc(sizeof(float) * s->vocab);
+    if (!s->h || !s->q || !s->hl || decode_prefill(d, prompt, n_prompt)) return -1;
+    const float *raw = decode_keep(d, 0, d->logits);
+    int next = sampler_sample(d->sampler, d->logits);
+    if (!ada_commit(s, prompt[n_prompt - 1], next, raw)) ada_push(s, next, n_prompt);
+    return 0;
 }
 
-const DecodeMethod method_adadecode = {"adadecode", "early exits at confident heads, deferred layers batched, verified", generate};
+/* one batched forward call (ada_step); over at the end, the budget or a full context */
+static int ada_run_step(DecodeCtx *d, void *state) {
+    Ada *s = state;
+    if (s->done || s->n <= 0 || s->a[s->n - 1].pos >= d->m->c.seq_len) return 1;
+    if (ada_step(s)) return -1;
+    return s->done || s->n <= 0 || s->a[s->n - 1].pos >= d->m->c.seq_len;
+}
+
+static void ada_finish(DecodeCtx *d, void *state) {
+    (void)d;
+    Ada *s = state;
+    if (!s) return;
+    free(s->h);
+    free(s->q);
+    free(s->hl);
+    free(s);
+}
+
+const DecodeMethod method_adadecode = {
+    .name = "adadecode", .summary = "early exits at confident heads, deferred layers batched, verified",
+    .options = ada_options, .n_options = sizeof ada_options / sizeof ada_options[0], .options_size = sizeof(AdaOptions),
+    .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1, .begin = ada_begin, .step = ada_run_step, .finish = ada_finish};

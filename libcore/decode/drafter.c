@@ -3,6 +3,8 @@
    let the round size controller choose how much of the tree is worth verifying. */
 #include "decode/drafter.h"
 
+#include "decode/accept.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,20 +242,12 @@ static void shadow_add(Shadows *sh, const DraftTree *t, int start) {
     memcpy(s->parent, t->parent, sizeof(int32_t) * t->n);
 }
 
-/* the first child of node among n nodes (parents before children) whose token is tok
-   (tok < 0: any child); -1 if none */
-static int child_of(const int32_t *parent, const int32_t *token, int n, int node, int tok) {
-    for (int c = node + 1; c < n; c++)
-        if (parent[c] == node && (tok < 0 || token[c] == tok)) return c;
-    return -1;
-}
-
 /* the path the output took through s, its length; 0 while the output is too short to tell */
 static int shadow_path(const Shadow *s, const int32_t *out, int n_out, int *path) {
     int node = 0, n = 1;
     path[0] = 0;
     for (;;) {
-        int at = s->start + n - 1, child = child_of(s->parent, s->token, s->n, node, at < n_out ? out[at] : -1);
+        int at = s->start + n - 1, child = accept_child(s->parent, s->token, s->n, node, at < n_out ? out[at] : -1);
         if (child < 0) return n; /* a leaf, or no child is the output's token */
         if (at >= n_out) return 0;
         path[n++] = node = child;
@@ -327,63 +321,6 @@ static int tree_check(DraftTree *t, int max_depth, int V) {
     return 0;
 }
 
-/* greedy: follow the child that is the argmax; returns the path length */
-static int walk_greedy(Round *r, int V, int *next) {
-    const DraftTree *t = &r->t;
-    int node = 0, n = 1;
-    r->path[0] = 0;
-    for (;;) {
-        int want = k_argmax(r->lg + (size_t)node * V, V), child = child_of(t->parent, t->token, t->n, node, want);
-        if (child < 0) {
-            *next = want;
-            return n;
-        }
-        r->path[n++] = node = child;
-    }
-}
-
-/* res[V] (summing to *total) becomes norm(max(0, res/total − q)), q a point mass at
-   tok when NULL; rounding that leaves nothing falls back on p itself */
-static void residual(float *res, float *total, const float *q, int tok, const float *p, int V) {
-    float sum = 0, t = *total;
-    for (int i = 0; i < V; i++) {
-        float v = res[i] / t - (q ? q[i] : (float)(i == tok));
-        sum += res[i] = v > 0 ? v : 0;
-    }
-    if (!(sum > 0)) {
-        memcpy(res, p, sizeof(float) * V);
-        sum = 1;
-    }
-    *total = sum;
-}
-
-/* sampling: rejection sampling down the tree (drafter.h); returns the path length.
-   The logits of the path's n-th node are kept as row n-1 for logprobs first. */
-static int walk_sample(DecodeCtx *d, Round *r, Sampler *s, int V, int *next) {
-    const DraftTree *t = &r->t;
-    int node = 0, n = 1;
-    r->path[0] = 0;
-    for (;;) {
-        float *p = r->lg + (size_t)node * V, total = 1;
-        r->kept[n - 1] = decode_keep(d, n - 1, p);
-        sampler_probs(s, p);
-        memcpy(r->res, p, sizeof(float) * V);
-        int child = -1;
-        for (int c = node + 1; c < t->n && child < 0; c++) {
-            if (t->parent[c] != node) continue;
-            int tok = t->token[c];
-            const float *q = t->sampled[c] ? t->q + (size_t)c * V : NULL;
-            if (sampler_uniform(s) * (q ? q[tok] : 1) < r->res[tok] / total) child = c; /* u < p/q */
-            else residual(r->res, &total, q, tok, p, V);
-        }
-        if (child < 0) {
-            *next = sampler_pick(s, r->res, V, total);
-            return n;
-        }
-        r->path[n++] = node = child;
-    }
-}
-
 /* the mask of a tree with side nodes: tree rows from the parents, side rows as given */
 static void side_mask(Round *r) {
     const DraftTree *t = &r->t;
@@ -403,7 +340,8 @@ static int verify(DecodeCtx *d, Round *r, int P) {
     for (int i = 0; i < t->n_side; i++) r->pos[t->n + i] = t->side_pos[i], r->tok[t->n + i] = t->token_side[i];
     if (t->n_side) side_mask(r);
     Batch b = {N, r->tok, r->seq, r->pos, t->n_side ? NULL : t->parent, t->n_side ? r->mask : NULL};
-    if (decode_forward(d, &b, 0, d->m->c.n_layers, r->hid)) return -1;
+    if (decode_forward(d, &b, t->run_to, d->m->c.n_layers, r->hid)) return -1;
+    d->target_passes += t->run_to > 0; /* the drafter ran the first layers: this closes a pass */
     return final_logits(d->run, r->hid, N, r->lg);
 }
 
@@ -415,9 +353,12 @@ static int deepest(const DraftTree *t) {
 
 /* per-depth statistics: drafts kept at depth j+1 (early[j]) out of the rounds that
    reached depth j with a draft below it (reached[j]) */
-static void count(DecodeCtx *d, const DraftTree *t, int deep, int n_path) {
-    for (int j = 0; j < deep && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
-    for (int j = 1; j < n_path && j <= MAX_EXIT_HEADS; j++) d->early[j - 1]++;
+static void count(DecodeCtx *d, const Drafter *dr, const DraftTree *t, int deep, int n_path) {
+    if (dr->exit_head >= 0) d->early[dr->exit_head] += n_path - 1; /* early exits, as adadecode counts them */
+    else {
+        for (int j = 0; j < deep && j < n_path && j < MAX_EXIT_HEADS; j++) d->reached[j]++;
+        for (int j = 1; j < n_path && j <= MAX_EXIT_HEADS; j++) d->early[j - 1]++;
+    }
     d->drafted += t->n - 1;
     d->rejected += t->n - n_path;
     d->pending_sum += t->n - 1;
@@ -437,75 +378,103 @@ static void limits(const DecodeCtx *d, int P, int bucket, int *max_nodes, int *m
     *max_depth = depth > 0 ? depth : 0;
 }
 
-int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_prompt) {
+/* ---- the generation, a round a step ---- */
+
+typedef struct {
+    Drafter dr;
     Round r;
     Sizer z;
-    Shadows sh = {.n = 0};
-    int rc = -1, V = d->m->c.vocab_size, dim = d->m->c.dim;
-    if (round_init(&r, d) || decode_prefill(d, prompt, n_prompt)) goto done;
-    if (dr->start && dr->start(dr, d, prompt, n_prompt, d->hidden)) goto done;
-    sizer_init(&z, d->opt.fixed_tree);
-    int shadow = 0, decided = z.fixed || !dr->cheap;
-    double t_start = pd_now();
-    const float *raw = decode_keep(d, 0, d->logits);
-    int x = sampler_sample(d->sampler, d->logits), P = n_prompt;
-    int stop = decode_accept(d, prompt[n_prompt - 1], x, raw);
-    while (!stop && P < d->m->c.seq_len) {
-        double t0 = pd_now();
-        if (!decided && z.plain > 0) {
-            decided = 1;
-            if (d->opt.shadows || shadows_pay(&z)) shadow = 1, z.top = SHADOW_BUCKET;
-        }
-        int bucket = sizer_pick(&z), max_nodes, max_depth, next;
-        limits(d, P, shadow ? z.top : bucket, &max_nodes, &max_depth);
-        DraftTree *t = &r.t;
-        t->n = 1;
-        t->n_side = 0;
-        t->token[0] = x;
-        t->parent[0] = -1;
-        if (max_nodes > 1 && max_depth > 0 && dr->propose(dr, d, t, max_nodes, max_depth)) goto done;
-        if (t->n < 1 || t->n > max_nodes || t->n_side < 0 || t->n_side > MAX_TREE ||
-            P + t->n + t->n_side > d->m->c.seq_len) {
-            pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
-            goto done;
-        }
-        if (shadow) { /* the whole tree waits for the output; the bucket's prefix is verified */
-            shadow_add(&sh, t, d->n_out);
-            if (t->n > 1 << bucket) t->n = 1 << bucket;
-        }
-        int n_path = 1;
-        if (t->n == 1 && !t->n_side) { /* nothing drafted: standard's step, nothing to walk or cut */
-            if (decode_step(d, x, P, r.hid, r.lg)) goto done;
-            r.path[0] = 0;
-            r.kept[0] = decode_keep(d, 0, r.lg);
-            next = sampler_sample(d->sampler, r.lg);
-        } else {
-            if (tree_check(t, max_depth, V) || verify(d, &r, P)) goto done;
-            n_path = d->sampler->temp == 0 ? walk_greedy(&r, V, &next) : walk_sample(d, &r, d->sampler, V, &next);
-            if (kv_keep_path(d->kv, d->seq, P, r.path, n_path)) goto done;
-            if (d->sampler->temp == 0) /* the walk left the logits as they came */
-                for (int i = 0; i < n_path; i++) r.kept[i] = decode_keep(d, i, r.lg + (size_t)r.path[i] * V);
-        }
-        int deep = deepest(t);
-        count(d, t, deep, n_path);
-        int prev = x;
-        for (int i = 1; i < n_path && !stop; i++) {
-            stop = decode_accept(d, prev, t->token[r.path[i]], r.kept[i - 1]);
-            prev = t->token[r.path[i]];
-        }
-        if (!stop) stop = decode_accept(d, prev, next, r.kept[n_path - 1]);
-        const float *h = r.hid + (size_t)r.path[n_path - 1] * dim;
-        if (!stop && dr->accepted && dr->accepted(dr, d, t, r.path, n_path, next, h, r.lg)) goto done;
-        x = next;
-        P += n_path;
-        if (shadow) shadows_settle(&sh, &z, d);
-        else sizer_gains(&z, bucket, r.path, n_path, t->n + t->n_side);
-        sizer_update(&z, bucket, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0);
+    Shadows sh;
+    int shadow, decided, x, P, stop;
+} DrafterRun;
+
+int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_prompt, void **state) {
+    DrafterRun *u = pd_alloc(sizeof *u);
+    if (!u) {
+        if (dr->free) dr->free((Drafter *)dr);
+        return -1;
     }
-    rc = 0;
-    d->t_decode += pd_now() - t_start;
-done:
-    round_free(&r);
-    if (dr->free) dr->free(dr);
-    return rc;
+    u->dr = *dr;
+    *state = u;
+    if (round_init(&u->r, d) || decode_prefill(d, prompt, n_prompt)) return -1;
+    if (u->dr.start && u->dr.start(&u->dr, d, prompt, n_prompt, d->hidden)) return -1;
+    sizer_init(&u->z, d->opt.fixed_tree || u->dr.own_size);
+    u->sh.n = 0;
+    u->decided = u->z.fixed || !u->dr.cheap;
+    const float *raw = decode_keep(d, 0, d->logits);
+    u->x = sampler_sample(d->sampler, d->logits), u->P = n_prompt;
+    u->stop = decode_accept(d, prompt[n_prompt - 1], u->x, raw);
+    return 0;
+}
+
+int drafter_step(DecodeCtx *d, void *state) {
+    DrafterRun *u = state;
+    Drafter *dr = &u->dr;
+    Round *r = &u->r;
+    Sizer *z = &u->z;
+    int V = d->m->c.vocab_size, dim = d->m->c.dim, P = u->P, x = u->x;
+    if (u->stop || P >= d->m->c.seq_len) return 1;
+    double t0 = pd_now();
+    if (!u->decided && z->plain > 0) {
+        u->decided = 1;
+        if (d->opt.shadows || shadows_pay(z)) u->shadow = 1, z->top = SHADOW_BUCKET;
+    }
+    int bucket = sizer_pick(z), max_nodes, max_depth, next;
+    limits(d, P, u->shadow ? z->top : bucket, &max_nodes, &max_depth);
+    DraftTree *t = &r->t;
+    t->n = 1;
+    t->n_side = 0;
+    t->token[0] = x;
+    t->parent[0] = -1;
+    t->run_to = 0;
+    t->hidden = r->hid;
+    t->root_pos = P;
+    if (max_nodes > 1 && max_depth > 0 && dr->propose(dr, d, t, max_nodes, max_depth)) return -1;
+    if (t->n < 1 || t->n > max_nodes || t->n_side < 0 || t->n_side > MAX_TREE || P + t->n + t->n_side > d->m->c.seq_len)
+        return pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
+    if (u->shadow) { /* the whole tree waits for the output; the bucket's prefix is verified */
+        shadow_add(&u->sh, t, d->n_out);
+        if (t->n > 1 << bucket) t->n = 1 << bucket;
+    }
+    int n_path = 1;
+    if (t->n == 1 && !t->n_side && !t->run_to) { /* nothing drafted: standard's step, nothing to walk or cut */
+        if (decode_step(d, x, P, r->hid, r->lg)) return -1;
+        r->path[0] = 0;
+        r->kept[0] = decode_keep(d, 0, r->lg);
+        next = sampler_sample(d->sampler, r->lg);
+    } else {
+        if (tree_check(t, max_depth, V) || verify(d, r, P)) return -1;
+        n_path = d->sampler->temp == 0 ? accept_walk_greedy(t->parent, t->token, t->n, r->lg, V, r->path, &next)
+                                       : accept_walk_sample(d, t->parent, t->token, t->sampled, t->q, t->n, r->lg,
+                                                            r->res, r->path, r->kept, &next);
+        if (kv_keep_path(d->kv, d->seq, P, r->path, n_path)) return -1;
+        if (d->sampler->temp == 0) /* the walk left the logits as they came */
+            for (int i = 0; i < n_path; i++) r->kept[i] = decode_keep(d, i, r->lg + (size_t)r->path[i] * V);
+    }
+    int deep = deepest(t);
+    count(d, dr, t, deep, n_path);
+    int prev = x, stop = 0;
+    for (int i = 1; i < n_path && !stop; i++) {
+        stop = decode_accept(d, prev, t->token[r->path[i]], r->kept[i - 1]);
+        prev = t->token[r->path[i]];
+    }
+    if (!stop) stop = decode_accept(d, prev, next, r->kept[n_path - 1]);
+    const float *h = r->hid + (size_t)r->path[n_path - 1] * dim;
+    if (!stop && dr->accepted && dr->accepted(dr, d, t, r->path, n_path, next, h, r->lg)) return -1;
+    u->x = next;
+    u->P = P + n_path;
+    u->stop = stop;
+    if (u->shadow) shadows_settle(&u->sh, z, d);
+    else sizer_gains(z, bucket, r->path, n_path, t->n + t->n_side);
+    sizer_update(z, bucket, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0);
+    return u->stop || u->P >= d->m->c.seq_len;
+}
+
+void drafter_finish(DecodeCtx *d, void *state) {
+    (void)d;
+    DrafterRun *u = state;
+    if (!u) return;
+    round_free(&u->r);
+    if (u->dr.free) u->dr.free(&u->dr);
+    free(u);
 }

@@ -1,5 +1,5 @@
 /* drafter.h — guess, then check. A drafter proposes a token tree rooted at the last
-   accepted token; drafter_generate runs the whole tree through the model in one
+   accepted token; each drafter_step runs the whole tree through the model in one
    forward call with the tree's attention mask (each node sees its ancestors, not its
    siblings), keeps the longest path the model agrees with, and cuts the KV cache to
    that path. Medusa, prompt lookup, draft-model speculative decoding and the
@@ -22,6 +22,13 @@
 #define PD_DRAFTER_H
 #include "decode/method.h"
 
+#include <stddef.h>
+
+/* the drafter loop's own option, listed by every drafter method */
+#define DRAFTER_OPTIONS                                                                                                \
+    {"fixed-tree", OPT_SWITCH, 0, 0, NULL, NULL, "verify the whole proposal every round (no size controller)",        \
+     offsetof(MethodShared, fixed_tree), 1, NULL}
+
 #define MAX_TREE 128 /* nodes a round verifies at most, the root included (side nodes apart) */
 _Static_assert(2 * MAX_TREE <= MAX_ROUND_NODES, "a round's tree and side nodes are counted in rounds_by_nodes");
 
@@ -29,7 +36,7 @@ typedef struct {
     int n;                    /* nodes; node 0 is the root */
     int32_t token[MAX_TREE];  /* node 0: the last accepted token x, at position P, not yet run */
     int32_t parent[MAX_TREE]; /* parent[i] < i; parent[0] = -1 */
-    int32_t depth[MAX_TREE];  /* filled by drafter_generate: node i sits at P + depth[i] */
+    int32_t depth[MAX_TREE];  /* filled by drafter_step: node i sits at P + depth[i] */
     float *q;                 /* [MAX_TREE][vocab] sampling: row i = the distribution node i's
                                  token was drawn from, when sampled[i] */
     uint8_t sampled[MAX_TREE];/* 0: a deterministic draft (a point mass at token[i]) */
@@ -39,6 +46,13 @@ typedef struct {
     int n_side;
     int32_t token_side[MAX_TREE], side_pos[MAX_TREE];
     uint8_t side_mask[MAX_TREE][2 * MAX_TREE];
+    /* a drafter that ran the tree's first layers itself (self-speculative: its drafts
+       came from them, and their KV entries are in the cache) sets run_to: the nodes'
+       states after layer run_to are in hidden[n][dim] (the loop's buffer, set before
+       propose), and verification runs the layers from there (also when n = 1) */
+    int run_to;
+    float *hidden;
+    int32_t root_pos; /* P, the root's position (set by the loop) */
 } DraftTree;
 
 typedef struct Drafter {
@@ -62,10 +76,21 @@ typedef struct Drafter {
        verifies the prefix it chose, and learns what the rest would have kept from the
        tokens that follow */
     int cheap;
+    /* the drafter sizes its own proposals (self-speculative stops at a weak head): the
+       loop asks for the whole budget every round, with no size controller */
+    int own_size;
+    /* ≥ 0: kept drafts count as early exits at this exit head (d->early[exit_head]),
+       not per depth */
+    int exit_head;
 } Drafter;
 
-/* the verify loop every drafter runs in; frees the drafter */
-int drafter_generate(DecodeCtx *d, Drafter *dr, const int32_t *prompt, int n_prompt);
+/* the verify loop every drafter runs in, as a method's begin / step / finish
+   (DecodeMethod): begin prefills, takes a copy of dr (its self too: finish frees it
+   through dr->free, also when begin fails) and leaves the state in *state; a step is
+   one round (propose, verify, accept); 1 when the generation is over */
+int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_prompt, void **state);
+int drafter_step(DecodeCtx *d, void *state);
+void drafter_finish(DecodeCtx *d, void *state);
 
 /* Medusa's --tree (decode/medusa.c): a JSON list of rank paths, as Medusa's mc_sim
    choices ("[[0], [1], [0, 0]]"), for n_heads heads, as nodes: node 0 is the root,

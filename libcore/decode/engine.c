@@ -1,7 +1,7 @@
 /* engine.c — see engine.h. One mutex guards the queue, the running set and what
    readers see of a job (its tokens, its end). The KV cache, the model's workspace and
-   a job's sequence belong to whoever holds the baton (the step thread, or one method
-   worker), so forward calls run without the lock. */
+   every job's sequence belong to the one scheduler thread, which runs standard steps
+   and the methods' steps alike, so forward calls run without the lock. */
 #include "decode/engine.h"
 
 #include <math.h>
@@ -22,8 +22,9 @@ struct Job {
     int blocks;          /* pool blocks held back for it from admission to its end */
     int state, cancelled, refs, waited;
     Engine *engine;
-    pthread_t worker;    /* method mode: the thread running its method */
-    int worker_on, worker_done, hand_back;
+    DecodeCtx dc;        /* method mode: its method's generation, stepped by the scheduler */
+    DecodeRun gen;
+    int gen_on;
     TokenLogprob *lp;                     /* [n_prompt + max_new] by position, or NULL */
     int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
     int lp_lost;                          /* a method could not keep a token's logits */
@@ -41,8 +42,6 @@ struct Engine {
     EngineOptions o;
     pthread_mutex_t mu;
     pthread_cond_t work, out; /* the step thread waits on work, readers on out */
-    pthread_cond_t turn;      /* the baton between the step thread and method workers */
-    Job *baton;
     pthread_t thread;
     int quit;
     int aborting;             /* engine_abort: every job ends, new ones end at once */
@@ -233,11 +232,10 @@ static int step(Engine *e) {
 }
 
 /* ---- methods, while the batch is small ----
-   A job in method mode has a worker thread running its method's generate(). Workers
-   and the step thread pass a baton (e->baton: whose turn it is, NULL = the step
-   thread's): a worker runs until its method accepts a token, then hands the baton
-   back, so the methods of a small batch take turns a round at a time and only one
-   thread ever touches the KV cache and the model's workspace. */
+   A job in method mode has its method's generation (DecodeRun): the scheduler thread
+   takes the method jobs in turn, one step (a round) each, without the lock, as it runs
+   standard steps for the whole batch otherwise. A later step can put several jobs'
+   trees into one forward call; today each step is one job's. */
 
 static int method_batch(const Engine *e) {
     if (!e->o.spec_max_batch || e->n_run > e->o.spec_max_batch || can_admit(e)) return 0;
@@ -246,12 +244,8 @@ static int method_batch(const Engine *e) {
     return 1;
 }
 
-static void wait_turn(Engine *e, Job *j) {
-    while (e->baton != j) pthread_cond_wait(&e->turn, &e->mu);
-}
-
-/* each accepted token: to the job's readers, then the baton goes back; returns 1 (the
-   method stops) when the job is cancelled or standard steps take over */
+/* each accepted token, to the job's readers; returns 1 (the method stops) when the job
+   is cancelled or over */
 static int method_emit(void *ctx, int prev, int token) {
     (void)prev;
     Job *j = ctx;
@@ -263,82 +257,62 @@ static int method_emit(void *ctx, int prev, int token) {
     } else append(e, j, token);
     e->st.method_tokens++;
     e->st.kv_free = e->kv.n_free;
-    e->baton = NULL;
-    pthread_cond_broadcast(&e->turn);
-    wait_turn(e, j);
-    int stop = j->cancelled || j->hand_back || j->finish;
+    int stop = j->cancelled || j->finish;
     pthread_mutex_unlock(&e->mu);
     return stop;
 }
 
-/* the logits each accepted token came from, before method_emit appends it; the worker
-   holds the baton, so n_ctx stays as it is meanwhile */
+/* the logits each accepted token came from, before method_emit appends it; only the
+   scheduler thread appends, so n_ctx stays as it is meanwhile */
 static void method_logits(void *ctx, int token, const float *logits) {
     Job *j = ctx;
     if (logits) logprob_fill(&j->lp[j->n_ctx], logits, j->engine->m->c.vocab_size, token, j->n_top);
     else j->lp_lost = 1;
 }
 
-static void *worker(void *arg) {
-    Job *j = arg;
-    Engine *e = j->engine;
-    DecodeCtx d;
-    pthread_mutex_lock(&e->mu);
-    wait_turn(e, j);
-    pthread_mutex_unlock(&e->mu);
-    int rc = decode_init(&d, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt));
-    if (!rc) {
-        d.opt = e->o.opt;
-        d.emit = method_emit;
-        d.emit_ctx = j;
-        if (j->lp) d.emit_logits = method_logits;
-        rc = j->method->generate(&d, j->ctx, j->n_ctx);
-        decode_free(&d);
-    }
-    pthread_mutex_lock(&e->mu);
-    if (rc) fprintf(stderr, "serve: %s\n", pd_errmsg()), j->finish = "error";
-    /* a method that stopped by itself met an end token (which it does not emit), its
-       budget (reap sees it) or the model's context */
-    else if (!j->hand_back && !j->cancelled && !j->finish && j->n_ctx - j->n_prompt < j->max_new)
-        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
-    j->worker_done = 1;
-    e->baton = NULL;
-    pthread_cond_broadcast(&e->turn);
-    pthread_mutex_unlock(&e->mu);
-    return NULL;
+/* ends j's method (its generation and sequence go); the job goes on from its context
+   with standard steps, or ends. Called under the lock. */
+static void method_stop(Engine *e, Job *j) {
+    (void)e;
+    if (!j->gen_on) return;
+    decode_run_finish(&j->gen);
+    decode_free(&j->dc);
+    j->gen_on = 0;
+    j->seq = -1, j->n_kv = 0; /* standard steps prefill its context again */
 }
 
-/* gives j the baton until it hands it back; a worker that ended is joined */
-static void give_turn(Engine *e, Job *j) {
-    if (!j->worker_on) { /* the method builds its own sequence from the context */
+/* one step of j's method, starting it first (the method builds its own sequence from
+   the context); called under the lock, which it leaves while the model runs */
+static void method_turn(Engine *e, Job *j) {
+    int rc, started = j->gen_on;
+    if (!started) {
         if (j->seq >= 0) kv_seq_free(&e->kv, j->seq);
-        j->seq = -1, j->n_kv = 0, j->worker_done = 0, j->hand_back = 0;
-        if (pthread_create(&j->worker, NULL, worker, j)) {
+        j->seq = -1, j->n_kv = 0;
+        if (decode_init(&j->dc, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt))) {
+            fprintf(stderr, "serve: %s\n", pd_errmsg());
             j->finish = "error";
             return;
         }
-        j->worker_on = 1;
+        j->dc.opt = e->o.opt;
+        j->dc.emit = method_emit;
+        j->dc.emit_ctx = j;
+        if (j->lp) j->dc.emit_logits = method_logits;
+        j->gen_on = 1;
     }
-    e->baton = j;
-    pthread_cond_broadcast(&e->turn);
-    while (e->baton == j) pthread_cond_wait(&e->turn, &e->mu);
-    if (j->worker_done) {
-        pthread_mutex_unlock(&e->mu);
-        pthread_join(j->worker, NULL);
-        pthread_mutex_lock(&e->mu);
-        j->worker_on = 0;
-    }
+    pthread_mutex_unlock(&e->mu);
+    rc = started ? decode_run_step(&j->gen) : decode_run_begin(&j->gen, j->method, &j->dc, j->ctx, j->n_ctx);
+    pthread_mutex_lock(&e->mu);
+    if (rc == 0) return; /* begun, or a round done: its next step comes in a later turn */
+    if (rc < 0) fprintf(stderr, "serve: %s\n", pd_errmsg()), j->finish = "error";
+    /* a method that stopped by itself met an end token (which it does not emit), its
+       budget (reap sees it) or the model's context */
+    else if (!j->cancelled && !j->finish && j->n_ctx - j->n_prompt < j->max_new)
+        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
+    method_stop(e, j);
 }
 
-/* j's method stops at its next token; the job goes on from its context */
-static void stop_worker(Engine *e, Job *j) {
-    j->hand_back = 1;
-    while (j->worker_on) give_turn(e, j);
-}
-
-static void hand_back_all(Engine *e) {
-    for (int i = 0; i < e->n_run; i++)
-        if (e->run[i]->worker_on) stop_worker(e, e->run[i]);
+static void stop_methods(Engine *e) {
+    for (int i = 0; i < e->n_run; i++) method_stop(e, e->run[i]);
 }
 
 /* ---- the step thread ---- */
@@ -348,8 +322,8 @@ static void *loop(void *arg) {
     int turn = 0;
     pthread_mutex_lock(&e->mu);
     while (!e->quit) {
-        for (int i = 0; i < e->n_run; i++) /* a job that is over: its worker stops first */
-            if (e->run[i]->worker_on && job_over(e->run[i])) stop_worker(e, e->run[i]);
+        for (int i = 0; i < e->n_run; i++) /* a job that is over: its method stops first */
+            if (e->run[i]->gen_on && job_over(e->run[i])) method_stop(e, e->run[i]);
         reap(e);
         admit(e);
         if (!e->n_run) {
@@ -357,10 +331,10 @@ static void *loop(void *arg) {
             continue;
         }
         if (method_batch(e)) { /* a round of one method, in turn */
-            give_turn(e, e->run[turn++ % e->n_run]);
+            method_turn(e, e->run[turn++ % e->n_run]);
             continue;
         }
-        hand_back_all(e);
+        stop_methods(e);
         pthread_mutex_unlock(&e->mu);
         int rc = step(e);
         pthread_mutex_lock(&e->mu);
@@ -369,7 +343,7 @@ static void *loop(void *arg) {
             for (int i = 0; i < e->n_run; i++) e->run[i]->finish = "error";
         }
     }
-    hand_back_all(e);
+    stop_methods(e);
     while (e->n_run) retire(e, 0, "cancelled");
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -408,7 +382,6 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->out, NULL);
-    pthread_cond_init(&e->turn, NULL);
     if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || !e->raw || !e->row_job || !e->row_at ||
         !e->row_pos || !e->row_tok || pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
@@ -443,12 +416,13 @@ void engine_free(Engine *e) {
 int engine_method_ok(const Engine *e, const char *name) {
     const DecodeMethod *dm = decode_method(name);
     if (!dm) return -1;
-    const MethodOptions *o = &e->o.opt;
-    if ((!strcmp(name, "adadecode") || !strcmp(name, "self-speculative")) && !o->heads)
+    const MethodShared *o = &e->o.opt;
+    if ((dm->needs & NEEDS_EXIT_HEADS) && !o->heads)
         return pd_error("method '%s' needs exit heads, and the loaded model has none (serve a bundle with them)", name);
-    if (!strcmp(name, "medusa") && !o->medusa)
-        return pd_error("method 'medusa' needs Medusa heads, and the loaded model has none (serve a bundle with them)");
-    if (!strcmp(name, "speculative") && !o->draft) return pd_error("method 'speculative' needs a draft model (serve --draft MODEL)");
+    if ((dm->needs & NEEDS_MEDUSA) && !o->medusa)
+        return pd_error("method '%s' needs Medusa heads, and the loaded model has none (serve a bundle with them)", name);
+    if ((dm->needs & NEEDS_DRAFT) && !o->draft)
+        return pd_error("method '%s' needs a draft model (serve --draft MODEL)", name);
     return 0;
 }
 
@@ -472,7 +446,7 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     memcpy(j->ctx, prompt, sizeof(int32_t) * n_prompt);
     j->n_prompt = j->n_ctx = n_prompt, j->max_new = max_new;
     j->n_top = o->logprobs > 0 ? o->logprobs : 0, j->prompt_lp = o->logprobs >= 0 && o->prompt_logprobs;
-    j->method = strcmp(o->method, "standard") ? decode_method(o->method) : NULL;
+    j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
     j->seq = -1;
     j->engine = e;
     j->blocks = blocks_for(e, j);

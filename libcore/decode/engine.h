@@ -4,7 +4,8 @@
    cancelled. A request is admitted only when the blocks it may need are free, so a
    running request never runs out; the others wait in a queue, in order.
    A request may name a decoding method. Speculation pays only while the batch is
-   small (docs/benchmarks.md, "serve"): methods run, taking turns a round at a time,
+   small (docs/benchmarks.md, "serve"): methods run, taking turns a step (a round of
+   the method's state machine, DecodeMethod.step) at a time on the one scheduler thread,
    while the batch holds at most spec_max_batch requests, each with a method, and no
    other can be admitted; otherwise standard steps take over from the same contexts,
    and the methods resume when the batch is small again.
@@ -25,7 +26,7 @@ typedef struct {
                             (static batching, the load benchmark's baseline) */
     int spec_max_batch;  /* methods run while the batch holds at most this many requests,
                             all with a method (0: never) */
-    MethodOptions opt;   /* what the methods take (heads, a draft model) */
+    MethodShared opt;    /* what the methods take (heads, a draft model); each runs with its defaults */
 } EngineOptions;
 
 typedef struct Engine Engine;

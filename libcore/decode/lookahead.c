@@ -30,26 +30,26 @@
 
 #include "decode/drafter.h"
 
-#define DEFAULT_WINDOW 3
-#define DEFAULT_NGRAM 3
-#define MAX_WINDOW 32
-#define MAX_NGRAM 8
-#define MAX_GUESS 64
+#define LOOK_DEFAULT_WINDOW 3
+#define LOOK_DEFAULT_NGRAM 3
+#define LOOK_MAX_WINDOW 32
+#define LOOK_MAX_NGRAM 8
+#define LOOK_MAX_GUESS 64
 #define POOL_PER_KEY 8 /* n-grams kept under one first token, most recent first */
 #define WIDEN_AFTER 2  /* --adaptive: rounds in a row whose drafts held */
 #define NARROW_AFTER 4 /* --adaptive: rounds in a row whose drafts failed */
 
 typedef struct {
     int n;
-    int32_t g[POOL_PER_KEY][MAX_NGRAM - 1]; /* the N-1 tokens after the key */
+    int32_t g[POOL_PER_KEY][LOOK_MAX_NGRAM - 1]; /* the N-1 tokens after the key */
 } PoolKey;
 
 typedef struct {
     int V, W, N, G, adaptive, wmax;
     int w;                                /* columns in use (W unless adaptive) */
-    int lv[MAX_WINDOW];                   /* levels each column holds, 1..N-1 */
-    int32_t win[MAX_NGRAM - 1][MAX_WINDOW]; /* win[j][i]: column i, level j (oldest first) */
-    int top[MAX_WINDOW];                  /* side index of each column's top level, when it ran */
+    int lv[LOOK_MAX_WINDOW];                   /* levels each column holds, 1..N-1 */
+    int32_t win[LOOK_MAX_NGRAM - 1][LOOK_MAX_WINDOW]; /* win[j][i]: column i, level j (oldest first) */
+    int top[LOOK_MAX_WINDOW];                  /* side index of each column's top level, when it ran */
     int ran;                              /* columns the last proposal ran */
     PoolKey **pool;                       /* [vocab] allocated on first use */
     int32_t *text;                        /* [n_prompt + max_new] prompt, then output */
@@ -80,7 +80,7 @@ static int pool_add(Look *lk, int key, const int32_t *g) {
 }
 
 /* the text catches up with the output; each new token ends an N-gram of the text */
-static int sync(Look *lk, const DecodeCtx *d) {
+static int look_sync(Look *lk, const DecodeCtx *d) {
     for (; lk->len < lk->n_prompt + d->n_out; lk->len++) {
         lk->text[lk->len] = d->out[lk->len - lk->n_prompt];
         int first = lk->len - lk->N + 1;
@@ -119,7 +119,7 @@ static int32_t random_text_token(Look *lk) {
 /* the window's columns as side nodes, level by level (every node's visible nodes come
    before it): as many columns as max_side nodes, the context and the positions allow */
 static void window_nodes(Look *lk, const DecodeCtx *d, DraftTree *t, int P, int max_side) {
-    int n = t->n, seq_len = d->m->c.seq_len, cols = 0, side = 0, idx[MAX_NGRAM - 1][MAX_WINDOW];
+    int n = t->n, seq_len = d->m->c.seq_len, cols = 0, side = 0, idx[LOOK_MAX_NGRAM - 1][LOOK_MAX_WINDOW];
     for (int i = 0; i < lk->w; i++) {
         int need = side + lk->lv[i];
         if (need > max_side || P + n + need > seq_len || P + 1 + i + lk->lv[i] - 1 >= seq_len) break;
@@ -154,7 +154,7 @@ static int window_step(Look *lk, const DraftTree *t, const float *logits, int V)
             lk->win[lk->lv[i]++][i] = next;
             continue;
         }
-        int32_t g[MAX_NGRAM - 1];
+        int32_t g[LOOK_MAX_NGRAM - 1];
         for (int j = 1; j < lk->N - 1; j++) g[j - 1] = lk->win[j][i];
         g[lk->N - 2] = next;
         if (pool_add(lk, lk->win[0][i], g)) return -1;
@@ -165,7 +165,7 @@ static int window_step(Look *lk, const DraftTree *t, const float *logits, int V)
 }
 
 /* --adaptive: a wider window after drafts held, a narrower one after they failed */
-static void adapt(Look *lk, int held) {
+static void look_adapt(Look *lk, int held) {
     lk->streak = held ? (lk->streak > 0 ? lk->streak + 1 : 1) : (lk->streak < 0 ? lk->streak - 1 : -1);
     if (lk->streak >= WIDEN_AFTER && lk->w < lk->wmax) {
         lk->lv[lk->w] = 1;
@@ -179,12 +179,12 @@ static void adapt(Look *lk, int held) {
 
 /* ---- the drafter ---- */
 
-static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
+static int look_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
     Look *lk = dr->self;
     int m = lk->N - 1 < max_depth ? lk->N - 1 : max_depth, P = lk->n_prompt + d->n_out - 1;
-    if (sync(lk, d)) return -1;
+    if (look_sync(lk, d)) return -1;
     if (lk->oracle) { /* depth j+1's right token is oracle[n_out + j]; a wrong one is the next id */
-        int32_t g[MAX_NGRAM - 1];
+        int32_t g[LOOK_MAX_NGRAM - 1];
         for (int j = 0; j < m; j++) {
             int right = lk->oracle[d->n_out + j] >= 0 ? lk->oracle[d->n_out + j] : 0;
             g[j] = sampler_uniform(d->sampler) < lk->rate ? right : (right + 1) % d->m->c.vocab_size;
@@ -198,16 +198,16 @@ static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int m
     return 0;
 }
 
-static int accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
+static int look_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
                     const float *hidden, const float *logits) {
     (void)path, (void)next, (void)hidden;
     Look *lk = dr->self;
     if (t->n_side && lk->ran && window_step(lk, t, logits, d->m->c.vocab_size)) return -1;
-    if (lk->adaptive && t->n > 1) adapt(lk, n_path > 1);
+    if (lk->adaptive && t->n > 1) look_adapt(lk, n_path > 1);
     return 0;
 }
 
-static int start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
+static int look_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
     (void)hidden;
     Look *lk = dr->self;
     if (!(lk->pool = pd_alloc(sizeof(PoolKey *) * lk->V))) return -1;
@@ -233,17 +233,24 @@ static void look_free(Drafter *dr) {
     free(lk);
 }
 
-static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
-    const MethodOptions *o = &d->opt;
-    if (o->window < 0 || o->window > MAX_WINDOW)
-        return pd_error("lookahead: --window %d is outside [1, %d]", o->window, MAX_WINDOW);
-    if (o->ngram < 0 || o->ngram == 1 || o->ngram > MAX_NGRAM)
-        return pd_error("lookahead: --ngram %d is outside [2, %d]", o->ngram, MAX_NGRAM);
-    if (o->guess < 0 || o->guess > MAX_GUESS)
-        return pd_error("lookahead: --guess %d is outside [1, %d]", o->guess, MAX_GUESS);
-    if (o->oracle_rate < 0 || o->oracle_rate > 1 || (o->oracle_rate > 0 && !o->oracle))
-        return pd_error("lookahead: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", o->oracle_rate);
-    int W = o->window ? o->window : DEFAULT_WINDOW, N = o->ngram ? o->ngram : DEFAULT_NGRAM;
+typedef struct {
+    int window, ngram, guess, adaptive;
+} LookOptions;
+
+static const MethodOption look_options[] = {
+    {"window", OPT_INT, 1, LOOK_MAX_WINDOW, "W", "3", "the Jacobi window", offsetof(LookOptions, window), 0, NULL},
+    {"ngram", OPT_INT, 2, LOOK_MAX_NGRAM, "N", "3", "the n-gram size", offsetof(LookOptions, ngram), 0, NULL},
+    {"guess", OPT_INT, 1, LOOK_MAX_GUESS, "G", "the window", "candidate n-grams verified", offsetof(LookOptions, guess), 0, NULL},
+    {"adaptive", OPT_SWITCH, 0, 0, NULL, NULL, "the window widens and narrows with acceptance",
+     offsetof(LookOptions, adaptive), 0, NULL},
+    DRAFTER_OPTIONS,
+};
+
+static int look_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
+    static const LookOptions look_none;
+    const LookOptions *o = d->mopt ? d->mopt : &look_none;
+    const MethodShared *sh = &d->opt;
+    int W = o->window ? o->window : LOOK_DEFAULT_WINDOW, N = o->ngram ? o->ngram : LOOK_DEFAULT_NGRAM;
     if (W * (N - 1) > MAX_TREE)
         return pd_error("lookahead: --window %d × (--ngram %d - 1) is over the %d window nodes a round can run", W, N,
                         MAX_TREE);
@@ -255,15 +262,17 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
     lk->G = o->guess ? o->guess : W;
     lk->adaptive = o->adaptive;
     lk->wmax = lk->adaptive ? 2 * W : W;
-    if (lk->wmax > MAX_WINDOW) lk->wmax = MAX_WINDOW;
+    if (lk->wmax > LOOK_MAX_WINDOW) lk->wmax = LOOK_MAX_WINDOW;
     if (lk->wmax * (N - 1) > MAX_TREE) lk->wmax = MAX_TREE / (N - 1);
     lk->V = d->m->c.vocab_size;
     lk->rng = 0x9e3779b97f4a7c15ull;
-    lk->rate = o->oracle_rate;
-    lk->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
-    Drafter dr = {lk, start, propose, accepted, look_free, 0};
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    lk->rate = sh->oracle_rate;
+    lk->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
+    Drafter dr = {lk, look_start, look_propose, look_accepted, look_free, 0, 0, -1};
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_lookahead = {"lookahead", "a Jacobi window fills an n-gram pool; its n-grams are verified in the same pass",
-                                       generate};
+const DecodeMethod method_lookahead = {
+    .name = "lookahead", .summary = "a Jacobi window fills an n-gram pool; its n-grams are verified in the same pass",
+    .options = look_options, .n_options = sizeof look_options / sizeof look_options[0],
+    .options_size = sizeof(LookOptions), .samples = 1, .oracle = 1, .begin = look_begin, .step = drafter_step, .finish = drafter_finish};

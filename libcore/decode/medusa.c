@@ -165,7 +165,7 @@ static void oracle_ranks(Medusa *md, DecodeCtx *d, int k, int need) {
         if (own[r] != right) md->cand[k][w++] = own[r];
 }
 
-static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
+static int medusa_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
     Medusa *md = dr->self;
     int V = d->m->c.vocab_size, n = md->tr.n < max_nodes ? md->tr.n : max_nodes;
     int deepest = 0, map[MAX_TREE];
@@ -191,21 +191,21 @@ static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int m
     return 0;
 }
 
-static int keep_hidden(Drafter *dr, DecodeCtx *d, const float *hidden) {
+static int medusa_keep_hidden(Drafter *dr, DecodeCtx *d, const float *hidden) {
     Medusa *md = dr->self;
     memcpy(md->hidden, hidden, sizeof(float) * d->m->c.dim);
     return 0;
 }
 
-static int start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
+static int medusa_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
     (void)prompt, (void)n_prompt;
-    return keep_hidden(dr, d, hidden);
+    return medusa_keep_hidden(dr, d, hidden);
 }
 
-static int accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
+static int medusa_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
                     const float *hidden, const float *logits) {
     (void)t, (void)path, (void)n_path, (void)next, (void)logits;
-    return keep_hidden(dr, d, hidden);
+    return medusa_keep_hidden(dr, d, hidden);
 }
 
 static void medusa_drafter_free(Drafter *dr) {
@@ -216,31 +216,41 @@ static void medusa_drafter_free(Drafter *dr) {
     free(md);
 }
 
-static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
-    const MethodOptions *o = &d->opt;
-    if (!o->medusa) return pd_error("medusa needs Medusa heads (--heads FILE from train-medusa)");
-    if (o->oracle_rate < 0 || o->oracle_rate > 1 || (o->oracle_rate > 0 && !o->oracle))
-        return pd_error("medusa: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", o->oracle_rate);
+typedef struct {
+    int draft_max;
+    const char *tree;
+} MedusaOptions;
+
+static const MethodOption medusa_options[] = {
+    {"draft-max", OPT_INT, 1, MAX_TREE - 1, "K", "64", "tree nodes below the root", offsetof(MedusaOptions, draft_max), 0, NULL},
+    {"tree", OPT_STR, 0, 0, "PATHS", "built from the heads' accuracies", "the candidate tree as paths of ranks",
+     offsetof(MedusaOptions, tree), 0, NULL},
+    DRAFTER_OPTIONS,
+};
+
+static int medusa_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
+    static const MedusaOptions medusa_none;
+    const MedusaOptions *o = d->mopt ? d->mopt : &medusa_none;
+    const MethodShared *sh = &d->opt;
     Medusa *md = pd_alloc(sizeof *md);
     if (!md) return -1;
-    Drafter dr = {md, start, propose, accepted, medusa_drafter_free, 0};
+    Drafter dr = {md, medusa_start, medusa_propose, medusa_accepted, medusa_drafter_free, 0, 0, -1};
     md->m = d->m;
-    md->h = o->medusa;
+    md->h = sh->medusa;
     tree_root(&md->tr);
-    md->rate = o->oracle_rate;
-    md->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
+    md->rate = sh->oracle_rate;
+    md->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
     md->hl = pd_alloc(sizeof(float) * d->m->c.vocab_size);
     md->hidden = pd_alloc(sizeof(float) * d->m->c.dim);
-    if (o->draft_max < 0 || o->draft_max > MAX_TREE - 1) {
-        medusa_drafter_free(&dr);
-        return pd_error("medusa: draft-max %d is outside [1, %d] (tree nodes below the root)", o->draft_max, MAX_TREE - 1);
-    }
     if (!md->hl || !md->hidden || (o->tree ? medusa_tree_parse(&md->tr, o->tree, md->h->n) : (tree_build(md, o->draft_max ? o->draft_max + 1 : DEFAULT_NODES), 0))) {
         medusa_drafter_free(&dr);
         return -1;
     }
     if (o->draft_max && md->tr.n > o->draft_max + 1) md->tr.n = o->draft_max + 1; /* a prefix is a tree */
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_medusa = {"medusa", "K heads guess a tree of next tokens, verified in one pass", generate};
+const DecodeMethod method_medusa = {
+    .name = "medusa", .summary = "K heads guess a tree of next tokens, verified in one pass", .options = medusa_options,
+    .n_options = sizeof medusa_options / sizeof medusa_options[0], .options_size = sizeof(MedusaOptions),
+    .needs = NEEDS_MEDUSA, .samples = 1, .oracle = 1, .begin = medusa_begin, .step = drafter_step, .finish = drafter_finish};

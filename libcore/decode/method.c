@@ -1,25 +1,42 @@
 /* method.c — the method registry and the helpers every method shares. */
 #include "decode/method.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern const DecodeMethod method_standard, method_adadecode, method_selfspec, method_medusa;
-extern const DecodeMethod method_prompt_lookup;
-extern const DecodeMethod method_lookahead;
-extern const DecodeMethod method_speculative;
+extern const DecodeMethod method_standard, method_adadecode, method_selfspec, method_medusa, method_prompt_lookup,
+    method_lookahead, method_speculative;
 
 /* adding a method: one file in libcore/decode/ and one line here */
-static const DecodeMethod *const METHODS[] = {&method_standard, &method_adadecode, &method_selfspec,
-                                            &method_medusa,
-                                            &method_prompt_lookup,
-                                            &method_lookahead,
-                                            &method_speculative};
-#define N_METHODS (int)(sizeof METHODS / sizeof METHODS[0])
+static const DecodeMethod *const METHODS[] = {
+    &method_standard,  &method_prompt_lookup, &method_lookahead,   &method_adadecode,
+    &method_selfspec,  &method_medusa,        &method_speculative,
+};
+#define N_BUILT_IN (int)(sizeof METHODS / sizeof METHODS[0])
+
+/* methods registered at run time (a test's own), after the built-in ones */
+#define MAX_EXTRA 4
+static const DecodeMethod *EXTRA[MAX_EXTRA];
+static int n_extra;
+#define N_METHODS (N_BUILT_IN + n_extra)
+#define METHOD(i) ((i) < N_BUILT_IN ? METHODS[i] : EXTRA[(i) - N_BUILT_IN])
+
+int decode_register(const DecodeMethod *dm) {
+    for (int i = 0; i < N_METHODS; i++)
+        if (!strcmp(METHOD(i)->name, dm->name)) return pd_error("method '%s' is registered already", dm->name);
+    if (n_extra == MAX_EXTRA) return pd_error("more than %d methods registered at run time", MAX_EXTRA);
+    EXTRA[n_extra++] = dm;
+    return 0;
+}
+
+int decode_method_count(void) { return N_METHODS; }
+const DecodeMethod *decode_reference(void) { return METHODS[0]; }
+const DecodeMethod *decode_method_at(int i) { return i >= 0 && i < N_METHODS ? METHOD(i) : NULL; }
 
 const DecodeMethod *decode_method(const char *name) {
     for (int i = 0; i < N_METHODS; i++)
-        if (!strcmp(METHODS[i]->name, name)) return METHODS[i];
+        if (!strcmp(METHOD(i)->name, name)) return METHOD(i);
     pd_error("unknown method '%s' (known: %s)", name, decode_method_names());
     return NULL;
 }
@@ -29,9 +46,165 @@ const char *decode_method_names(void) {
     buf[0] = 0;
     for (int i = 0; i < N_METHODS; i++) {
         if (i) strncat(buf, ", ", sizeof buf - strlen(buf) - 1);
-        strncat(buf, METHODS[i]->name, sizeof buf - strlen(buf) - 1);
+        strncat(buf, METHOD(i)->name, sizeof buf - strlen(buf) - 1);
     }
     return buf;
+}
+
+/* a and b name the same option, '_' matching '-' (a recipe's keys) */
+static int same_name(const char *a, const char *b) {
+    for (; *a && *b; a++, b++)
+        if (*a != *b && !((*a == '-' || *a == '_') && (*b == '-' || *b == '_'))) return 0;
+    return !*a && !*b;
+}
+
+const MethodOption *decode_option_find(const DecodeMethod *dm, const char *name) {
+    for (int i = 0; i < dm->n_options; i++)
+        if (same_name(dm->options[i].name, name)) return &dm->options[i];
+    return NULL;
+}
+
+const char *decode_option_key(const MethodOption *o, char *buf, size_t n) {
+    snprintf(buf, n, "%s", o->recipe ? o->recipe : o->name);
+    for (char *c = buf; *c; c++) *c = *c == '-' ? '_' : *c;
+    return buf;
+}
+
+const MethodOption *decode_option_by_key(const char *key, const DecodeMethod **dm) {
+    char k[64];
+    for (int i = 0; i < N_METHODS; i++)
+        for (int j = 0; j < METHOD(i)->n_options; j++)
+            if (!strcmp(decode_option_key(&METHOD(i)->options[j], k, sizeof k), key)) {
+                if (dm) *dm = METHOD(i);
+                return &METHOD(i)->options[j];
+            }
+    return NULL;
+}
+
+const char *decode_option_users(const char *name) {
+    static char buf[512];
+    buf[0] = 0;
+    for (int i = 0; i < N_METHODS; i++)
+        if (decode_option_find(METHOD(i), name)) {
+            if (buf[0]) strncat(buf, " ", sizeof buf - strlen(buf) - 1);
+            strncat(buf, METHOD(i)->name, sizeof buf - strlen(buf) - 1);
+        }
+    return buf;
+}
+
+void *decode_options_new(const DecodeMethod *dm) { return pd_alloc(dm->options_size ? dm->options_size : 1); }
+
+static void *slot(const MethodOption *o, const void *opts, const MethodShared *sh) {
+    return (char *)(o->shared ? (const void *)sh : opts) + o->offset;
+}
+
+/* "METHOD: --NAME V is outside [lo, hi]" for a set value out of range */
+static int check_value(const DecodeMethod *dm, const MethodOption *o, const void *opts, const MethodShared *sh) {
+    const void *at = slot(o, opts, sh);
+    if (!opts && !o->shared) return 0;
+    if (o->type == OPT_INT) {
+        int v = *(const int *)at;
+        if (v && (v < o->lo || v > o->hi)) return pd_error("%s: --%s %d is outside [%.10g, %.10g]", dm->name, o->name, v, o->lo, o->hi);
+    } else if (o->type == OPT_FLOAT) {
+        float v = *(const float *)at;
+        if (v != 0 && !(v >= (float)o->lo && v <= (float)o->hi)) return pd_error("%s: --%s %g is outside [%.10g, %.10g]", dm->name, o->name, v, o->lo, o->hi);
+    }
+    return 0;
+}
+
+int decode_option_set(const DecodeMethod *dm, void *opts, MethodShared *sh, const char *name, const char *value) {
+    const MethodOption *o = decode_option_find(dm, name);
+    if (!o) {
+        const char *users = decode_option_users(name);
+        return *users ? pd_error("--%s: %s does not use it (%s do)", name, dm->name, users)
+                      : pd_error("--%s: no method has this option", name);
+    }
+    void *at = slot(o, opts, sh);
+    char *end;
+    double v;
+    switch (o->type) {
+    case OPT_SWITCH: /* a flag alone, or a recipe's boolean */
+        if (!value || !strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes")) *(int *)at = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no")) *(int *)at = 0;
+        else return pd_error("--%s: '%s' is not a boolean (true or false)", o->name, value);
+        return 0;
+    case OPT_STR: *(const char **)at = value; return 0;
+    case OPT_INT:
+        v = strtod(value, &end);
+        if (!*value || *end || isnan(v)) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        if (!(v >= o->lo && v <= o->hi)) return pd_error("--%s %s is outside [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        if (v != (int)v) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        *(int *)at = (int)v;
+        return 0;
+    case OPT_FLOAT:
+        v = strtod(value, &end);
+        /* compared as the float it is stored as: 1e-6f is in [1e-6, 1] */
+        if (!*value || *end || !((float)v >= (float)o->lo && (float)v <= (float)o->hi))
+            return pd_error("--%s: '%s' is not a number in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        *(float *)at = (float)v;
+        return 0;
+    }
+    return 0;
+}
+
+int decode_method_ready(const DecodeMethod *dm, const MethodShared *sh) {
+    if ((dm->needs & NEEDS_EXIT_HEADS) && !sh->heads) return pd_error("%s needs exit heads (--heads FILE)", dm->name);
+    if ((dm->needs & NEEDS_MEDUSA) && !sh->medusa)
+        return pd_error("%s needs Medusa heads (--heads FILE from train-medusa)", dm->name);
+    if ((dm->needs & NEEDS_DRAFT) && !sh->draft) return pd_error("%s needs a draft model (--draft MODEL)", dm->name);
+    return 0;
+}
+
+int decode_options_check(const DecodeMethod *dm, const void *opts, const MethodShared *sh) {
+    for (int i = 0; i < dm->n_options; i++)
+        if (check_value(dm, &dm->options[i], opts, sh)) return -1;
+    if (sh->oracle_rate != 0 && !dm->oracle)
+        return pd_error("%s: the oracle has nothing to stand in for here", dm->name);
+    if (sh->oracle_rate < 0 || sh->oracle_rate > 1 || (sh->oracle_rate > 0 && !sh->oracle))
+        return pd_error("%s: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", dm->name, sh->oracle_rate);
+    return decode_method_ready(dm, sh);
+}
+
+void decode_methods_help(FILE *f) {
+    fprintf(f, "Methods (--method NAME) and their options:\n");
+    for (int i = 0; i < N_METHODS; i++) {
+        const DecodeMethod *dm = METHOD(i);
+        fprintf(f, "  %-18s %s%s%s%s\n", dm->name, dm->summary, dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
+                dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "", dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
+        for (int k = 0; k < dm->n_options; k++) {
+            const MethodOption *o = &dm->options[k];
+            char flag[64], range[64] = "";
+            snprintf(flag, sizeof flag, "--%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+            if (o->type == OPT_INT || o->type == OPT_FLOAT) snprintf(range, sizeof range, ", in [%.10g, %.10g]", o->lo, o->hi);
+            fprintf(f, "      %-22s %s (%s%s)\n", flag, o->help, o->def ? o->def : "off", range);
+        }
+    }
+}
+
+int decode_run_begin(DecodeRun *r, const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    *r = (DecodeRun){dm, d, NULL};
+    if (decode_options_check(dm, d->mopt, &d->opt)) return -1;
+    return dm->begin(d, prompt, n_prompt, &r->state);
+}
+
+int decode_run_step(DecodeRun *r) {
+    double t0 = pd_now();
+    int rc = r->dm->step(r->d, r->state);
+    r->d->t_decode += pd_now() - t0;
+    return rc;
+}
+
+void decode_run_finish(DecodeRun *r) {
+    if (r->dm) r->dm->finish(r->d, r->state);
+    r->state = NULL;
+}
+
+int decode_generate(const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+    DecodeRun r;
+    int rc = decode_run_begin(&r, dm, d, prompt, n_prompt);
+    while (!rc) rc = decode_run_step(&r);
+    decode_run_finish(&r);
+    return rc < 0 ? -1 : 0;
 }
 
 #define PREFILL_CHUNK 64 /* tokens a prefill pass takes at once */
@@ -72,7 +245,7 @@ int decode_continue(DecodeCtx *d, int max_new, int keep) {
     if (!out) return -1;
     DecodeCtx was = *d; /* the model, cache, sequence, sampler, options, callback and scratch stay */
     memset(d, 0, sizeof *d);
-    d->m = was.m, d->run = was.run, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt;
+    d->m = was.m, d->run = was.run, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt, d->mopt = was.mopt;
     d->emit = was.emit, d->emit_ctx = was.emit_ctx, d->hidden = was.hidden, d->logits = was.logits, d->cap = was.cap;
     d->out = out, d->max_new = max_new, d->reuse = keep;
     return 0;

@@ -7,36 +7,26 @@
 #include "heads/medusa_heads.h"
 #include "model/forward.h"
 #include "model/sampler.h"
+#include <stdio.h> /* after the folders: tests/test_layers.sh's self-test names line 6 */
 
 #define MAX_ROUND_NODES 256 /* nodes a drafter's round runs at most: its tree and side nodes */
 
-/* what the methods beyond standard take (0 / NULL = the method's default) */
+/* what any method may be given besides its own options: the loaded heads and draft
+   model, the benchmarks' oracle, and the drafter loop's knobs. A method's own knobs live
+   in its own struct, described by its option table (DecodeMethod.options). */
 typedef struct {
-    const ExitHeads *heads; /* adadecode, self-speculative */
-    float gamma;            /* adadecode: exit when the head's max prob ≥ gamma (0.75) */
-    int max_pending;        /* adadecode: unverified early tokens at most (5) */
-    int exit_layer;         /* self-speculative: draft with layers [0, exit_layer) (a head layer) */
-    int draft_max;          /* self-speculative, speculative, prompt-lookup: drafts per round at
-                               most; medusa: tree nodes below the root */
-    float oracle_rate;      /* benchmarks: an oracle that knows the standard continuation
-                               (oracle[]) exits / drafts correctly with this probability */
-    const int32_t *oracle;  /* [max_new] the standard continuation, for the oracle */
+    const ExitHeads *heads;    /* adadecode, self-speculative */
     const MedusaHeads *medusa; /* medusa */
-    const char *tree;       /* medusa: the candidate tree, as paths of ranks (NULL = built
-                               from the heads' measured accuracies) */
-    int fixed_tree;         /* drafters: verify the whole proposal every round (no size
-                               controller; benchmarks and tests) */
-    int shadows;            /* the size controller's shadows (drafter.c), for a cheap
-                               drafter: 0 where a step is slow enough, 1 always (tests) */
-    int ngram_max;          /* prompt-lookup: the longest tail n-gram looked up (3) */
-    int window, ngram, guess; /* lookahead: Jacobi window W (3), n-gram size N (3),
-                               candidate n-grams verified G (W) */
-    int adaptive;           /* lookahead: the window widens and narrows with acceptance */
-    Model *draft;           /* speculative: the draft model (same vocabulary; not const:
-                               its forward pass grows its workspace) */
-    int draft_min;          /* speculative: draft length at least (1); draft_max: at most (8) */
-    int draft_fixed;        /* speculative: always draft_max drafts (no adaptation) */
-} MethodOptions;
+    Model *draft;              /* speculative: the draft model (same vocabulary; not const:
+                                  its forward pass grows its workspace) */
+    float oracle_rate;         /* benchmarks: an oracle that knows the standard continuation
+                                  (oracle[]) exits / drafts correctly with this probability */
+    const int32_t *oracle;     /* [max_new] the standard continuation, for the oracle */
+    int fixed_tree;            /* drafters: verify the whole proposal every round (no size
+                                  controller; benchmarks and tests) */
+    int shadows;               /* the size controller's shadows (drafter.c), for a cheap
+                                  drafter: 0 where a step is slow enough, 1 always (tests) */
+} MethodShared;
 
 typedef struct DecodeCtx {
     Model *m;
@@ -44,7 +34,8 @@ typedef struct DecodeCtx {
     KVCache *kv;
     int seq;                /* the KV sequence this generation owns */
     Sampler *sampler;
-    MethodOptions opt;
+    MethodShared opt;
+    const void *mopt;       /* the method's own options (its struct; NULL: every default) */
     int max_new;            /* tokens to generate at most */
     int32_t *out;           /* [max_new] generated tokens */
     int n_out;
@@ -76,14 +67,90 @@ typedef struct DecodeCtx {
     int cap;
 } DecodeCtx;
 
+/* ---- the registry: a method describes itself ----
+   An option is a flag of decode and bench (--NAME) and a key of a recipe's decoding
+   section (NAME with '_' for '-'). Its value lives at `offset` in the method's own
+   options struct (or in MethodShared when shared); 0 there means the default, which
+   `def` says in words. Ranges are checked here, once, for every caller. */
+typedef enum { OPT_INT, OPT_FLOAT, OPT_SWITCH, OPT_STR } OptType;
+
+typedef struct {
+    const char *name;    /* "max-pending" */
+    OptType type;
+    double lo, hi;       /* the range of OPT_INT and OPT_FLOAT values */
+    const char *metavar; /* "K" */
+    const char *def;     /* the default, in words ("5", "the middle head's") */
+    const char *help;    /* one line */
+    size_t offset;       /* of the value (int, float, const char *) */
+    int shared;          /* the value is in MethodShared, not the method's struct */
+    const char *recipe;  /* the recipe's key where it is not the name ("confidence"), or NULL */
+} MethodOption;
+
+enum { NEEDS_EXIT_HEADS = 1, NEEDS_MEDUSA = 2, NEEDS_DRAFT = 4 };
+
 typedef struct {
     const char *name;
     const char *summary;
-    int (*generate)(DecodeCtx *d, const int32_t *prompt, int n_prompt);
+    const MethodOption *options;
+    int n_options;
+    size_t options_size; /* the method's own options struct (0: none) */
+    int needs;           /* NEEDS_* */
+    int samples;         /* lossless when sampling too (every method here) */
+    int oracle;          /* takes the benchmarks' oracle (MethodShared.oracle) */
+    /* generation as a state machine over the method's own state: no method owns a loop
+       or a thread. begin prefills the prompt (from d->reuse on) and accepts the first
+       token, leaving its state in *state (NULL or partial on failure: finish frees it
+       whatever begin returned); step runs one round (a token, a verified tree, a layer
+       range) and returns 1 when the generation is over, 0 when there is more, -1 on
+       error; finish frees the state. decode_generate steps one generation to its end;
+       the serve engine steps many from its one scheduler thread. */
+    int (*begin)(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state);
+    int (*step)(DecodeCtx *d, void *state);
+    void (*finish)(DecodeCtx *d, void *state);
 } DecodeMethod;
 
 const DecodeMethod *decode_method(const char *name); /* NULL + message when unknown */
 const char *decode_method_names(void);              /* "standard, ..." */
+/* adds a method to the registry at run time (tests: a test-only method; a built-in
+   method is a line of method.c's table instead); -1 + message on a name taken */
+int decode_register(const DecodeMethod *dm);
+/* standard decoding: the reference every method must reproduce (the registry's first) */
+const DecodeMethod *decode_reference(void);
+int decode_method_count(void);
+const DecodeMethod *decode_method_at(int i);
+/* the method's option called name ("gamma"; a recipe's "max_pending" too), or NULL */
+const MethodOption *decode_option_find(const DecodeMethod *dm, const char *name);
+/* the option's key in a recipe's decoding section: its name with '_' for '-', or
+   MethodOption.recipe; into buf[n] */
+const char *decode_option_key(const MethodOption *o, char *buf, size_t n);
+/* the first method's option whose recipe key is key, and that method; NULL if none */
+const MethodOption *decode_option_by_key(const char *key, const DecodeMethod **dm);
+/* "adadecode self-speculative": the methods that have the option (for messages) */
+const char *decode_option_users(const char *name);
+/* a fresh options struct for the method, all defaults (free() it); NULL + message */
+void *decode_options_new(const DecodeMethod *dm);
+/* sets option name from its text: refused with "--NAME: ..." (not a number, out of
+   range, or a method that does not read it) */
+int decode_option_set(const DecodeMethod *dm, void *opts, MethodShared *sh, const char *name, const char *value);
+/* every set value within its range (what decode_option_set checks, for options
+   built in code), the oracle with its tokens, and what the method needs is given */
+int decode_options_check(const DecodeMethod *dm, const void *opts, const MethodShared *sh);
+/* can the method run with what sh holds? (heads, Medusa heads, a draft); -1 + message */
+int decode_method_ready(const DecodeMethod *dm, const MethodShared *sh);
+/* the method list with each option's help, for --help */
+void decode_methods_help(FILE *f);
+/* one generation as a state machine: begin (decode_options_check, then the method's
+   begin), steps, finish; decode_run_step returns 1 when it is over, 0 for more, -1 */
+typedef struct {
+    const DecodeMethod *dm;
+    DecodeCtx *d;
+    void *state;
+} DecodeRun;
+int decode_run_begin(DecodeRun *r, const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt);
+int decode_run_step(DecodeRun *r);
+void decode_run_finish(DecodeRun *r);
+/* begin, every step, finish: the whole generation */
+int decode_generate(const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt);
 
 int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new);
 void decode_free(DecodeCtx *d);

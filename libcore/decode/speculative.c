@@ -108,7 +108,7 @@ static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
     return sampler_pick(d->sampler, q, V, 1);
 }
 
-static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
+static int spec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int max_depth) {
     Spec *s = dr->self;
     int P = s->shift + s->len + s->n_pend; /* the root's position */
     int k = s->k < max_nodes - 1 ? s->k : max_nodes - 1;
@@ -133,7 +133,7 @@ static int propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, int m
 }
 
 /* the length rule: k from the share of this round's drafts that were accepted */
-static void adapt(Spec *s, int kept, int drafted) {
+static void spec_adapt(Spec *s, int kept, int drafted) {
     if (s->fixed || drafted < 1) return;
     double r = (double)kept / drafted;
     s->up = r > UP_RATE ? s->up + 1 : 0;
@@ -148,7 +148,7 @@ static void adapt(Spec *s, int kept, int drafted) {
     }
 }
 
-static int start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
+static int spec_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt, const float *hidden) {
     (void)d, (void)hidden;
     Spec *s = dr->self;
     if (n_prompt >= s->m->c.seq_len) { /* the target's context may be the longer one */
@@ -158,7 +158,7 @@ static int start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_prompt,
     return draft_run(s, prompt, n_prompt, 0);
 }
 
-static int accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
+static int spec_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
                     const float *hidden, const float *logits) {
     (void)d, (void)path, (void)next, (void)hidden, (void)logits;
     Spec *s = dr->self;
@@ -172,7 +172,7 @@ static int accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *pa
         s->len = P + kept + 1;
         if (kv_truncate(&s->kv, s->seq, s->len)) return -1;
     }
-    adapt(s, kept, k);
+    spec_adapt(s, kept, k);
     return kept == k ? push_pending(s, t->token[k]) : 0;
 }
 
@@ -186,35 +186,42 @@ static void spec_free(Drafter *dr) {
     free(s);
 }
 
+typedef struct {
+    int draft_min, draft_max, draft_fixed;
+} SpecOptions;
+
+static const MethodOption spec_options[] = {
+    {"draft-min", OPT_INT, 1, MAX_K, "K", "1", "drafts per round at least", offsetof(SpecOptions, draft_min), 0, NULL},
+    {"draft-max", OPT_INT, 1, MAX_K, "K", "8", "drafts per round at most", offsetof(SpecOptions, draft_max), 0, NULL},
+    {"draft-fixed", OPT_SWITCH, 0, 0, NULL, NULL, "always --draft-max drafts (no adaptation)",
+     offsetof(SpecOptions, draft_fixed), 0, NULL},
+    DRAFTER_OPTIONS,
+};
+
 /* the options, checked; k's range and start */
-static int check_options(Spec *s, const DecodeCtx *d) {
-    const MethodOptions *o = &d->opt;
+static int spec_check_options(Spec *s, const DecodeCtx *d) {
+    static const SpecOptions spec_none;
+    const SpecOptions *o = d->mopt ? d->mopt : &spec_none;
+    const MethodShared *sh = &d->opt;
     char why[160];
-    if (!o->draft) return pd_error("speculative needs a draft model (--draft MODEL)");
-    if (o->draft->c.vocab_size != d->m->c.vocab_size || !tok_same_vocab(d->m->tok, o->draft->tok, why, sizeof why))
+    if (sh->draft->c.vocab_size != d->m->c.vocab_size || !tok_same_vocab(d->m->tok, sh->draft->tok, why, sizeof why))
         return pd_error("speculative: the draft's vocabulary is not the target's: %s",
-                        o->draft->c.vocab_size != d->m->c.vocab_size ? "their sizes differ" : why);
-    if (o->draft_min < 0 || o->draft_min > MAX_K)
-        return pd_error("speculative: --draft-min %d is outside [1, %d]", o->draft_min, MAX_K);
-    if (o->draft_max < 0 || o->draft_max > MAX_K)
-        return pd_error("speculative: --draft-max %d is outside [1, %d]", o->draft_max, MAX_K);
+                        sh->draft->c.vocab_size != d->m->c.vocab_size ? "their sizes differ" : why);
     s->kmin = o->draft_min ? o->draft_min : 1;
     s->kmax = o->draft_max ? o->draft_max : s->kmin > DEFAULT_MAX ? s->kmin : DEFAULT_MAX;
     if (s->kmin > s->kmax) return pd_error("speculative: --draft-min %d is above --draft-max %d", s->kmin, s->kmax);
-    if (o->oracle_rate < 0 || o->oracle_rate > 1 || (o->oracle_rate > 0 && !o->oracle))
-        return pd_error("speculative: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", o->oracle_rate);
     s->fixed = o->draft_fixed;
     s->k = s->fixed ? s->kmax : START_K < s->kmin ? s->kmin : START_K > s->kmax ? s->kmax : START_K;
-    s->rate = o->oracle_rate;
-    s->oracle = o->oracle_rate > 0 ? o->oracle : NULL;
+    s->rate = sh->oracle_rate;
+    s->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
     return 0;
 }
 
-static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
+static int spec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     Spec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
-    Drafter dr = {s, start, propose, accepted, spec_free, 0};
-    if (check_options(s, d)) {
+    Drafter dr = {s, spec_start, spec_propose, spec_accepted, spec_free, 0, 0, -1};
+    if (spec_check_options(s, d)) {
         spec_free(&dr);
         return -1;
     }
@@ -230,8 +237,10 @@ static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
         return -1;
     }
     for (int i = 0; i < CHUNK; i++) s->seqs[i] = s->seq;
-    return drafter_generate(d, &dr, prompt, n_prompt);
+    return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_speculative = {"speculative", "a smaller model with the same vocabulary drafts, the model verifies",
-                                         generate};
+const DecodeMethod method_speculative = {
+    .name = "speculative", .summary = "a smaller model with the same vocabulary drafts, the model verifies",
+    .options = spec_options, .n_options = sizeof spec_options / sizeof spec_options[0],
+    .options_size = sizeof(SpecOptions), .needs = NEEDS_DRAFT, .samples = 1, .oracle = 1, .begin = spec_begin, .step = drafter_step, .finish = drafter_finish};

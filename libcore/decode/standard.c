@@ -1,22 +1,46 @@
 /* standard.c — one token per pass through the whole model: the reference every
    other method must reproduce token for token. */
+#include <stdlib.h>
+
 #include "decode/method.h"
 
-static int generate(DecodeCtx *d, const int32_t *prompt, int n_prompt) {
-    if (decode_prefill(d, prompt, n_prompt)) return -1;
-    double t0 = pd_now();
-    const Config *c = &d->m->c;
-    int prev = prompt[n_prompt - 1], pos = n_prompt;
-    for (;;) {
-        const float *raw = decode_keep(d, 0, d->logits);
-        int next = sampler_sample(d->sampler, d->logits);
-        if (decode_accept(d, prev, next, raw) || pos >= c->seq_len) break;
-        if (decode_step(d, next, pos, d->hidden, d->logits)) return -1;
-        prev = next;
-        pos++;
-    }
-    d->t_decode += pd_now() - t0;
+typedef struct {
+    int prev, pos, done;
+} StandardState;
+
+/* the next token from d->logits; done at an end token, the budget or the context */
+static int standard_next(DecodeCtx *d, StandardState *s) {
+    const float *raw = decode_keep(d, 0, d->logits);
+    int next = sampler_sample(d->sampler, d->logits);
+    s->done = decode_accept(d, s->prev, next, raw) || s->pos >= d->m->c.seq_len;
+    s->prev = next;
+    return s->done;
+}
+
+static int standard_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
+    StandardState *s = pd_alloc(sizeof *s);
+    if (!(*state = s) || decode_prefill(d, prompt, n_prompt)) return -1;
+    s->prev = prompt[n_prompt - 1], s->pos = n_prompt;
+    standard_next(d, s);
     return 0;
 }
 
-const DecodeMethod method_standard = {"standard", "one token per full forward pass", generate};
+static int standard_step(DecodeCtx *d, void *state) {
+    StandardState *s = state;
+    if (s->done) return 1;
+    if (decode_step(d, s->prev, s->pos, d->hidden, d->logits)) return -1;
+    s->pos++;
+    return standard_next(d, s);
+}
+
+static void standard_finish(DecodeCtx *d, void *state) {
+    (void)d;
+    free(state);
+}
+
+const DecodeMethod method_standard = {.name = "standard",
+                                      .summary = "one token per full forward pass",
+                                      .samples = 1,
+                                      .begin = standard_begin,
+                                      .step = standard_step,
+                                      .finish = standard_finish};

@@ -784,23 +784,56 @@ static int read_draft(P *p, yaml_node_t *v, Recipe *r) {
 }
 
 int recipe_method_needs(const char *m) {
-    if (!strcmp(m, "adadecode") || !strcmp(m, "self-speculative")) return RECIPE_NEEDS_EXIT;
-    if (!strcmp(m, "medusa")) return RECIPE_NEEDS_MEDUSA;
-    if (!strcmp(m, "speculative")) return RECIPE_NEEDS_DRAFT;
-    return 0;
+    const DecodeMethod *dm = decode_method(m);
+    int n = dm ? dm->needs : 0;
+    return (n & NEEDS_EXIT_HEADS ? RECIPE_NEEDS_EXIT : 0) | (n & NEEDS_MEDUSA ? RECIPE_NEEDS_MEDUSA : 0) |
+           (n & NEEDS_DRAFT ? RECIPE_NEEDS_DRAFT : 0);
 }
 
 int recipe_method_has_oracle(const char *m) {
-    static const char *const with[] = {"adadecode", "self-speculative", "medusa", "prompt-lookup", "lookahead", "speculative"};
-    for (int i = 0; i < 6; i++)
-        if (!strcmp(m, with[i])) return 1;
-    return 0;
+    const DecodeMethod *dm = decode_method(m);
+    return dm && dm->oracle;
+}
+
+const char *recipe_option(const RecipeDecoding *d, const char *key) {
+    for (int i = 0; i < d->n_opts; i++)
+        if (!strcmp(d->opt_key[i], key)) return d->opt_val[i];
+    return NULL;
+}
+
+/* a method option's key: read as its type within its range (the registry's), for
+   every listed method that reads it (their ranges may differ), or for the first that
+   does when none is listed; kept as text for decode_option_set */
+static int read_method_option(P *p, yaml_node_t *x, RecipeDecoding *d, const char *key) {
+    const DecodeMethod *first = NULL;
+    const MethodOption *o = decode_option_by_key(key, &first);
+    char val[64] = "";
+    char *text = NULL;
+    for (int i = 0, any = 0; i <= d->n_methods; i++) {
+        const DecodeMethod *dm = i < d->n_methods ? decode_method(d->methods[i]) : any ? NULL : first;
+        const MethodOption *mo = dm ? decode_option_find(dm, o->name) : NULL;
+        if (!mo) continue;
+        any = 1;
+        int n = 0, rc = 0;
+        float f = 0;
+        switch (mo->type) {
+        case OPT_INT: rc = as_int(p, x, key, (long)mo->lo, (long)mo->hi, &n), snprintf(val, sizeof val, "%d", n); break;
+        case OPT_FLOAT: rc = as_float(p, x, key, mo->lo, mo->hi, &f), snprintf(val, sizeof val, "%.9g", f); break;
+        case OPT_SWITCH: rc = as_bool(p, x, key, &n), snprintf(val, sizeof val, "%d", n); break;
+        case OPT_STR: rc = as_str(p, x, key, &text); break;
+        }
+        if (rc) return free(text), -1;
+    }
+    if (d->n_opts == RECIPE_MAX_OPTS) return free(text), bad(p, x, key, "more than %d method options", RECIPE_MAX_OPTS);
+    d->opt_key[d->n_opts] = pd_strdup(key);
+    d->opt_val[d->n_opts] = text ? text : pd_strdup(val);
+    return d->opt_key[d->n_opts] && d->opt_val[d->n_opts++] ? 0 : -1;
 }
 
 static int add_method(P *p, yaml_node_t *at, Recipe *r, const char *name) {
     RecipeDecoding *d = &r->dec;
     for (int i = 0; i < d->n_methods; i++)
-        if (!strcmp(d->methods[i], name)) return strcmp(name, "standard") ? bad(p, at, "methods", "'%s' twice", name) : 0;
+        if (!strcmp(d->methods[i], name)) return strcmp(name, decode_reference()->name) ? bad(p, at, "methods", "'%s' twice", name) : 0;
     if (!decode_method(name)) return bad(p, at, "methods", "%s", pd_errmsg());
     int need = recipe_method_needs(name);
     if ((need & RECIPE_NEEDS_EXIT) && !r->exit.on) return bad(p, at, "methods", "'%s' needs an 'exit_heads' section", name);
@@ -811,15 +844,25 @@ static int add_method(P *p, yaml_node_t *at, Recipe *r, const char *name) {
 }
 
 static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"methods", "gamma", "confidence", "max_pending", "exit_layer", "draft_min", "draft_max",
-                                       "draft_fixed", "fixed_tree", "ngram_max", "window", "ngram", "guess", "adaptive", "tree",
-                                       "oracle", "oracle_samples", "repeat", NULL};
-    static const char *const defaults[] = {"prompt-lookup", "lookahead", "adadecode", "self-speculative", "medusa", "speculative"};
+    /* the section's own keys, then every method option's (the registry's) */
+    static char names[RECIPE_MAX_OPTS][64];
+    const char *keys[6 + RECIPE_MAX_OPTS + 1] = {"methods", "gamma", "oracle", "oracle_samples", "repeat"};
+    int n_keys = 5, n_names = 0;
+    for (int i = 0; i < decode_method_count(); i++) {
+        const DecodeMethod *dm = decode_method_at(i);
+        for (int j = 0; j < dm->n_options && n_names < RECIPE_MAX_OPTS; j++) {
+            const char *k = decode_option_key(&dm->options[j], names[n_names], sizeof names[0]);
+            int dup = 0;
+            for (int m = 0; m < n_keys && !dup; m++) dup = !strcmp(keys[m], k);
+            if (!dup) keys[n_keys++] = k, n_names++;
+        }
+    }
+    keys[n_keys] = NULL;
     RecipeDecoding *d = &r->dec;
     yaml_node_t *x;
     d->oracle_samples = 2, d->repeat = 1;
     if (v && (want_map(p, v, "decoding") || check_keys(p, v, "decoding", keys))) return -1;
-    if (add_method(p, v, r, "standard")) return -1; /* the reference, always first */
+    if (add_method(p, v, r, decode_reference()->name)) return -1; /* the reference, always first */
     if (v && (x = get(p, v, "methods"))) {
         char *list = NULL;
         if (as_list(p, x, "methods", RECIPE_MAX_METHODS, NULL, &list, NULL)) return -1;
@@ -828,28 +871,18 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
             if (add_method(p, x, r, s)) return free(list), -1;
         }
         free(list);
-    } else /* every method the recipe has what it needs for */
-        for (int i = 0; i < 6; i++) {
-            int need = recipe_method_needs(defaults[i]);
+    } else /* every method the recipe has what it needs for, in the registry's order */
+        for (int i = 0; i < decode_method_count(); i++) {
+            const char *name = decode_method_at(i)->name;
+            int need = recipe_method_needs(name);
             if ((!(need & RECIPE_NEEDS_EXIT) || r->exit.on) && (!(need & RECIPE_NEEDS_MEDUSA) || r->medusa.on) &&
-                (!(need & RECIPE_NEEDS_DRAFT) || r->draft.on) && decode_method(defaults[i]) && add_method(p, v, r, defaults[i]))
+                (!(need & RECIPE_NEEDS_DRAFT) || r->draft.on) && add_method(p, v, r, name))
                 return -1;
         }
     if (!v) return 0;
     if ((x = get(p, v, "gamma")) && as_float(p, x, "gamma", 1e-6, 1, &d->gamma)) return -1;
-    if ((x = get(p, v, "confidence")) && as_float(p, x, "confidence", 1e-6, 1, &d->confidence)) return -1;
-    if ((x = get(p, v, "max_pending")) && as_int(p, x, "max_pending", 1, 32, &d->max_pending)) return -1;
-    if ((x = get(p, v, "exit_layer")) && as_int(p, x, "exit_layer", 1, 1 << 20, &d->exit_layer)) return -1;
-    if ((x = get(p, v, "draft_min")) && as_int(p, x, "draft_min", 1, 127, &d->draft_min)) return -1;
-    if ((x = get(p, v, "draft_max")) && as_int(p, x, "draft_max", 1, 127, &d->draft_max)) return -1;
-    if ((x = get(p, v, "draft_fixed")) && as_bool(p, x, "draft_fixed", &d->draft_fixed)) return -1;
-    if ((x = get(p, v, "fixed_tree")) && as_bool(p, x, "fixed_tree", &d->fixed_tree)) return -1;
-    if ((x = get(p, v, "ngram_max")) && as_int(p, x, "ngram_max", 1, 8, &d->ngram_max)) return -1;
-    if ((x = get(p, v, "window")) && as_int(p, x, "window", 1, 32, &d->window)) return -1;
-    if ((x = get(p, v, "ngram")) && as_int(p, x, "ngram", 2, 8, &d->ngram)) return -1;
-    if ((x = get(p, v, "guess")) && as_int(p, x, "guess", 1, 64, &d->guess)) return -1;
-    if ((x = get(p, v, "adaptive")) && as_bool(p, x, "adaptive", &d->adaptive)) return -1;
-    if ((x = get(p, v, "tree")) && as_str(p, x, "tree", &d->tree)) return -1;
+    for (int i = 5; i < n_keys; i++)
+        if ((x = get(p, v, keys[i])) && read_method_option(p, x, d, keys[i])) return -1;
     if ((x = get(p, v, "repeat")) && as_int(p, x, "repeat", 1, 100, &d->repeat)) return -1;
     if ((x = get(p, v, "oracle_samples")) && as_int(p, x, "oracle_samples", 1, 100000, &d->oracle_samples)) return -1;
     if ((x = get(p, v, "oracle"))) {
@@ -859,8 +892,9 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
         for (char *s = list; *s; s += *s == ',') d->oracle[k++] = (float)strtod(s, &s);
         free(list);
     }
-    if (d->exit_layer && r->exit.on && strcmp(r->exit.layers, "auto")) {
-        if (!has_layer(r->exit.layers, d->exit_layer)) return bad(p, get(p, v, "exit_layer"), "exit_layer", "%d is not one of exit_heads.layers (%s)", d->exit_layer, r->exit.layers);
+    const char *el = recipe_option(d, "exit_layer");
+    if (el && r->exit.on && strcmp(r->exit.layers, "auto")) {
+        if (!has_layer(r->exit.layers, atoi(el))) return bad(p, get(p, v, "exit_layer"), "exit_layer", "%s is not one of exit_heads.layers (%s)", el, r->exit.layers);
     }
     return 0;
 }
@@ -958,7 +992,7 @@ void recipe_free(Recipe *r) {
     free(r->draft.source), free(r->draft.tokenizer);
     free(r->draft.heads.layers), free(r->draft.heads.data), free(r->draft.heads.fields);
     for (int i = 0; i < r->dec.n_methods; i++) free(r->dec.methods[i]);
-    free(r->dec.tree);
+    for (int i = 0; i < r->dec.n_opts; i++) free(r->dec.opt_key[i]), free(r->dec.opt_val[i]);
     for (int i = 0; i < r->n_datasets; i++) dataset_free(&r->ds[i]);
     memset(r, 0, sizeof *r);
 }

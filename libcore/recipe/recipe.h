@@ -20,6 +20,7 @@
 #define RECIPE_MAX_DATASETS 8
 #define RECIPE_MAX_METHODS 16
 #define RECIPE_MAX_ORACLE 16
+#define RECIPE_MAX_OPTS 32
 
 /* prompts from one dataset file */
 typedef struct {
@@ -97,10 +98,10 @@ typedef struct {
     int n_methods;
     char *methods[RECIPE_MAX_METHODS]; /* "standard" first, always */
     float gamma;         /* adadecode's γ where a dataset gives none (0: the dataset's guidance) */
-    float confidence;    /* self-speculative: draft while the head's max prob ≥ this (0: default) */
-    int max_pending, exit_layer, draft_min, draft_max, draft_fixed, fixed_tree;
-    int ngram_max, window, ngram, guess, adaptive;
-    char *tree;          /* medusa's candidate tree, or NULL */
+    /* the methods' own options (decode_option_by_key: confidence, max_pending,
+       draft_max, ...), as written, each checked against every listed method that reads it */
+    int n_opts;
+    char *opt_key[RECIPE_MAX_OPTS], *opt_val[RECIPE_MAX_OPTS];
     int n_oracle;
     float oracle[RECIPE_MAX_ORACLE]; /* oracle acceptance rates for the headroom plot */
     int oracle_samples;  /* prompts of the first dataset the sweep runs */
@@ -131,7 +132,9 @@ void recipe_free(Recipe *r);
 /* what a method needs beyond the model */
 enum { RECIPE_NEEDS_EXIT = 1, RECIPE_NEEDS_MEDUSA = 2, RECIPE_NEEDS_DRAFT = 4 };
 int recipe_method_needs(const char *method);
-/* does the method take MethodOptions.oracle (an oracle that knows the standard
+/* a method option's value as the recipe wrote it (key as in decode_option_key), or NULL */
+const char *recipe_option(const RecipeDecoding *d, const char *key);
+/* does the method take MethodShared.oracle (an oracle that knows the standard
    continuation stands in for its heads / draft)? */
 int recipe_method_has_oracle(const char *method);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "decode/method.h"
 
 /* the fields each endpoint knows: OpenAI's, then paradec's own (top_k, method) */
 static const char *const COMPLETION_FIELDS[] = {"model",
@@ -386,7 +387,7 @@ int serve_request_parse(ServeRequest *r, RequestKind kind, const char *body, siz
     r->kind = kind;
     r->max_tokens = kind == REQ_COMPLETION ? 16 : -1; /* OpenAI's defaults */
     r->logprobs = -1;
-    strcpy(r->method, "standard");
+    snprintf(r->method, sizeof r->method, "%s", decode_reference()->name);
     json_error_t e;
     json_t *o = json_loadb(body, n, JSON_REJECT_DUPLICATES, &e);
     if (!o) return pd_error("malformed JSON at line %d, column %d: %s", e.line, e.column, e.text);
