@@ -39,14 +39,16 @@ def measure(a, ps, runs):
             r = acc[k]
             r["toks"] += j["n_gen"]
             r["secs"] += j["secs"]
-            n = j["n_gen"] / j["tau"] if j.get("tau", 0) > 0 else j["n_gen"]
+            # τ is the tokens after the first over the passes after the prefill
+            n = (j["n_gen"] - 1) / j["tau"] if j.get("tau", 0) > 0 else j["n_gen"] - 1
             r["passes"] += n
+            r["after_first"] = r.get("after_first", 0) + j["n_gen"] - 1
             r["trees"] += (j.get("mean_tree", 1) if j.get("tau", 0) > 0 else 1) * n
             r["texts"].append(j["tokens"])
             r["ctx"] += j["n_prompt"] + j["n_gen"] / 2
             for m, c in j.get("rounds_by_nodes", {}).items():
                 r["sizes"][int(m)] = r["sizes"].get(int(m), 0) + c
-    return {k: {"tok_s": r["toks"] / r["secs"], "tau": r["toks"] / r["passes"], "tree": r["trees"] / r["passes"],
+    return {k: {"tok_s": r["toks"] / r["secs"], "tau": r["after_first"] / r["passes"], "tree": r["trees"] / r["passes"],
                 "texts": r["texts"], "sizes": r["sizes"], "ctx": r["ctx"] / len(ps)} for k, r in acc.items()}
 
 

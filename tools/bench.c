@@ -243,7 +243,7 @@ static void parity(const char *method, const char *ds, int prompt, const Seq *re
 static double tok_s(const Stats *s) { return s->tokens / (s->t_decode + 1e-12); }
 /* per token the decode steps made: each prompt's first token comes from the prefill
    pass, so standard is exactly τ 1 and n_layers passes */
-static double tau(const Stats *s) { return s->passes ? (double)s->steps_tokens / s->passes : 0; }
+static double tau(const Stats *s) { return decode_tau(s->steps_tokens, s->passes); }
 static double passes_per_token(const Stats *s) { return s->steps_tokens ? (double)s->layer_passes / s->steps_tokens : 0; }
 
 /* exit-head methods are judged by sequential layer passes, drafters by τ */

@@ -358,7 +358,7 @@ static const char *stop_reason(const DecodeCtx *d, const Out *o, int n_asked) {
 }
 
 /* tokens per target pass after the prompt */
-static double tau(const DecodeCtx *d) { return d->n_out / (d->target_passes - d->prefill_passes + 1e-12); }
+static double tau(const DecodeCtx *d) { return decode_tau(d->n_out - 1, d->target_passes - d->prefill_passes); }
 
 static const char *fmt_time(double s, char *b, size_t n) {
     double ms = s * 1e3;

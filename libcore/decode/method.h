@@ -3,11 +3,12 @@
    the prompt, handing each accepted token to emit() as soon as it is final. */
 #ifndef PD_DECODE_H
 #define PD_DECODE_H
+#include <stdio.h>
+
 #include "heads/exit_heads.h"
 #include "heads/medusa_heads.h"
 #include "model/forward.h"
 #include "model/sampler.h"
-#include <stdio.h> /* after the folders: tests/test_layers.sh's self-test names line 6 */
 
 #define MAX_ROUND_NODES 256 /* nodes a drafter's round runs at most: its tree and side nodes */
 
@@ -17,8 +18,7 @@
 typedef struct {
     const ExitHeads *heads;    /* adadecode, self-speculative */
     const MedusaHeads *medusa; /* medusa */
-    Model *draft;              /* speculative: the draft model (same vocabulary; not const:
-                                  its forward pass grows its workspace) */
+    Model *draft;              /* speculative: the draft model (same vocabulary) */
     float oracle_rate;         /* benchmarks: an oracle that knows the standard continuation
                                   (oracle[]) exits / drafts correctly with this probability */
     const int32_t *oracle;     /* [max_new] the standard continuation, for the oracle */
@@ -151,6 +151,12 @@ int decode_run_step(DecodeRun *r);
 void decode_run_finish(DecodeRun *r);
 /* begin, every step, finish: the whole generation */
 int decode_generate(const DecodeMethod *dm, DecodeCtx *d, const int32_t *prompt, int n_prompt);
+
+/* τ, tokens per target pass: the tokens after the first (the prefill's pass gives that
+   one) over the target passes after the prefill, so standard decoding is exactly 1 */
+static inline double decode_tau(int64_t tokens_after_first, int64_t passes) {
+    return passes > 0 ? (double)tokens_after_first / (double)passes : 0;
+}
 
 int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new);
 void decode_free(DecodeCtx *d);
