@@ -57,14 +57,14 @@ void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
    dimensions and the weighted sum keeps 16 partial sums by key index mod 16, in
    every path, so a token's result never depends on the batch. */
 typedef struct {
-    int n;                   /* tokens in the call */
-    int n_heads, n_kv, hd;   /* q heads, kv heads, head size */
+    int n;                 /* tokens in the call */
+    int n_heads, n_kv, hd; /* q heads, kv heads, head size */
     float scale;
-    const float *q;          /* [n] rows of n_heads*hd, q_stride floats apart */
+    const float *q; /* [n] rows of n_heads*hd, q_stride floats apart */
     size_t q_stride;
-    float *out;              /* [n][n_heads*hd] */
-    const float *k, *v;      /* this layer's block 0 (keys, values) */
-    size_t block_stride;     /* floats from one block of the layer to the next */
+    float *out;          /* [n][n_heads*hd] */
+    const float *k, *v;  /* this layer's block 0 (keys, values) */
+    size_t block_stride; /* floats from one block of the layer to the next */
     int block_size;
     const int *const *table; /* [n] the block table of each token's sequence */
     const int *n_ctx;        /* [n] */

@@ -5,16 +5,16 @@
 
 static int check_passed, check_failed;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            check_passed++;                                                \
-        } else {                                                           \
-            check_failed++;                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, " " __VA_ARGS__);                               \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (cond) {                                                                                                    \
+            check_passed++;                                                                                            \
+        } else {                                                                                                       \
+            check_failed++;                                                                                            \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                            \
+            fprintf(stderr, " " __VA_ARGS__);                                                                          \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
     } while (0)
 
 static inline int check_done(const char *name) {

@@ -35,8 +35,8 @@ static inline const char *test_data(const char *what, const char *rel) {
     static int k;
     char *p = path[k++ % 8];
     if (pd_data_path(rel, p, sizeof path[0]) == 0) return p;
-    printf("SKIP %s: %s: needs %s (not under $PARADEC_DATA, data/ or ../shared/data)\n",
-           program_invocation_short_name, what, rel);
+    printf("SKIP %s: %s: needs %s (not under $PARADEC_DATA, data/ or ../shared/data)\n", program_invocation_short_name,
+           what, rel);
     return NULL;
 }
 

@@ -15,12 +15,11 @@
 /* every test uses some of what follows */
 #pragma GCC diagnostic ignored "-Wunused-function"
 
-
 #define N_PROMPTS 200
 #define N_NEW 64
 #define PROMPT_WORDS 8
-#define N_SEEDS 6000  /* samples of each method, and of the biased samplers */
-#define N_REF 16000   /* samples of standard */
+#define N_SEEDS 6000 /* samples of each method, and of the biased samplers */
+#define N_REF 16000  /* samples of standard */
 #define P_MIN 0.001
 
 /* make test's second run is the sanitizer build (PARADEC_SAN=1), whose forward pass is
@@ -36,7 +35,7 @@ static Runner *R; /* M's forward workspace */
 static KVCache KV;
 static int32_t *PROMPT[N_PROMPTS];
 static int PROMPT_N[N_PROMPTS], n_prompts, n_loaded; /* the checks use n_prompts of n_loaded */
-static int32_t REF[N_PROMPTS][N_NEW]; /* standard's greedy continuation */
+static int32_t REF[N_PROMPTS][N_NEW];                /* standard's greedy continuation */
 static int REF_N[N_PROMPTS];
 
 typedef struct {
@@ -79,15 +78,20 @@ static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShar
         const char *text;
     } k[] = {
         {"gamma", o->gamma != 0, (snprintf(v, sizeof v, "%.9g", o->gamma), v)},
-        {"max-pending", o->max_pending != 0, NULL}, {"exit-layer", o->exit_layer != 0, NULL},
-        {"draft-min", o->draft_min != 0, NULL},     {"draft-max", o->draft_max != 0, NULL},
-        {"draft-fixed", o->draft_fixed != 0, NULL}, {"tree", o->tree != NULL, o->tree},
-        {"ngram-max", o->ngram_max != 0, NULL},     {"window", o->window != 0, NULL},
-        {"ngram", o->ngram != 0, NULL},             {"guess", o->guess != 0, NULL},
+        {"max-pending", o->max_pending != 0, NULL},
+        {"exit-layer", o->exit_layer != 0, NULL},
+        {"draft-min", o->draft_min != 0, NULL},
+        {"draft-max", o->draft_max != 0, NULL},
+        {"draft-fixed", o->draft_fixed != 0, NULL},
+        {"tree", o->tree != NULL, o->tree},
+        {"ngram-max", o->ngram_max != 0, NULL},
+        {"window", o->window != 0, NULL},
+        {"ngram", o->ngram != 0, NULL},
+        {"guess", o->guess != 0, NULL},
         {"adaptive", o->adaptive != 0, NULL},
     };
-    const int ints[] = {0, o->max_pending, o->exit_layer, o->draft_min, o->draft_max, o->draft_fixed, 0,
-                        o->ngram_max, o->window, o->ngram, o->guess, o->adaptive};
+    const int ints[] = {0, o->max_pending, o->exit_layer, o->draft_min, o->draft_max, o->draft_fixed,
+                        0, o->ngram_max,   o->window,     o->ngram,     o->guess,     o->adaptive};
     for (int i = 0; i < (int)(sizeof k / sizeof k[0]); i++) {
         if (!k[i].set || !decode_option_find(dm, k[i].name)) continue; /* a knob the method lacks is not its */
         char num[32];
@@ -177,8 +181,8 @@ static int load_prompts(void) {
 /* ---------- greedy parity ---------- */
 
 static void print_stats(const char *what, const Stats *s, int bad) {
-    printf("  %-46s %3d/%d differ  drafted/token %.2f  accepted %5.1f%%  passes/token %.2f  layers/token %.2f\n",
-           what, bad, (int)s->runs, (double)s->drafted / (s->tokens + 1e-9),
+    printf("  %-46s %3d/%d differ  drafted/token %.2f  accepted %5.1f%%  passes/token %.2f  layers/token %.2f\n", what,
+           bad, (int)s->runs, (double)s->drafted / (s->tokens + 1e-9),
            100.0 * (s->drafted - s->rejected) / (s->drafted + 1e-9), (double)s->target_passes / (s->tokens + 1e-9),
            (double)s->layer_passes / (s->tokens + 1e-9));
 }
@@ -208,7 +212,6 @@ static int parity(const char *method, const TestOptions *o, int n, const char *w
     return bad;
 }
 
-
 static void parity_edges(const char *method, const TestOptions *o) {
     int32_t ref[N_NEW], out[N_NEW], bos = tok_bos(M.tok);
     int a = run("standard", NULL, &bos, 1, N_NEW, 0, 1, ref, NULL), b = run(method, o, &bos, 1, N_NEW, 0, 1, out, NULL);
@@ -229,8 +232,8 @@ static void parity_edges(const char *method, const TestOptions *o) {
     for (int budget = 1; budget <= 5; budget++) {
         a = run("standard", NULL, PROMPT[3], PROMPT_N[3], budget, 0, 1, ref, NULL);
         b = run(method, o, PROMPT[3], PROMPT_N[3], budget, 0, 1, out, NULL);
-        CHECK(a == budget && a == b && !memcmp(ref, out, sizeof(int32_t) * a), "%s: budget %d: %d vs %d tokens",
-              method, budget, a, b);
+        CHECK(a == budget && a == b && !memcmp(ref, out, sizeof(int32_t) * a), "%s: budget %d: %d vs %d tokens", method,
+              budget, a, b);
     }
 }
 
@@ -276,8 +279,11 @@ static double chi2_p(double chi2, int df) { return gamma_q(df / 2.0, chi2 / 2.0)
 static void test_chi2_p(void) {
     /* upper critical values of the chi-square distribution (NIST/SEMATECH e-Handbook of
        Statistical Methods, table 1.3.6.7.4) */
-    static const struct { int df; double x, p; } T[] = {
-        {1, 3.841, 0.05}, {1, 10.828, 0.001}, {5, 11.070, 0.05}, {10, 23.209, 0.01},
+    static const struct {
+        int df;
+        double x, p;
+    } T[] = {
+        {1, 3.841, 0.05},    {1, 10.828, 0.001},   {5, 11.070, 0.05},     {10, 23.209, 0.01},
         {30, 59.703, 0.001}, {100, 124.342, 0.05}, {100, 149.449, 0.001}, {100, 82.358, 0.90},
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
@@ -346,7 +352,8 @@ static void chi2_method(const char *method, const TestOptions *o, const char *wh
         CHECK(0, "%s %s: %s", method, what, pd_errmsg());
     } else {
         double pa = homogeneity(REF_A, ha, V + 1, &dfa), pb = homogeneity(REF_B, hb, V + 1, &dfb);
-        printf("  %-34s %-30s p(token %d) = %.3f (df %d)  p(token %d) = %.3f (df %d)  accepted %.1f%% of %.2f drafts/token\n",
+        printf("  %-34s %-30s p(token %d) = %.3f (df %d)  p(token %d) = %.3f (df %d)  accepted %.1f%% of %.2f "
+               "drafts/token\n",
                method, what, POS_A, pa, dfa, POS_B, pb, dfb, 100.0 * (st.drafted - st.rejected) / (st.drafted + 1e-9),
                (double)st.drafted / (st.tokens + 1e-9));
         CHECK(pa > P_MIN, "%s %s: token %d's distribution differs from standard's (p = %g)", method, what, POS_A, pa);
@@ -363,9 +370,11 @@ static void chi2_method(const char *method, const TestOptions *o, const char *wh
 /* the model, the prompts and standard's greedy continuations; 0 when all is there */
 static int methods_setup(void) {
     k_init(1);
-    if (!test_data("every check (its 200 prompts are TinyStories openings)", "datasets/tinystories/tinystories_val_sample.txt.gz"))
+    if (!test_data("every check (its 200 prompts are TinyStories openings)",
+                   "datasets/tinystories/tinystories_val_sample.txt.gz"))
         return -1;
-    if (model_load(&M, test_model_path()) || !(R = runner_new(&M)) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) || load_prompts()) {
+    if (model_load(&M, test_model_path()) || !(R = runner_new(&M)) || kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16) ||
+        load_prompts()) {
         fprintf(stderr, "%s\n", pd_errmsg());
         CHECK(0, "setup");
         return -1;
@@ -397,7 +406,8 @@ static int sampling_setup(const char *sp) {
     REF_B = malloc(sizeof(int) * (M.c.vocab_size + 1));
     n_seeds = san_share(N_SEEDS, 10), n_ref = san_share(N_REF, 10);
     printf("sampling at temperature 1 after \"%s\": %d seeds of each method against %d of standard "
-           "(chi-square homogeneity):\n", sp, n_seeds, n_ref);
+           "(chi-square homogeneity):\n",
+           sp, n_seeds, n_ref);
     return sample_hist("standard", NULL, 1, n_ref, REF_A, REF_B, NULL);
 }
 

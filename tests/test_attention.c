@@ -57,8 +57,9 @@ static void run(Cache *c, View *const *views, int n) {
         off[t + 1] = off[t] + views[t]->n_extra;
     }
     memset(out, 0xff, sizeof(float) * n * qd);
-    AttnArgs a = {n, c->n_heads, c->n_kv, c->hd, 1.0f / sqrtf((float)c->hd), q, (size_t)qd, out, c->k, c->v,
-                  (size_t)c->n_kv * c->hd * c->bs, c->bs, tables, n_ctx, off, extra};
+    AttnArgs a = {n,          c->n_heads, c->n_kv, c->hd, 1.0f / sqrtf((float)c->hd),      q,
+                  (size_t)qd, out,        c->k,    c->v,  (size_t)c->n_kv * c->hd * c->bs, c->bs,
+                  tables,     n_ctx,      off,     extra};
     k_attention(&a);
     for (int t = 0; t < n; t++) memcpy(views[t]->out, out + (size_t)t * qd, sizeof(float) * qd);
     free(q), free(out);
@@ -139,15 +140,16 @@ static void check_shape(int n_heads, int n_kv, int hd, int bs) {
             cases += 2;
         }
         run(&c, vs, MAX_CASES); /* all split views in one call */
-        for (int t = 0; t < MAX_CASES; t++, cases++) differ += memcmp(alone[t].out, split[t].out, sizeof(float) * qd) != 0;
+        for (int t = 0; t < MAX_CASES; t++, cases++)
+            differ += memcmp(alone[t].out, split[t].out, sizeof(float) * qd) != 0;
         for (int t = 0; t < MAX_CASES; t++)
             for (int i = 0; i < 3; i++) {
                 View *w = i == 0 ? &alone[t] : i == 1 ? &split[t] : &lone[t];
                 free(w->q), free(w->out);
             }
     }
-    CHECK(worst < 2e-6, "heads %d/%d, hd %d, block %d: worst error %g of Σ|terms| against double softmax",
-          n_heads, n_kv, hd, bs, worst);
+    CHECK(worst < 2e-6, "heads %d/%d, hd %d, block %d: worst error %g of Σ|terms| against double softmax", n_heads,
+          n_kv, hd, bs, worst);
     CHECK(differ == 0, "heads %d/%d, hd %d, block %d, %d threads: %d of %d outputs differ from the all-committed one",
           n_heads, n_kv, hd, bs, k_threads(), differ, cases);
     free(c.k), free(c.v);
@@ -155,8 +157,8 @@ static void check_shape(int n_heads, int n_kv, int hd, int bs) {
 
 int main(void) {
     static const int shapes[][4] = {/* heads, kv heads, head size, block size */
-                                    {8, 4, 8, 16}, {2, 2, 64, 16}, {4, 2, 64, 32}, {3, 1, 8, 16}, {8, 1, 16, 16},
-                                    {12, 1, 4, 16}, {4, 4, 6, 16}, {2, 1, 2, 48}, {6, 3, 8, 5}, {8, 8, 64, 64}};
+                                    {8, 4, 8, 16},  {2, 2, 64, 16}, {4, 2, 64, 32}, {3, 1, 8, 16}, {8, 1, 16, 16},
+                                    {12, 1, 4, 16}, {4, 4, 6, 16},  {2, 1, 2, 48},  {6, 3, 8, 5},  {8, 8, 64, 64}};
     for (int threads = 1; threads <= 2; threads++) {
         if (k_init(threads)) {
             CHECK(0, "k_init(%d)", threads);

@@ -30,18 +30,23 @@ static void test_detect(void) {
     char *l3 = llama3_template();
     if (l3) CHECK(chat_format_detect(l3) == CHAT_LLAMA3, "Llama 3's own template");
     /* SmolLM2's template, as its GGUF carries it (the start of it) */
-    const char *smol = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-                       "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
-                       "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}";
+    const char *smol =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+        "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}";
     CHECK(chat_format_detect(smol) == CHAT_CHATML, "SmolLM2's template");
     CHECK(chat_format_detect("{{ bos_token }}[INST] {{ message }} [/INST]") == CHAT_LLAMA2, "[INST]");
-    CHECK(chat_format_detect("{{ message }}") == -1 && strstr(pd_errmsg(), "--chat-format"), "unknown template refused");
+    CHECK(chat_format_detect("{{ message }}") == -1 && strstr(pd_errmsg(), "--chat-format"),
+          "unknown template refused");
     CHECK(chat_format_detect(NULL) == -1, "no template refused");
     CHECK(chat_format_parse("llama3") == CHAT_LLAMA3 && chat_format_parse("vicuna") == -1, "names");
     int bos;
     char *t = chat_apply(CHAT_CHATML, smol, NULL, "Hi", &bos);
-    CHECK(t && !strcmp(t, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-                          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    CHECK(t &&
+              !strcmp(
+                  t,
+                  "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
           "ChatML with SmolLM2's default system prompt: %s", t);
     free(t);
     t = chat_apply(CHAT_LLAMA2, NULL, "Be brief.", "Hi", &bos);
@@ -61,15 +66,18 @@ static void test_turns(void) {
           "Llama 2 conversation: %s", s);
     free(s);
     s = chat_apply_turns(CHAT_LLAMA3, NULL, t + 1, 3, &bos);
-    CHECK(s && !bos && !strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                                  "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
-                                  "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
-                                  "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+    CHECK(s && !bos &&
+              !strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                         "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n\n"),
           "Llama 3 conversation: %s", s);
     free(s);
     s = chat_apply_turns(CHAT_CHATML, NULL, t, 4, &bos);
-    CHECK(s && !strcmp(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                          "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"),
+    CHECK(s && !strcmp(
+                   s,
+                   "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                   "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"),
           "ChatML conversation: %s", s);
     free(s);
     /* Llama 2 trims as the Hugging Face template does: content.strip() per turn, the system
@@ -77,11 +85,13 @@ static void test_turns(void) {
        ' ' + content.strip() + ' ' + eos_token) */
     ChatTurn ws[4] = {{"system", " Be brief. "}, {"user", " Hi \n"}, {"assistant", " Hello. "}, {"user", "Bye "}};
     s = chat_apply_turns(CHAT_LLAMA2, NULL, ws, 4, &bos);
-    CHECK(s && bos && !strcmp(s, "[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\n Hi [/INST] Hello. </s><s>[INST] Bye [/INST]"),
+    CHECK(s && bos &&
+              !strcmp(s, "[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\n Hi [/INST] Hello. </s><s>[INST] Bye [/INST]"),
           "Llama 2 trims the turns: %s", s);
     free(s);
     ChatTurn bad = {"tool", "x"};
-    CHECK(!chat_apply_turns(CHAT_CHATML, NULL, &bad, 1, &bos) && strstr(pd_errmsg(), "role 'tool'"), "unknown role refused");
+    CHECK(!chat_apply_turns(CHAT_CHATML, NULL, &bad, 1, &bos) && strstr(pd_errmsg(), "role 'tool'"),
+          "unknown role refused");
 }
 
 /* Meta's model card: <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n...

@@ -119,8 +119,8 @@ static void rows(Device *d) {
         }
     }
     CHECK(ok, "top-k rows differ from repeated selection");
-    CHECK(tk[3][0] == 5 && tk[3][1] == 6 && tk[3][2] == 7, "top-k ties not in index order: %d %d %d", tk[3][0], tk[3][1],
-          tk[3][2]);
+    CHECK(tk[3][0] == 5 && tk[3][1] == 6 && tk[3][2] == 7, "top-k ties not in index order: %d %d %d", tk[3][0],
+          tk[3][1], tk[3][2]);
     CHECK(dev_topk_rows(d, ids, p, x, cnt, R, C, C + 1) == -1, "k past the row accepted");
     CHECK(dev_argmax_rows(d, ids, x, cnt, R + 1, C) == -1, "rows past the buffer accepted");
     dev_free(d, x), dev_free(d, ids), dev_free(d, p), dev_free(d, y), dev_free(d, cnt);
@@ -133,9 +133,9 @@ typedef struct {
 } Step;
 
 static int step_calls(Device *d, const Step *s) {
-    return dev_copy(d, s->x2, s->x, sizeof(float) * R * C) ||
-           dev_move_cols(d, s->x2, s->list, s->nmov, 4, 3, C) || dev_argmax_rows(d, s->ids, s->x2, s->cnt, R, C) ||
-           dev_topk_rows(d, s->tk, s->tp, s->x2, s->cnt, R, C, K) || dev_softmax_rows(d, s->sm, s->x2, s->cnt, R, C);
+    return dev_copy(d, s->x2, s->x, sizeof(float) * R * C) || dev_move_cols(d, s->x2, s->list, s->nmov, 4, 3, C) ||
+           dev_argmax_rows(d, s->ids, s->x2, s->cnt, R, C) || dev_topk_rows(d, s->tk, s->tp, s->x2, s->cnt, R, C, K) ||
+           dev_softmax_rows(d, s->sm, s->x2, s->cnt, R, C);
 }
 
 typedef struct {

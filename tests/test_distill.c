@@ -19,7 +19,9 @@ static Runner *R; /* M's forward workspace */
 static uint64_t rng = 7;
 
 static uint64_t next(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return rng;
 }
 static double frand(void) { return (next() >> 11) * (1.0 / 9007199254740992.0) * 2 - 1; }
@@ -58,7 +60,8 @@ static void ref_init(Ref *r, const float *h, const float *hL, int n, int norm) {
     double *xl = calloc(D, 8);
     for (int t = 0; t < n; t++) {
         if (norm) rms_d(r->x + (size_t)t * D, h + (size_t)t * D, D, 1);
-        else for (int i = 0; i < D; i++) r->x[(size_t)t * D + i] = h[(size_t)t * D + i];
+        else
+            for (int i = 0; i < D; i++) r->x[(size_t)t * D + i] = h[(size_t)t * D + i];
         rms_d(xl, hL + (size_t)t * D, D, 1);
         double *p = r->pL + (size_t)t * V;
         for (int v = 0; v < V; v++) {
@@ -121,7 +124,7 @@ static double fd_error(const Ref *r, const double *T0, const float *grad, int sa
     for (int i = 0; i < D * D; i++) scale = fabs(grad[i]) > scale ? fabs(grad[i]) : scale;
     for (int s = 0; s < samples; s++) {
         int i = (int)(next() % D), j = (int)(next() % D);
-        if (s == 0) i = j = 3;  /* a diagonal entry */
+        if (s == 0) i = j = 3; /* a diagonal entry */
         size_t e = (size_t)i * D + j;
         double keep = T[e];
         T[e] = keep + eps;
@@ -157,7 +160,8 @@ static void test_gradient(int norm, int layer) {
     Ref r;
     ref_init(&r, h, hL, n, norm);
     double want = ref_loss(&r, T);
-    CHECK(fabs(loss - want) < 1e-4 * fabs(want) + 1e-5, "norm=%d layer %d: loss %.7f, double reference %.7f", norm, layer, loss, want);
+    CHECK(fabs(loss - want) < 1e-4 * fabs(want) + 1e-5, "norm=%d layer %d: loss %.7f, double reference %.7f", norm,
+          layer, loss, want);
     double err = fd_error(&r, T, grad, 24, 0);
     CHECK(err < 1e-3, "norm=%d layer %d: gradient off central differences by %.2e (relative)", norm, layer, err);
     /* the check can fail: the transposed gradient is wrong, and must be caught */
@@ -175,7 +179,12 @@ static void test_gradient(int norm, int layer) {
     ref_free(&r);
     distill_free(&d);
     heads_free(&eh);
-    free(h); free(hL); free(grad); free(Tf); free(T); free(g2);
+    free(h);
+    free(hL);
+    free(grad);
+    free(Tf);
+    free(T);
+    free(g2);
 }
 
 /* two steps worked out by hand: step 1 moves every parameter with a nonzero
@@ -229,9 +238,11 @@ static void test_training(void) {
         if (s == 0) first = loss[0] + loss[1];
     }
     distill_eval(&d, &tr, b, &eb);
-    CHECK(fabs(first - (a[0].kl + a[1].kl)) < 1e-3 * first, "the first step's loss %.5f is not the eval's %.5f", first, a[0].kl + a[1].kl);
+    CHECK(fabs(first - (a[0].kl + a[1].kl)) < 1e-3 * first, "the first step's loss %.5f is not the eval's %.5f", first,
+          a[0].kl + a[1].kl);
     for (int k = 0; k < 2; k++) {
-        CHECK(b[k].kl < 0.7 * a[k].kl, "layer %d: KL %.4f -> %.4f after 30 steps on the training text", layers[k], a[k].kl, b[k].kl);
+        CHECK(b[k].kl < 0.7 * a[k].kl, "layer %d: KL %.4f -> %.4f after 30 steps on the training text", layers[k],
+              a[k].kl, b[k].kl);
         CHECK(b[k].top1 >= 0 && b[k].top1 <= 1 && b[k].cover[0] >= b[k].cover[1] && b[k].cover[1] >= b[k].cover[2],
               "statistics out of range");
     }
@@ -276,7 +287,9 @@ static void test_order(void) {
 
 /* ---------------- the dataset reader ---------------- */
 
-static int parse(TextSet *ts, const char *s, const char *fields) { return dataset_parse(ts, s, strlen(s), fields, "t"); }
+static int parse(TextSet *ts, const char *s, const char *fields) {
+    return dataset_parse(ts, s, strlen(s), fields, "t");
+}
 
 static void test_dataset(void) {
     TextSet ts;
@@ -286,12 +299,13 @@ static void test_dataset(void) {
     char d1[40];
     snprintf(d1, sizeof d1, "%s", ts.digest);
     dataset_free(&ts);
-    CHECK(parse(&ts, "{\"text\": \"a b\"}\n\n{\"text\": \"\"}\n{\"other\": 1}\n{\"text\": [\"x\", \"y\"]}\n", NULL) == 0 &&
+    CHECK(parse(&ts, "{\"text\": \"a b\"}\n\n{\"text\": \"\"}\n{\"other\": 1}\n{\"text\": [\"x\", \"y\"]}\n", NULL) ==
+                  0 &&
               ts.n == 2 && !strcmp(ts.text[0], "a b") && !strcmp(ts.text[1], "x\ny"),
           "jsonl text field: %d", ts.n);
     dataset_free(&ts);
-    CHECK(parse(&ts, "{\"question\": \"q?\", \"answer\": \"a.\", \"text\": \"no\"}\n", "question,answer") == 0 && ts.n == 1 &&
-              !strcmp(ts.text[0], "q?\na."),
+    CHECK(parse(&ts, "{\"question\": \"q?\", \"answer\": \"a.\", \"text\": \"no\"}\n", "question,answer") == 0 &&
+              ts.n == 1 && !strcmp(ts.text[0], "q?\na."),
           "jsonl named fields");
     dataset_free(&ts);
     /* gzip, two members (as `cat a.gz b.gz` makes): the same text, the same digest */
@@ -327,7 +341,8 @@ static void test_dataset(void) {
         CHECK(rc == -1 && strstr(pd_errmsg(), bad[i][2]), "case %d: rc %d, '%s'", i, rc, pd_errmsg());
     }
     CHECK(dataset_parse(&ts, "ab\0cd", 5, NULL, "t") == -1 && strstr(pd_errmsg(), "NUL"), "NUL bytes accepted");
-    CHECK(dataset_read(&ts, "/nonexistent/data.txt", NULL) == -1 && strstr(pd_errmsg(), "/nonexistent/data.txt"), "missing file");
+    CHECK(dataset_read(&ts, "/nonexistent/data.txt", NULL) == -1 && strstr(pd_errmsg(), "/nonexistent/data.txt"),
+          "missing file");
 
     /* packing: sequences start at records, never exceed seq_len, cover every token */
     CHECK(parse(&ts, STORY, NULL) == 0 && ts.n == 4, "story records");
@@ -369,7 +384,9 @@ static void test_dataset(void) {
     int broken = 0, silent = 0;
     for (int it = 0; it < 3000; it++) {
         size_t n = next() % sizeof buf;
-        const char *seed = it % 3 == 0 ? "{\"text\": [\"a\", {\"b\": 1}], \"x\": \"y\"}\n" : it % 3 == 1 ? (const char *)gz : STORY;
+        const char *seed = it % 3 == 0   ? "{\"text\": [\"a\", {\"b\": 1}], \"x\": \"y\"}\n"
+                           : it % 3 == 1 ? (const char *)gz
+                                         : STORY;
         size_t sl = it % 3 == 1 ? at : strlen(seed);
         for (size_t i = 0; i < n; i++) buf[i] = i < sl && next() % 8 ? seed[i] : (char)next();
         pd_error("%s", "");
@@ -378,8 +395,7 @@ static void test_dataset(void) {
             broken += ts.n < 1;
             for (int r = 0; r < ts.n; r++) broken += strlen(ts.text[r]) != ts.len[r];
             dataset_free(&ts);
-        } else
-            silent += !strstr(pd_errmsg(), "fuzz"); /* refused: one line naming the input */
+        } else silent += !strstr(pd_errmsg(), "fuzz"); /* refused: one line naming the input */
     }
     CHECK(broken == 0, "fuzz: %d accepted inputs with inconsistent records", broken);
     CHECK(silent == 0, "fuzz: %d refusals without a message naming the input", silent);

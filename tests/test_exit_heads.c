@@ -20,7 +20,9 @@ static char dir[64];
 static uint64_t rng = 99;
 
 static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0) * 2 - 1);
 }
 
@@ -65,7 +67,9 @@ static void test_identity_is_the_model(void) {
     final_logits(R, h, n, b);
     CHECK(!memcmp(a, b, sizeof(float) * n * V), "identity head at the last hidden state differs from final_logits");
     heads_free(&eh);
-    free(h); free(a); free(b);
+    free(h);
+    free(a);
+    free(b);
 }
 
 /* head_logits of a random T against E·T·x in double, x = norm(h) or h */
@@ -114,7 +118,12 @@ static void test_against_reference(int norm) {
     free(lb);
     CHECK(head_logits(&M, &eh, 1, h, n, got) == -1, "head 1 of 1 accepted");
     heads_free(&eh);
-    free(h); free(got); free(one); free(T); free(x); free(z);
+    free(h);
+    free(got);
+    free(one);
+    free(T);
+    free(x);
+    free(z);
 }
 
 static void test_round_trip(void) {
@@ -136,7 +145,8 @@ static void test_round_trip(void) {
     const char *steps = tf_meta(&b.tf, "paradec.exit.steps"), *kind = tf_meta(&b.tf, "paradec.kind");
     CHECK(steps && !strcmp(steps, "12") && kind && !strcmp(kind, "exit-heads"), "metadata");
     /* plain (uncompressed) files load too */
-    CHECK(heads_save(&a, tmp("h.safetensors"), NULL, 0) == 0 && (heads_free(&b), heads_load(&b, tmp("h.safetensors"), &M)) == 0,
+    CHECK(heads_save(&a, tmp("h.safetensors"), NULL, 0) == 0 &&
+              (heads_free(&b), heads_load(&b, tmp("h.safetensors"), &M)) == 0,
           "%s", pd_errmsg());
     heads_free(&b);
     heads_free(&a);

@@ -15,25 +15,37 @@ static Runner *R; /* M's forward workspace */
 static KVCache KV;
 static uint64_t rng = 12345;
 static int rnd(int n) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (int)(rng % (uint64_t)n);
 }
 
 /* ---------- the slow reference, straight from llama2.c's file layout ---------- */
-typedef struct { int dim, hidden, L, H, KVH, V, S; const float *emb, *att_n, *wq, *wk, *wv, *wo, *ffn_n, *w1, *w2, *w3, *fin; } Ref;
+typedef struct {
+    int dim, hidden, L, H, KVH, V, S;
+    const float *emb, *att_n, *wq, *wk, *wv, *wo, *ffn_n, *w1, *w2, *w3, *fin;
+} Ref;
 
 static void ref_matvec(double *y, const double *x, const float *w, int n, int d) {
-    for (int i = 0; i < d; i++) { double s = 0; for (int j = 0; j < n; j++) s += (double)w[(size_t)i * n + j] * x[j]; y[i] = s; }
+    for (int i = 0; i < d; i++) {
+        double s = 0;
+        for (int j = 0; j < n; j++) s += (double)w[(size_t)i * n + j] * x[j];
+        y[i] = s;
+    }
 }
 static void ref_rms(double *o, const double *x, const float *g, int n) {
-    double ss = 0; for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    ss = 1.0 / sqrt(ss / n + 1e-5); for (int i = 0; i < n; i++) o[i] = g[i] * x[i] * ss;
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    ss = 1.0 / sqrt(ss / n + 1e-5);
+    for (int i = 0; i < n; i++) o[i] = g[i] * x[i] * ss;
 }
 /* logits after feeding tokens[0..n) one by one; returns the last position's */
 static void ref_logits(const Ref *r, const int *tokens, int n, double *logits) {
     int hd = r->dim / r->H, kvd = r->KVH * hd;
     double *x = calloc(r->dim, 8), *xb = calloc(r->dim, 8), *q = calloc(r->dim, 8), *o = calloc(r->dim, 8);
-    double *h1 = calloc(r->hidden, 8), *h3 = calloc(r->hidden, 8), *tmp = calloc(r->hidden > r->dim ? r->hidden : r->dim, 8);
+    double *h1 = calloc(r->hidden, 8), *h3 = calloc(r->hidden, 8),
+           *tmp = calloc(r->hidden > r->dim ? r->hidden : r->dim, 8);
     double *kc = calloc((size_t)r->L * n * kvd, 8), *vc = calloc((size_t)r->L * n * kvd, 8), *att = calloc(n, 8);
     for (int p = 0; p < n; p++) {
         for (int i = 0; i < r->dim; i++) x[i] = r->emb[(size_t)tokens[p] * r->dim + i];
@@ -45,17 +57,34 @@ static void ref_logits(const Ref *r, const int *tokens, int n, double *logits) {
             ref_matvec(v, xb, r->wv + (size_t)l * kvd * r->dim, r->dim, kvd);
             for (int i = 0; i < r->dim; i += 2) { /* Meta's interleaved pairs */
                 double f = 1.0 / pow(10000.0, (i % hd) / (double)hd), c = cos(p * f), s = sin(p * f);
-                double a = q[i], b = q[i + 1]; q[i] = a * c - b * s; q[i + 1] = a * s + b * c;
-                if (i < kvd) { a = k[i]; b = k[i + 1]; k[i] = a * c - b * s; k[i + 1] = a * s + b * c; }
+                double a = q[i], b = q[i + 1];
+                q[i] = a * c - b * s;
+                q[i + 1] = a * s + b * c;
+                if (i < kvd) {
+                    a = k[i];
+                    b = k[i + 1];
+                    k[i] = a * c - b * s;
+                    k[i + 1] = a * s + b * c;
+                }
             }
             for (int h = 0; h < r->H; h++) {
-                int g = h / (r->H / r->KVH); double mx = -1e300, sum = 0;
+                int g = h / (r->H / r->KVH);
+                double mx = -1e300, sum = 0;
                 for (int t = 0; t <= p; t++) {
-                    double s = 0; for (int i = 0; i < hd; i++) s += q[h * hd + i] * kc[((size_t)l * n + t) * kvd + g * hd + i];
-                    att[t] = s / sqrt(hd); mx = att[t] > mx ? att[t] : mx;
+                    double s = 0;
+                    for (int i = 0; i < hd; i++) s += q[h * hd + i] * kc[((size_t)l * n + t) * kvd + g * hd + i];
+                    att[t] = s / sqrt(hd);
+                    mx = att[t] > mx ? att[t] : mx;
                 }
-                for (int t = 0; t <= p; t++) { att[t] = exp(att[t] - mx); sum += att[t]; }
-                for (int i = 0; i < hd; i++) { double s = 0; for (int t = 0; t <= p; t++) s += att[t] / sum * vc[((size_t)l * n + t) * kvd + g * hd + i]; o[h * hd + i] = s; }
+                for (int t = 0; t <= p; t++) {
+                    att[t] = exp(att[t] - mx);
+                    sum += att[t];
+                }
+                for (int i = 0; i < hd; i++) {
+                    double s = 0;
+                    for (int t = 0; t <= p; t++) s += att[t] / sum * vc[((size_t)l * n + t) * kvd + g * hd + i];
+                    o[h * hd + i] = s;
+                }
             }
             ref_matvec(tmp, o, r->wo + (size_t)l * r->dim * r->dim, r->dim, r->dim);
             for (int i = 0; i < r->dim; i++) x[i] += tmp[i];
@@ -69,24 +98,51 @@ static void ref_logits(const Ref *r, const int *tokens, int n, double *logits) {
     }
     ref_rms(xb, x, r->fin, r->dim);
     ref_matvec(logits, xb, r->emb, r->dim, r->V);
-    free(x); free(xb); free(q); free(o); free(h1); free(h3); free(tmp); free(kc); free(vc); free(att);
+    free(x);
+    free(xb);
+    free(q);
+    free(o);
+    free(h1);
+    free(h3);
+    free(tmp);
+    free(kc);
+    free(vc);
+    free(att);
 }
 
 static void test_reference(void) {
     char path[4096];
-    char *raw; size_t n;
+    char *raw;
+    size_t n;
     if (pd_data_path("models/stories260K/stories260K.bin", path, sizeof path) || pd_read_file(path, &raw, &n)) {
-        CHECK(0, "%s", pd_errmsg()); return;
+        CHECK(0, "%s", pd_errmsg());
+        return;
     }
     const int *h = (const int *)raw;
     Ref r = {.dim = h[0], .hidden = h[1], .L = h[2], .H = h[3], .KVH = h[4], .V = abs(h[5]), .S = h[6]};
     const float *p = (const float *)(raw + 28);
     int kvd = r.KVH * (r.dim / r.H);
-    r.emb = p; p += (size_t)r.V * r.dim; r.att_n = p; p += r.L * r.dim;
-    r.wq = p; p += (size_t)r.L * r.dim * r.dim; r.wk = p; p += (size_t)r.L * kvd * r.dim;
-    r.wv = p; p += (size_t)r.L * kvd * r.dim; r.wo = p; p += (size_t)r.L * r.dim * r.dim;
-    r.ffn_n = p; p += r.L * r.dim; r.w1 = p; p += (size_t)r.L * r.hidden * r.dim;
-    r.w2 = p; p += (size_t)r.L * r.hidden * r.dim; r.w3 = p; p += (size_t)r.L * r.hidden * r.dim; r.fin = p;
+    r.emb = p;
+    p += (size_t)r.V * r.dim;
+    r.att_n = p;
+    p += r.L * r.dim;
+    r.wq = p;
+    p += (size_t)r.L * r.dim * r.dim;
+    r.wk = p;
+    p += (size_t)r.L * kvd * r.dim;
+    r.wv = p;
+    p += (size_t)r.L * kvd * r.dim;
+    r.wo = p;
+    p += (size_t)r.L * r.dim * r.dim;
+    r.ffn_n = p;
+    p += r.L * r.dim;
+    r.w1 = p;
+    p += (size_t)r.L * r.hidden * r.dim;
+    r.w2 = p;
+    p += (size_t)r.L * r.hidden * r.dim;
+    r.w3 = p;
+    p += (size_t)r.L * r.hidden * r.dim;
+    r.fin = p;
     int toks[40];
     toks[0] = 1;
     for (int i = 1; i < 40; i++) toks[i] = 3 + rnd(509);
@@ -107,7 +163,10 @@ static void test_reference(void) {
     }
     CHECK(worst < 1e-4, "forward vs slow reference: worst relative difference %g", worst);
     kv_seq_free(&KV, s);
-    free(want); free(got); free(hid); free(raw);
+    free(want);
+    free(got);
+    free(hid);
+    free(raw);
 }
 
 /* ---------- batch invariance ---------- */
@@ -132,7 +191,10 @@ static int prefill_context(int len) {
     for (int i = 0; i < len; i++) tok[i] = i ? 3 + rnd(509) : 1, pos[i] = i, seqs[i] = s;
     Batch b = {len, tok, seqs, pos, NULL, NULL};
     if (len) forward_layers(R, &KV, &b, 0, M.c.n_layers, h);
-    free(tok); free(pos); free(seqs); free(h);
+    free(tok);
+    free(pos);
+    free(seqs);
+    free(h);
     return s;
 }
 
@@ -149,23 +211,31 @@ static void test_trees(int threads) {
             pos[i] = clen + depth[i];
             seqs[i] = s;
         }
-        float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V), *one = malloc(sizeof(float) * V);
+        float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V),
+              *one = malloc(sizeof(float) * V);
         Batch b = {n, tok, seqs, pos, par, NULL};
         CHECK(forward_layers(R, &KV, &b, 0, M.c.n_layers, h) == 0, "%s", pd_errmsg());
         final_logits(R, h, n, lg);
         for (int i = 0; i < n; i++) {
             int path[16], len = 0;
             for (int a = i; a >= 0; a = par[a]) path[len++] = a;
-            for (int k = 0; k < len / 2; k++) { int t = path[k]; path[k] = path[len - 1 - k]; path[len - 1 - k] = t; }
+            for (int k = 0; k < len / 2; k++) {
+                int t = path[k];
+                path[k] = path[len - 1 - k];
+                path[len - 1 - k] = t;
+            }
             sequential(ctx, clen, tok, path, len, one);
             cases++;
             mism += memcmp(one, lg + (size_t)i * V, sizeof(float) * V) != 0;
         }
         kv_seq_free(&KV, s);
         kv_seq_free(&KV, ctx);
-        free(h); free(lg); free(one);
+        free(h);
+        free(lg);
+        free(one);
     }
-    CHECK(mism == 0, "trees with %d threads: %d of %d tokens' logits differ from sequential decoding", threads, mism, cases);
+    CHECK(mism == 0, "trees with %d threads: %d of %d tokens' logits differ from sequential decoding", threads, mism,
+          cases);
 }
 
 /* random explicit masks: token i's logits equal those of the batch cut after i */
@@ -180,7 +250,8 @@ static void test_masks(void) {
             pos[i] = clen + rnd(i + 1);
             for (int j = 0; j < n; j++) mask[i * n + j] = j < i && rnd(2);
         }
-        float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V), *lc = malloc(sizeof(float) * n * V);
+        float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V),
+              *lc = malloc(sizeof(float) * n * V);
         int s = kv_fork(&KV, ctx, clen);
         for (int i = 0; i < n; i++) seqs[i] = s;
         Batch b = {n, tok, seqs, pos, NULL, mask};
@@ -189,7 +260,8 @@ static void test_masks(void) {
         kv_seq_free(&KV, s);
         for (int m = 1; m <= n; m++) {
             s = kv_fork(&KV, ctx, clen);
-            for (int i = 0; i < m; i++) for (int j = 0; j < m; j++) cut[i * m + j] = mask[i * n + j];
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < m; j++) cut[i * m + j] = mask[i * n + j];
             Batch c = {m, tok, seqs, pos, NULL, cut};
             for (int i = 0; i < m; i++) seqs[i] = s;
             forward_layers(R, &KV, &c, 0, M.c.n_layers, h);
@@ -199,7 +271,9 @@ static void test_masks(void) {
             mism += memcmp(lc, lg + (size_t)(m - 1) * V, sizeof(float) * V) != 0;
         }
         kv_seq_free(&KV, ctx);
-        free(h); free(lg); free(lc);
+        free(h);
+        free(lg);
+        free(lc);
     }
     CHECK(mism == 0, "masks: %d of %d tokens differ when the batch is cut after them", mism, cases);
 }
@@ -210,9 +284,12 @@ static void test_multi_seq(void) {
     int next[2] = {7, 3}, which[2] = {a, b2};
     for (int i = 0; i < n; i++) {
         int w = rnd(2);
-        tok[i] = 3 + rnd(509); seqs[i] = which[w]; pos[i] = next[w]++;
+        tok[i] = 3 + rnd(509);
+        seqs[i] = which[w];
+        pos[i] = next[w]++;
     }
-    float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V), *one = malloc(sizeof(float) * V);
+    float *h = malloc(sizeof(float) * n * M.c.dim), *lg = malloc(sizeof(float) * n * V),
+          *one = malloc(sizeof(float) * V);
     int fa = kv_fork(&KV, a, 7), fb = kv_fork(&KV, b2, 3);
     int fseq[12];
     for (int i = 0; i < n; i++) fseq[i] = seqs[i] == a ? fa : fb;
@@ -222,13 +299,19 @@ static void test_multi_seq(void) {
     int mism = 0;
     for (int i = 0; i < n; i++) {
         int path[12], len = 0;
-        for (int j = 0; j <= i; j++) if (seqs[j] == seqs[i]) path[len++] = j;
+        for (int j = 0; j <= i; j++)
+            if (seqs[j] == seqs[i]) path[len++] = j;
         sequential(seqs[i], seqs[i] == a ? 7 : 3, tok, path, len, one);
         mism += memcmp(one, lg + (size_t)i * V, sizeof(float) * V) != 0;
     }
     CHECK(mism == 0, "two sequences in one batch: %d tokens differ", mism);
-    kv_seq_free(&KV, fa); kv_seq_free(&KV, fb); kv_seq_free(&KV, a); kv_seq_free(&KV, b2);
-    free(h); free(lg); free(one);
+    kv_seq_free(&KV, fa);
+    kv_seq_free(&KV, fb);
+    kv_seq_free(&KV, a);
+    kv_seq_free(&KV, b2);
+    free(h);
+    free(lg);
+    free(one);
 }
 
 /* layers [0,l) then [l,L) equal [0,L), for every l; per-layer fill levels in between */
@@ -247,11 +330,13 @@ static void test_layer_ranges(void) {
         forward_layers(R, &KV, &b, 0, l, part);
         CHECK(kv_len(&KV, s, l - 1) == clen + n && kv_len(&KV, s, l) == clen, "fill levels after [0,%d)", l);
         forward_layers(R, &KV, &b, l, L, part);
-        CHECK(memcmp(full, part, sizeof(float) * n * M.c.dim) == 0, "layers [0,%d)+[%d,%d) differ from [0,%d)", l, l, L, L);
+        CHECK(memcmp(full, part, sizeof(float) * n * M.c.dim) == 0, "layers [0,%d)+[%d,%d) differ from [0,%d)", l, l, L,
+              L);
         kv_seq_free(&KV, s);
     }
     kv_seq_free(&KV, ctx);
-    free(full); free(part);
+    free(full);
+    free(part);
 }
 
 /* rollback: truncate, redo, same logits; keep_path compacts a tree branch */
@@ -279,7 +364,9 @@ static void test_rollback(void) {
     final_logits(R, h + M.c.dim, 1, b2);
     CHECK(memcmp(a, b2, sizeof(float) * V) == 0, "decode after keeping a tree branch differs");
     kv_seq_free(&KV, s);
-    free(h); free(a); free(b2);
+    free(h);
+    free(a);
+    free(b2);
 }
 
 static void test_bad_batches(void) {

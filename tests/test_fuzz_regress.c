@@ -26,7 +26,8 @@ static int replay(const FuzzTarget *t, const char *dir, int *files, int *skipped
         int ok = t->run((const uint8_t *)data, n);
         free(data);
         /* a seed (a recipe) naming data this machine lacks: skipped, saying which */
-        if (!ok && strstr(dir, "/corpus/") && (strstr(pd_errmsg(), "does not exist") || strstr(pd_errmsg(), "not found under"))) {
+        if (!ok && strstr(dir, "/corpus/") &&
+            (strstr(pd_errmsg(), "does not exist") || strstr(pd_errmsg(), "not found under"))) {
             printf("SKIP test_fuzz_regress: seed %s: needs data: %s\n", path, pd_errmsg());
             (*skipped)++;
             continue;

@@ -29,14 +29,19 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd32(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (uint32_t)(rng >> 11);
 }
 static float frand(void) { return (float)(rnd32() % 2000001) / 1e6f - 1.0f; }
 
 /* ---------------- quantisers and dequantisers (ggml's reference formulas) ---------------- */
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 static void quant_q8_0(const float *x, uint8_t *b) {
@@ -73,9 +78,12 @@ static float deq(uint32_t type, const uint8_t *b, int j) {
     float d = half_value(get16(b));
     int lo = j < 16, k = j % 16;
     switch (type) {
-    case GGML_Q8_0: return d * (float)(int8_t)b[2 + j];
-    case GGML_Q4_0: return d * (float)((lo ? b[2 + k] & 15 : b[2 + k] >> 4) - 8);
-    default: return d * (float)(lo ? b[4 + k] & 15 : b[4 + k] >> 4) + half_value(get16(b + 2));
+    case GGML_Q8_0:
+        return d * (float)(int8_t)b[2 + j];
+    case GGML_Q4_0:
+        return d * (float)((lo ? b[2 + k] & 15 : b[2 + k] >> 4) - 8);
+    default:
+        return d * (float)(lo ? b[4 + k] & 15 : b[4 + k] >> 4) + half_value(get16(b + 2));
     }
 }
 
@@ -96,7 +104,10 @@ static void put(Buf *b, const void *s, size_t n) {
 }
 static void put_u32(Buf *b, uint32_t v) { put(b, &v, 4); }
 static void put_u64(Buf *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(Buf *b, const char *s) { put_u64(b, strlen(s)); put(b, s, strlen(s)); }
+static void put_str(Buf *b, const char *s) {
+    put_u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
 
 typedef struct {
     char name[64];
@@ -114,16 +125,44 @@ typedef struct {
     uint32_t version;
 } Writer;
 
-static void kv_str(Writer *w, const char *k, const char *v) { put_str(&w->kv, k); put_u32(&w->kv, GGUF_STRING); put_str(&w->kv, v); w->n_kv++; }
-static void kv_u32(Writer *w, const char *k, uint32_t v) { put_str(&w->kv, k); put_u32(&w->kv, GGUF_U32); put_u32(&w->kv, v); w->n_kv++; }
-static void kv_f32(Writer *w, const char *k, float v) { put_str(&w->kv, k); put_u32(&w->kv, GGUF_F32); put(&w->kv, &v, 4); w->n_kv++; }
-static void kv_bool(Writer *w, const char *k, int v) { uint8_t b = (uint8_t)v; put_str(&w->kv, k); put_u32(&w->kv, GGUF_BOOL); put(&w->kv, &b, 1); w->n_kv++; }
+static void kv_str(Writer *w, const char *k, const char *v) {
+    put_str(&w->kv, k);
+    put_u32(&w->kv, GGUF_STRING);
+    put_str(&w->kv, v);
+    w->n_kv++;
+}
+static void kv_u32(Writer *w, const char *k, uint32_t v) {
+    put_str(&w->kv, k);
+    put_u32(&w->kv, GGUF_U32);
+    put_u32(&w->kv, v);
+    w->n_kv++;
+}
+static void kv_f32(Writer *w, const char *k, float v) {
+    put_str(&w->kv, k);
+    put_u32(&w->kv, GGUF_F32);
+    put(&w->kv, &v, 4);
+    w->n_kv++;
+}
+static void kv_bool(Writer *w, const char *k, int v) {
+    uint8_t b = (uint8_t)v;
+    put_str(&w->kv, k);
+    put_u32(&w->kv, GGUF_BOOL);
+    put(&w->kv, &b, 1);
+    w->n_kv++;
+}
 static void kv_arr(Writer *w, const char *k, GgufType elem, uint64_t n, const void *data, size_t size) {
-    put_str(&w->kv, k); put_u32(&w->kv, GGUF_ARRAY); put_u32(&w->kv, elem); put_u64(&w->kv, n);
-    put(&w->kv, data, size); w->n_kv++;
+    put_str(&w->kv, k);
+    put_u32(&w->kv, GGUF_ARRAY);
+    put_u32(&w->kv, elem);
+    put_u64(&w->kv, n);
+    put(&w->kv, data, size);
+    w->n_kv++;
 }
 static void kv_strs(Writer *w, const char *k, int n, char **s) {
-    put_str(&w->kv, k); put_u32(&w->kv, GGUF_ARRAY); put_u32(&w->kv, GGUF_STRING); put_u64(&w->kv, n);
+    put_str(&w->kv, k);
+    put_u32(&w->kv, GGUF_ARRAY);
+    put_u32(&w->kv, GGUF_STRING);
+    put_u64(&w->kv, n);
     for (int i = 0; i < n; i++) put_str(&w->kv, s[i]);
     w->n_kv++;
 }
@@ -141,9 +180,13 @@ static void add_tensor(Writer *w, const char *name, uint32_t type, int64_t rows,
     uint8_t blk[34];
     for (size_t i = 0; i < n; i++) {
         if (type == GGML_F32) put(&t->data, &x[i], 4);
-        else if (type == GGML_F16) { uint16_t h = to_half(x[i]); put(&t->data, &h, 2); }
-        else if (type == GGML_BF16) { uint16_t h = to_bf16(x[i]); put(&t->data, &h, 2); }
-        else if (i % 32 == 0) {
+        else if (type == GGML_F16) {
+            uint16_t h = to_half(x[i]);
+            put(&t->data, &h, 2);
+        } else if (type == GGML_BF16) {
+            uint16_t h = to_bf16(x[i]);
+            put(&t->data, &h, 2);
+        } else if (i % 32 == 0) {
             if (type == GGML_Q8_0) quant_q8_0(x + i, blk), put(&t->data, blk, 34);
             else if (type == GGML_Q4_0) quant_q4_0(x + i, blk), put(&t->data, blk, 18);
             else quant_q4_1(x + i, blk), put(&t->data, blk, 20);
@@ -157,12 +200,23 @@ static void decode_tensor(const WTensor *t, float *out) {
     for (size_t i = 0; i < n; i++) {
         const uint8_t *p = t->data.p;
         switch (t->type) {
-        case GGML_F32: memcpy(&out[i], p + 4 * i, 4); break;
-        case GGML_F16: out[i] = half_value(get16(p + 2 * i)); break;
-        case GGML_BF16: out[i] = bf16_value(get16(p + 2 * i)); break;
-        case GGML_Q8_0: out[i] = deq(t->type, p + i / 32 * 34, (int)(i % 32)); break;
-        case GGML_Q4_0: out[i] = deq(t->type, p + i / 32 * 18, (int)(i % 32)); break;
-        default: out[i] = deq(t->type, p + i / 32 * 20, (int)(i % 32));
+        case GGML_F32:
+            memcpy(&out[i], p + 4 * i, 4);
+            break;
+        case GGML_F16:
+            out[i] = half_value(get16(p + 2 * i));
+            break;
+        case GGML_BF16:
+            out[i] = bf16_value(get16(p + 2 * i));
+            break;
+        case GGML_Q8_0:
+            out[i] = deq(t->type, p + i / 32 * 34, (int)(i % 32));
+            break;
+        case GGML_Q4_0:
+            out[i] = deq(t->type, p + i / 32 * 18, (int)(i % 32));
+            break;
+        default:
+            out[i] = deq(t->type, p + i / 32 * 20, (int)(i % 32));
         }
     }
 }
@@ -224,7 +278,7 @@ typedef struct { /* one HF tensor: its original values and where it went in the 
     char hf[96];
     int64_t rows, cols;
     float *orig;
-    int wt; /* index into the writer's tensors */
+    int wt;    /* index into the writer's tensors */
     int heads; /* q/k rows: Meta-permuted in the file */
 } Expect;
 
@@ -235,8 +289,8 @@ static void exp_free(void) {
     N_EXP = 0;
 }
 
-static void tiny_tensor(Writer *w, const char *gg, const char *hf, uint32_t type, int64_t rows, int64_t cols,
-                        int heads, int hd, float scale, int permute) {
+static void tiny_tensor(Writer *w, const char *gg, const char *hf, uint32_t type, int64_t rows, int64_t cols, int heads,
+                        int hd, float scale, int permute) {
     size_t n = (size_t)cols * (rows ? rows : 1);
     float *x = malloc(sizeof(float) * n), *file = malloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) x[i] = scale * frand() + (rows ? 0 : 1);
@@ -298,11 +352,16 @@ static Buf tiny_model(const Tiny *m, Writer *w) {
     static const uint32_t mats[] = {GGML_Q4_1, GGML_Q4_0, GGML_F16, GGML_BF16, GGML_Q4_1, GGML_Q8_0, GGML_F32};
     tiny_tensor(w, "token_embd.weight", NAME_EMBED, GGML_Q8_0, m->vocab, m->dim, 0, 0, 1, 0);
     for (int l = 0; l < m->layers; l++) {
-        static const struct { const char *gg, *hf; char r, c; } L[] = {
-            {"attn_q.weight", "self_attn.q_proj.weight", 'Q', 'D'}, {"attn_k.weight", "self_attn.k_proj.weight", 'K', 'D'},
-            {"attn_v.weight", "self_attn.v_proj.weight", 'K', 'D'}, {"attn_output.weight", "self_attn.o_proj.weight", 'D', 'Q'},
-            {"ffn_gate.weight", "mlp.gate_proj.weight", 'H', 'D'}, {"ffn_up.weight", "mlp.up_proj.weight", 'H', 'D'},
-            {"ffn_down.weight", "mlp.down_proj.weight", 'D', 'H'}};
+        static const struct {
+            const char *gg, *hf;
+            char r, c;
+        } L[] = {{"attn_q.weight", "self_attn.q_proj.weight", 'Q', 'D'},
+                 {"attn_k.weight", "self_attn.k_proj.weight", 'K', 'D'},
+                 {"attn_v.weight", "self_attn.v_proj.weight", 'K', 'D'},
+                 {"attn_output.weight", "self_attn.o_proj.weight", 'D', 'Q'},
+                 {"ffn_gate.weight", "mlp.gate_proj.weight", 'H', 'D'},
+                 {"ffn_up.weight", "mlp.up_proj.weight", 'H', 'D'},
+                 {"ffn_down.weight", "mlp.down_proj.weight", 'D', 'H'}};
         for (int k = 0; k < 7; k++) {
             int64_t r = L[k].r == 'Q' ? Q : L[k].r == 'K' ? KV : L[k].r == 'H' ? m->hidden : m->dim;
             int64_t c = L[k].c == 'Q' ? Q : L[k].c == 'H' ? m->hidden : m->dim;
@@ -319,11 +378,16 @@ static Buf tiny_model(const Tiny *m, Writer *w) {
         tiny_tensor(w, gg, hf, GGML_F32, 0, m->dim, 0, 0, 0.1f, 0);
         if (m->bias) {
             static const char *const bn[3][2] = {{"attn_q.bias", "self_attn.q_proj.bias"},
-                {"attn_k.bias", "self_attn.k_proj.bias"}, {"attn_v.bias", "self_attn.v_proj.bias"}};
+                                                 {"attn_k.bias", "self_attn.k_proj.bias"},
+                                                 {"attn_v.bias", "self_attn.v_proj.bias"}};
             for (int k = 0; k < 3; k++) {
                 snprintf(gg, sizeof gg, "blk.%d.%s", l, bn[k][0]);
                 layer_tensor_name(hf, sizeof hf, l, bn[k][1]);
-                tiny_tensor(w, gg, hf, GGML_F32, 0, k ? KV : Q, k == 0 ? m->heads : k == 1 ? m->kv : 0, m->hd, 0.3f, perm);
+                tiny_tensor(w, gg, hf, GGML_F32, 0, k ? KV : Q,
+                            k == 0   ? m->heads
+                            : k == 1 ? m->kv
+                                     : 0,
+                            m->hd, 0.3f, perm);
             }
         }
     }
@@ -342,9 +406,11 @@ static Buf tiny_model(const Tiny *m, Writer *w) {
 /* ---------------- checks ---------------- */
 
 static void test_f16(void) {
-    static const struct { uint16_t h; float v; } known[] = {
-        {0x3c00, 1.0f}, {0xc000, -2.0f}, {0x7bff, 65504.0f}, {0x0001, 5.9604645e-8f}, {0x03ff, 6.0975552e-5f},
-        {0x0400, 6.1035156e-5f}, {0x3555, 0.33325195f}, {0x0000, 0.0f}};
+    static const struct {
+        uint16_t h;
+        float v;
+    } known[] = {{0x3c00, 1.0f},          {0xc000, -2.0f},         {0x7bff, 65504.0f},    {0x0001, 5.9604645e-8f},
+                 {0x03ff, 6.0975552e-5f}, {0x0400, 6.1035156e-5f}, {0x3555, 0.33325195f}, {0x0000, 0.0f}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         CHECK(gguf_f16_to_f32(known[i].h) == known[i].v, "f16 %04x → %g, want %g", known[i].h,
               gguf_f16_to_f32(known[i].h), known[i].v);
@@ -375,7 +441,7 @@ static void test_blocks(void) {
     for (int j = 0; j < 32; j++) q8[2 + j] = (uint8_t)(int8_t)(j * 8 - 128);
     put16(q40, 0xb400); /* d = -0.25 */
     for (int j = 0; j < 16; j++) q40[2 + j] = (uint8_t)(j | (15 - j) << 4);
-    put16(q41, 0x4000); /* d = 2 */
+    put16(q41, 0x4000);     /* d = 2 */
     put16(q41 + 2, 0xbc00); /* m = -1 */
     for (int j = 0; j < 16; j++) q41[4 + j] = (uint8_t)((j * 7) % 16 | ((j * 3) % 16) << 4);
     WTensor *t = &w.t[w.n_t++];
@@ -417,8 +483,8 @@ static const char *check_tiny(const Tiny *m, const char *what) {
     if (rc) return NULL;
     const Config *c = &ck.c;
     CHECK(c->dim == m->dim && c->hidden_dim == m->hidden && c->n_layers == m->layers && c->n_heads == m->heads &&
-          c->n_kv_heads == m->kv && c->head_dim == m->hd && c->vocab_size == m->vocab && c->seq_len == m->ctx &&
-          c->tied == m->tied && c->qkv_bias == m->bias && c->rope_theta == m->theta && c->norm_eps == 1e-5f,
+              c->n_kv_heads == m->kv && c->head_dim == m->hd && c->vocab_size == m->vocab && c->seq_len == m->ctx &&
+              c->tied == m->tied && c->qkv_bias == m->bias && c->rope_theta == m->theta && c->norm_eps == 1e-5f,
           "%s: config", what);
     CHECK(ck.n == N_EXP, "%s: %d tensors, want %d", what, ck.n, N_EXP);
     double worst_step = 0;
@@ -426,10 +492,14 @@ static const char *check_tiny(const Tiny *m, const char *what) {
     for (int i = 0; i < N_EXP; i++) {
         Expect *e = &EXP[i];
         CkTensor *t = ck_get(&ck, e->hf);
-        if (!t) { CHECK(0, "%s: %s missing", what, e->hf); continue; }
+        if (!t) {
+            CHECK(0, "%s: %s missing", what, e->hf);
+            continue;
+        }
         const WTensor *wt = &w.t[e->wt];
         size_t n = (size_t)e->cols * (e->rows ? e->rows : 1);
-        CHECK(t->shape[0] == (e->rows ? e->rows : e->cols) && t->shape[1] == (e->rows ? e->cols : 1), "%s: %s shape", what, e->hf);
+        CHECK(t->shape[0] == (e->rows ? e->rows : e->cols) && t->shape[1] == (e->rows ? e->cols : 1), "%s: %s shape",
+              what, e->hf);
         float *want = malloc(sizeof(float) * n);
         decode_tensor(wt, want);
         /* the file holds Meta rows: the reader must give HF's back, i.e. our permute undone */
@@ -438,8 +508,8 @@ static const char *check_tiny(const Tiny *m, const char *what) {
             int hd = m->hd, cols = e->rows ? (int)e->cols : 1;
             for (int h = 0; h < e->heads; h++)
                 for (int r = 0; r < hd; r++) /* HF row r = c*hd/2+i came from Meta row 2i+c */
-                    memcpy(hf + ((size_t)h * hd + r) * cols, want + ((size_t)h * hd + 2 * (r % (hd / 2)) + r / (hd / 2)) * cols,
-                           sizeof(float) * cols);
+                    memcpy(hf + ((size_t)h * hd + r) * cols,
+                           want + ((size_t)h * hd + 2 * (r % (hd / 2)) + r / (hd / 2)) * cols, sizeof(float) * cols);
             memcpy(want, hf, sizeof(float) * n);
             free(hf);
         }
@@ -450,12 +520,13 @@ static const char *check_tiny(const Tiny *m, const char *what) {
             if (wt->type == GGML_F32 && t->data[j] != e->orig[j]) bad++;
             /* and close to the original: half a step of the type (a whole one where Q4_0's
                -8..7 clips), a little slack for the f16 scales */
-            double x = fabs(e->orig[j]), allowed = wt->type == GGML_F16 ? x / 2048 + 1e-7
-                                                 : wt->type == GGML_BF16 ? x / 256
-                                                 : wt->type == GGML_Q8_0 ? (hi - lo) / 254
-                                                 : wt->type == GGML_F32 ? 1
-                                                 : wt->type == GGML_Q4_0 ? (hi - lo) / 16 /* -8..7: the far end clips a step */
-                                                                         : (hi - lo) / 30;
+            double x = fabs(e->orig[j]), allowed = wt->type == GGML_F16    ? x / 2048 + 1e-7
+                                                   : wt->type == GGML_BF16 ? x / 256
+                                                   : wt->type == GGML_Q8_0 ? (hi - lo) / 254
+                                                   : wt->type == GGML_F32  ? 1
+                                                   : wt->type == GGML_Q4_0
+                                                       ? (hi - lo) / 16 /* -8..7: the far end clips a step */
+                                                       : (hi - lo) / 30;
             double step = fabs(t->data[j] - e->orig[j]) / allowed;
             if (step > worst_step) worst_step = step;
         }
@@ -476,7 +547,8 @@ static const char *check_tiny(const Tiny *m, const char *what) {
     CHECK(gguf_get_str(&v, "general.architecture", &s) == 0 && s.len == strlen(m->arch), "%s: vocab arch", what);
     CHECK(gguf_get_str(&v, "tokenizer.ggml.model", &s) == 0 && s.len == 5 && !memcmp(s.s, "llama", 5), "vocab model");
     const GgufKV *tk = gguf_find(&v, "tokenizer.ggml.tokens"), *sc = gguf_find(&v, "tokenizer.ggml.scores");
-    CHECK(tk && tk->n == (uint64_t)m->vocab && tk->strs[7].len == 4 && !memcmp(tk->strs[7].s, "tok7", 4), "vocab tokens");
+    CHECK(tk && tk->n == (uint64_t)m->vocab && tk->strs[7].len == 4 && !memcmp(tk->strs[7].s, "tok7", 4),
+          "vocab tokens");
     float s9 = 0;
     if (sc) memcpy(&s9, (const char *)sc->data + 36, 4);
     CHECK(sc && sc->elem == GGUF_F32 && s9 == -9.0f, "vocab scores");
@@ -490,12 +562,12 @@ static const char *check_tiny(const Tiny *m, const char *what) {
         double worst = 0;
         for (int j = 0; j < m->hd / 2; j++) {
             double want = llama3_divisor(m->theta, m->hd, j, 8, 1, 4, 8192);
-            double got = llama3_divisor(m->theta, m->hd, j, c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_ctx);
+            double got = llama3_divisor(m->theta, m->hd, j, c->rope_factor, c->rope_low_freq, c->rope_high_freq,
+                                        c->rope_orig_ctx);
             worst = fmax(worst, fabs(got - want) / want);
         }
         CHECK(c->rope_factor == 8 && worst < 1e-5, "%s: RoPE divisors off by %g (%s)", what, worst, cfg);
-    } else
-        CHECK(c->rope_factor == 0, "%s: no RoPE scaling", what);
+    } else CHECK(c->rope_factor == 0, "%s: no RoPE scaling", what);
     ck_free(&ck);
     free(b.p);
     exp_free();
@@ -653,7 +725,7 @@ static void test_bad(void) {
     b = tiny_model(&m, &w);
     free(b.p);
     float *rf = (float *)w.t[w.n_t - 1].data.p; /* rope_freqs.weight */
-    rf[1] = 3; /* a bump no llama3 parameters give */
+    rf[1] = 3;                                  /* a bump no llama3 parameters give */
     refused(finish(&w), "not Llama 3 RoPE scaling", "rope_freqs bump");
     rf[1] = 1, rf[0] = 0.5f;
     refused(finish(&w), "speeds up some frequencies", "rope_freqs below 1");
@@ -662,7 +734,8 @@ static void test_bad(void) {
     free(b.p);
     w.t[3].dims[1] = 16; /* blk.0.attn_v: 32 rows → 16 */
     w.t[3].data.n /= 2;
-    refused(finish(&w), "tensor 'blk.0.attn_v.weight' has shape [16, 64] (rows first) but the config needs [32, 64]", "shape");
+    refused(finish(&w), "tensor 'blk.0.attn_v.weight' has shape [16, 64] (rows first) but the config needs [32, 64]",
+            "shape");
     writer_free(&w);
     exp_free();
 }
@@ -675,8 +748,11 @@ static void test_pyw(void) {
         CHECK(0, "gguf-py file: %s", pd_errmsg());
         return;
     }
-    static const struct { const char *k; int64_t v; } ints[] = {{"k.u8", 200}, {"k.i8", -100}, {"k.u16", 60000},
-        {"k.i16", -30000}, {"k.u32", 4000000000}, {"k.i32", -2000000000}, {"k.u64", 1ll << 40}, {"k.i64", -(1ll << 40)}};
+    static const struct {
+        const char *k;
+        int64_t v;
+    } ints[] = {{"k.u8", 200},         {"k.i8", -100},         {"k.u16", 60000},     {"k.i16", -30000},
+                {"k.u32", 4000000000}, {"k.i32", -2000000000}, {"k.u64", 1ll << 40}, {"k.i64", -(1ll << 40)}};
     for (int i = 0; i < 8; i++) {
         int64_t v = 0;
         CHECK(gguf_get_int(&g, ints[i].k, &v) == 0 && v == ints[i].v, "gguf-py %s = %lld", ints[i].k, (long long)v);
@@ -694,14 +770,16 @@ static void test_pyw(void) {
     if (a && a->n == 3) memcpy(&third, (const char *)a->data + 8, 4); /* values are unaligned in the file */
     CHECK(a && a->type == GGUF_ARRAY && a->elem == GGUF_I32 && a->n == 3 && third == 3, "gguf-py k.arr");
     CHECK(sa && sa->elem == GGUF_STRING && sa->n == 3 && sa->strs[1].len == 2 && !memcmp(sa->strs[1].s, "bc", 2) &&
-          sa->strs[2].len == 0, "gguf-py k.sarr");
+              sa->strs[2].len == 0,
+          "gguf-py k.sarr");
     static const char *const names[] = {"f32", "f16", "bf16", "q8", "q40", "q41"};
     static const uint32_t types[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1};
     int bad = 0;
     for (int i = 0; i < 6; i++) {
         const GgufTensor *t = gguf_tensor(&g, names[i]);
         float y[32];
-        CHECK(t && t->type == types[i] && t->n_dims == 2 && t->dims[0] == 32 && t->dims[1] == 1, "gguf-py %s", names[i]);
+        CHECK(t && t->type == types[i] && t->n_dims == 2 && t->dims[0] == 32 && t->dims[1] == 1, "gguf-py %s",
+              names[i]);
         if (!t || gguf_tensor_f32(&g, t, y)) continue;
         for (int j = 0; j < 32; j++) bad += y[j] != PYW_WANT[32 * i + j];
     }
@@ -711,9 +789,11 @@ static void test_pyw(void) {
 
 /* llama.cpp's own vocab-only files (tests/ of llama.cpp; tokens 32000 and 50257) */
 static void test_vocab_files(void) {
-    static const struct { const char *file, *model; uint64_t n_tokens; } F[] = {
-        {"tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf", "llama", 32000},
-        {"tokenizers/ggml-vocab/ggml-vocab-gpt-2.gguf", "gpt2", 50257}};
+    static const struct {
+        const char *file, *model;
+        uint64_t n_tokens;
+    } F[] = {{"tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf", "llama", 32000},
+             {"tokenizers/ggml-vocab/ggml-vocab-gpt-2.gguf", "gpt2", 50257}};
     for (int i = 0; i < 2; i++) {
         const char *path = test_data("llama.cpp's vocab-only file", F[i].file);
         if (!path) continue;
@@ -735,7 +815,8 @@ static void test_vocab_files(void) {
         GgufStr s;
         const GgufKV *t = gguf_find(&g, "tokenizer.ggml.tokens");
         CHECK(gguf_get_str(&g, "tokenizer.ggml.model", &s) == 0 && s.len == strlen(F[i].model) &&
-              !memcmp(s.s, F[i].model, s.len), "%s: tokenizer.ggml.model", path);
+                  !memcmp(s.s, F[i].model, s.len),
+              "%s: tokenizer.ggml.model", path);
         CHECK(t && t->elem == GGUF_STRING && t->n == F[i].n_tokens, "%s: %llu tokens", path,
               t ? (unsigned long long)t->n : 0ull);
         CHECK(g.n_tensors == 0 && g.n_kv > 10, "%s: %d tensors, %d keys", path, g.n_tensors, g.n_kv);
@@ -778,11 +859,12 @@ static int write_gguf_of(const char *model, const char *out, const char *type) {
     kv_u32(&w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
     kv_f32(&w, "llama.rope.freq_base", c->rope_theta);
     kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
-    static const char *const L[][2] = {{"attn_norm.weight", "input_layernorm.weight"},
-        {"attn_q.weight", "self_attn.q_proj.weight"}, {"attn_k.weight", "self_attn.k_proj.weight"},
-        {"attn_v.weight", "self_attn.v_proj.weight"}, {"attn_output.weight", "self_attn.o_proj.weight"},
-        {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
-        {"ffn_up.weight", "mlp.up_proj.weight"}, {"ffn_down.weight", "mlp.down_proj.weight"}};
+    static const char *const L[][2] = {
+        {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},      {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"}};
     char gg[96], hf[96];
     for (int l = 0; l < c->n_layers; l++)
         for (int k = 0; k < 9; k++) {
@@ -790,7 +872,8 @@ static int write_gguf_of(const char *model, const char *out, const char *type) {
             layer_tensor_name(hf, sizeof hf, l, L[k][1]);
             CkTensor *t = ck_get(&ck, hf);
             int vec = t->ndim == 1;
-            if (k == 1 || k == 2) meta_permute(t->data, k == 1 ? c->n_heads : c->n_kv_heads, c->head_dim, (int)t->shape[1]);
+            if (k == 1 || k == 2)
+                meta_permute(t->data, k == 1 ? c->n_heads : c->n_kv_heads, c->head_dim, (int)t->shape[1]);
             add_tensor(&w, gg, vec ? GGML_F32 : mt, vec ? 0 : t->shape[0], vec ? t->shape[0] : t->shape[1], t->data);
         }
     CkTensor *e = ck_get(&ck, NAME_EMBED), *n = ck_get(&ck, NAME_NORM), *o = ck_get(&ck, NAME_LM_HEAD);
@@ -806,7 +889,8 @@ static int write_gguf_of(const char *model, const char *out, const char *type) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 4 && !strcmp(argv[1], "--write-gguf")) return write_gguf_of(argv[2], argv[3], argc > 4 ? argv[4] : NULL);
+    if (argc >= 4 && !strcmp(argv[1], "--write-gguf"))
+        return write_gguf_of(argv[2], argv[3], argc > 4 ? argv[4] : NULL);
     if (argc == 3 && !strcmp(argv[1], "--write-tiny")) {
         Writer w;
         Buf b = tiny_model(&LLAMA, &w);

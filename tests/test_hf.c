@@ -24,7 +24,9 @@
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (float)((rng >> 11) % 2000001) / 1e6f - 1.0f;
 }
 
@@ -33,9 +35,9 @@ static float frand(void) {
 /* ---------------- writing an HF directory ---------------- */
 
 typedef struct {
-    const char *arch;      /* architectures[0] */
+    const char *arch;                             /* architectures[0] */
     int dim, hidden, layers, heads, kv, head_dim; /* head_dim 0: left out of config.json */
-    int vocab, ctx, tied, bias, shards;            /* shards 0: one model.safetensors */
+    int vocab, ctx, tied, bias, shards;           /* shards 0: one model.safetensors */
     DType dt;
     const char *extra;     /* JSON object merged into config.json */
     const char *tokenizer; /* "bin": tok512.bin, "llama3": the Llama 3 tokenizer.json + config, NULL: none */
@@ -45,7 +47,7 @@ typedef struct {
 typedef struct {
     char name[96];
     int64_t rows, cols;
-    float *want;   /* what the reader must give: the stored values, decoded */
+    float *want; /* what the reader must give: the stored values, decoded */
     void *stored;
     DType dt;
 } WT;
@@ -126,7 +128,9 @@ static int write_config(const Spec *s, const char *dir) {
                           s->layers, "num_attention_heads", s->heads, "num_key_value_heads", s->kv, "vocab_size",
                           s->vocab, "max_position_embeddings", s->ctx, "rms_norm_eps", 1e-5, "rope_theta", 10000.0,
                           "tie_word_embeddings", s->tied, "hidden_act", "silu", "torch_dtype",
-                          s->dt == DT_F16 ? "float16" : s->dt == DT_BF16 ? "bfloat16" : "float32");
+                          s->dt == DT_F16    ? "float16"
+                          : s->dt == DT_BF16 ? "bfloat16"
+                                             : "float32");
     if (s->head_dim) json_object_set_new(c, "head_dim", json_integer(s->head_dim));
     json_t *x = s->extra ? json_loads(s->extra, 0, NULL) : NULL;
     if (x) json_object_update(c, x);
@@ -160,8 +164,7 @@ static int write_dir(const Spec *s, const char *dir) {
         int rc = json_dump_file(idx, path_in(dir, "model.safetensors.index.json"), JSON_INDENT(2));
         json_decref(idx);
         if (rc) return -1;
-    } else
-        json_decref(map);
+    } else json_decref(map);
     char src[4096];
     if (s->tokenizer && !strcmp(s->tokenizer, "bin")) {
         if (pd_data_path("models/stories260K/tok512.bin", src, sizeof src) ||
@@ -191,7 +194,8 @@ static char ROOT[256];
 static void check_good(const Spec *s, const char *what, int want_seq_len) {
     char dir[512];
     if (s->tokenizer && !strcmp(s->tokenizer, "llama3") &&
-        (!test_data(what, "tokenizers/llama3/tokenizer.json.gz") || !test_data(what, "tokenizers/llama3/tokenizer_config.json")))
+        (!test_data(what, "tokenizers/llama3/tokenizer.json.gz") ||
+         !test_data(what, "tokenizers/llama3/tokenizer_config.json")))
         return;
     snprintf(dir, sizeof dir, "%s/%s", ROOT, what);
     make_tensors(s);
@@ -203,20 +207,22 @@ static void check_good(const Spec *s, const char *what, int want_seq_len) {
     const Config *c = &ck.c;
     int hd = s->head_dim ? s->head_dim : s->dim / s->heads;
     CHECK(c->dim == s->dim && c->hidden_dim == s->hidden && c->n_layers == s->layers && c->n_heads == s->heads &&
-          c->n_kv_heads == s->kv && c->head_dim == hd && c->vocab_size == s->vocab &&
-          c->seq_len == (want_seq_len ? want_seq_len : s->ctx) && c->tied == s->tied && c->qkv_bias == s->bias &&
-          c->norm_eps == 1e-5f && c->rope_theta == (s->theta ? s->theta : 10000.0f), "%s: config (seq_len %d)", what,
-          c->seq_len);
+              c->n_kv_heads == s->kv && c->head_dim == hd && c->vocab_size == s->vocab &&
+              c->seq_len == (want_seq_len ? want_seq_len : s->ctx) && c->tied == s->tied && c->qkv_bias == s->bias &&
+              c->norm_eps == 1e-5f && c->rope_theta == (s->theta ? s->theta : 10000.0f),
+          "%s: config (seq_len %d)", what, c->seq_len);
     if (s->extra && strstr(s->extra, "llama3"))
         CHECK(c->rope_factor == 8 && c->rope_low_freq == 1 && c->rope_high_freq == 4, "%s: llama3 RoPE scaling", what);
-    else
-        CHECK(c->rope_factor == 0, "%s: no RoPE scaling", what);
+    else CHECK(c->rope_factor == 0, "%s: no RoPE scaling", what);
     CHECK(ck.n == NT, "%s: %d tensors, want %d", what, ck.n, NT);
     int bad = 0;
     for (int i = 0; i < NT; i++) {
         CkTensor *t = ck_get(&ck, T[i].name);
         size_t n = (size_t)T[i].cols * (T[i].rows ? T[i].rows : 1);
-        if (!t || t->shape[0] * t->shape[1] != (int64_t)n) { bad++; continue; }
+        if (!t || t->shape[0] * t->shape[1] != (int64_t)n) {
+            bad++;
+            continue;
+        }
         for (size_t j = 0; j < n; j++) bad += t->data[j] != T[i].want[j]; /* bit-exact: f16/bf16 widen exactly */
     }
     CHECK(bad == 0, "%s: %d values differ from those stored", what, bad);
@@ -243,12 +249,11 @@ static void check_good(const Spec *s, const char *what, int want_seq_len) {
             free(h), free(lg);
             kv_free(&kv);
             model_free(&m);
-        } else
-            CHECK(0, "%s: model_load: %s", what, pd_errmsg());
+        } else CHECK(0, "%s: model_load: %s", what, pd_errmsg());
     }
     if (s->tokenizer && !strcmp(s->tokenizer, "llama3")) {
-        CHECK(!strcmp(ck.tok_kind, "hf-json") && ck.tok_len > 9000000, "%s: tokenizer.json taken (%s, %zu bytes)",
-              what, ck.tok_kind, ck.tok_len);
+        CHECK(!strcmp(ck.tok_kind, "hf-json") && ck.tok_len > 9000000, "%s: tokenizer.json taken (%s, %zu bytes)", what,
+              ck.tok_kind, ck.tok_len);
         CHECK(ck.chat_template && strstr(ck.chat_template, "<|start_header_id|>"), "%s: the chat template", what);
         /* the template travels into the model file's metadata */
         char out[600];
@@ -260,8 +265,7 @@ static void check_good(const Spec *s, const char *what, int want_seq_len) {
             CHECK(t && !strcmp(t, ck.chat_template), "%s: paradec.chat_template", what);
             CHECK(k && !strcmp(k, "hf-json"), "%s: paradec.tokenizer", what);
             tf_close(&tf);
-        } else
-            CHECK(0, "%s: %s", what, pd_errmsg());
+        } else CHECK(0, "%s: %s", what, pd_errmsg());
         /* it loads with its tokenizer, and greedy decoding runs over the 128256 logits */
         Model m;
         KVCache kv;
@@ -290,8 +294,7 @@ static void check_good(const Spec *s, const char *what, int want_seq_len) {
             free(ids), free(h), free(lg);
             kv_free(&kv);
             model_free(&m);
-        } else
-            CHECK(0, "%s: model_load: %s", what, pd_errmsg());
+        } else CHECK(0, "%s: model_load: %s", what, pd_errmsg());
     }
     if (!s->tokenizer) CHECK(!ck.tok, "%s: no tokenizer", what);
     ck_free(&ck);
@@ -354,15 +357,19 @@ static int write_bad(const char *dir, const char *how) {
     if (!strcmp(how, "big-tokenizer") || !strcmp(how, "wordpiece")) {
         FILE *f = fopen(path_in(dir, "tokenizer.json"), "w");
         fputs(how[0] == 'b' ? "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 700}, \"merges\": []}}"
-                            : "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0, \"b\": 1}}}", f);
+                            : "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0, \"b\": 1}}}",
+              f);
         fclose(f);
     }
     return 0;
 }
 
-static const struct { const char *how, *want; } BAD[] = {
+static const struct {
+    const char *how, *want;
+} BAD[] = {
     {"missing-shard", "shard 'model-00002-of-00003.safetensors' named by the index is missing"},
-    {"absent-tensor", "the index puts tensor 'model.layers.0.self_attn.q_norm.weight' in model-00003-of-00003.safetensors, which lacks it"},
+    {"absent-tensor", "the index puts tensor 'model.layers.0.self_attn.q_norm.weight' in "
+                      "model-00003-of-00003.safetensors, which lacks it"},
     {"bad-shape", "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [96, 64] but config.json needs [80, 64]"},
     {"bad-dtype", "tensor 'model.embed_tokens.weight' is I32; paradec reads F32, F16 and BF16"},
     {"unknown-dtype", "unsupported dtype 'F64'"},
@@ -391,14 +398,19 @@ static void test_bad(void) {
 }
 
 /* good directories for the tool test */
-static const struct { const char *name; Spec s; } FIXTURES[] = {
+static const struct {
+    const char *name;
+    Spec s;
+} FIXTURES[] = {
     {"gqa-f16-shards", {"LlamaForCausalLM", 64, 96, 2, 4, 2, 0, 512, 128, 0, 0, 3, DT_F16, NULL, "bin", 0}},
-    {"qwen2-bf16-tied", {"Qwen2ForCausalLM", 64, 96, 2, 4, 1, 32, 512, 128, 1, 1, 0, DT_BF16,
-                         "{\"use_sliding_window\": false, \"sliding_window\": 4096}", "bin", 0}},
-    {"llama3-rope", {"LlamaForCausalLM", 64, 96, 2, 2, 2, 0, 512, 256, 0, 0, 0, DT_F32,
-                     "{\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
-                     "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}}",
-                     "bin", 500000}},
+    {"qwen2-bf16-tied",
+     {"Qwen2ForCausalLM", 64, 96, 2, 4, 1, 32, 512, 128, 1, 1, 0, DT_BF16,
+      "{\"use_sliding_window\": false, \"sliding_window\": 4096}", "bin", 0}},
+    {"llama3-rope",
+     {"LlamaForCausalLM", 64, 96, 2, 2, 2, 0, 512, 256, 0, 0, 0, DT_F32,
+      "{\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+      "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}}",
+      "bin", 500000}},
 };
 
 static int write_fixtures(const char *root) {
@@ -435,10 +447,23 @@ int main(int argc, char **argv) {
     s.extra = "{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 250000.0}}", s.theta = 250000;
     check_good(&s, "rope-parameters", 0);
     /* the real Llama 3 vocabulary (128256) with its tokenizer.json and chat template */
-    s = (Spec){"LlamaForCausalLM", 32, 64, 1, 2, 1, 0, 128256, 8192, 1, 0, 0, DT_BF16,
+    s = (Spec){"LlamaForCausalLM",
+               32,
+               64,
+               1,
+               2,
+               1,
+               0,
+               128256,
+               8192,
+               1,
+               0,
+               0,
+               DT_BF16,
                "{\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
                "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
-               "llama3", 500000};
+               "llama3",
+               500000};
     check_good(&s, "llama3-vocab", 0);
     test_bad();
     wt_free();

@@ -52,12 +52,14 @@ static void test_safetensors(void) {
     Bytes b = safetensors("{}", 0);
     uint64_t huge = HUGE_CLAIM;
     memcpy(b.p, &huge, 8);
-    refused(tf_parse(&tf, b.p, b.n, "hdr.safetensors"), "hdr.safetensors", "header length 1000000000000000 exceeds the file",
-            "safetensors header length");
-    b = safetensors("{\"w\":{\"dtype\":\"F32\",\"shape\":[250000000000000],\"data_offsets\":[0,1000000000000000]}}", 16);
+    refused(tf_parse(&tf, b.p, b.n, "hdr.safetensors"), "hdr.safetensors",
+            "header length 1000000000000000 exceeds the file", "safetensors header length");
+    b = safetensors("{\"w\":{\"dtype\":\"F32\",\"shape\":[250000000000000],\"data_offsets\":[0,1000000000000000]}}",
+                    16);
     refused(tf_parse(&tf, b.p, b.n, "big.safetensors"), "big.safetensors", "exceed the data section (16 bytes)",
             "safetensors tensor of 10^15 bytes");
-    b = safetensors("{\"w\":{\"dtype\":\"F32\",\"shape\":[1000000000000000,1000000000000000],\"data_offsets\":[0,16]}}", 16);
+    b = safetensors("{\"w\":{\"dtype\":\"F32\",\"shape\":[1000000000000000,1000000000000000],\"data_offsets\":[0,16]}}",
+                    16);
     refused(tf_parse(&tf, b.p, b.n, "ovf.safetensors"), "ovf.safetensors", "overflows", "safetensors shape overflow");
 
     /* a zstd frame that says it holds 10^15 bytes: single frame header, an 8-byte
@@ -79,7 +81,8 @@ static void test_llama2c(void) {
     int32_t h[7] = {1 << 17, 1 << 17, 4096, 64, 64, 32000, 2048};
     Bytes b = {{0}, 0};
     put(&b, h, sizeof h);
-    refused(llama2c_read_mem(&ck, b.p, b.n, "huge.bin"), "huge.bin", "the header's shapes need 1", "llama2.c legacy header");
+    refused(llama2c_read_mem(&ck, b.p, b.n, "huge.bin"), "huge.bin", "the header's shapes need 1",
+            "llama2.c legacy header");
     CHECK(strstr(pd_errmsg(), "bytes of weights, the file has 0"), "%s", pd_errmsg());
     double need = atof(strstr(pd_errmsg(), "need ") + 5);
     CHECK(need > 1e15, "the shapes claim %.3g bytes", need);
@@ -88,7 +91,8 @@ static void test_llama2c(void) {
     put_u32(&b, 1);
     put(&b, h, sizeof h);
     b.n = 256;
-    refused(llama2c_read_mem(&ck, b.p, b.n, "huge_v1.bin"), "huge_v1.bin", "the header's shapes need", "llama2.c v1 header");
+    refused(llama2c_read_mem(&ck, b.p, b.n, "huge_v1.bin"), "huge_v1.bin", "the header's shapes need",
+            "llama2.c v1 header");
     h[0] = 1 << 30; /* beyond any config: refused before the sizes are multiplied */
     b.n = 0;
     put(&b, h, sizeof h);
@@ -105,8 +109,8 @@ static void test_tokenizer_bin(void) {
     put(&b, &score, 4);
     put_u32(&b, 0x7fffffff);
     put(&b, "abc", 3);
-    refused(tok_load_llama2c(&t, b.p, b.n, "tok.bin"), "tok.bin", "entry 0 is truncated (length 2147483647, 3 bytes left)",
-            "tokenizer.bin entry length");
+    refused(tok_load_llama2c(&t, b.p, b.n, "tok.bin"), "tok.bin",
+            "entry 0 is truncated (length 2147483647, 3 bytes left)", "tokenizer.bin entry length");
     uint32_t mtl = 1000000000;
     memcpy(b.p, &mtl, 4);
     refused(tok_load_llama2c(&t, b.p, b.n, "mtl.bin"), "mtl.bin", "max_token_length 1000000000 is not plausible",
@@ -174,8 +178,8 @@ static void test_text(void) {
     const char *hf = "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":1000000000000000,"
                      "\"intermediate_size\":64,\"num_hidden_layers\":1,\"num_attention_heads\":1,"
                      "\"vocab_size\":8,\"max_position_embeddings\":8}";
-    refused(hf_config_parse(&c, hf, strlen(hf), "config.json"), "config.json", "'hidden_size' = 1000000000000000 is out of range",
-            "config.json size");
+    refused(hf_config_parse(&c, hf, strlen(hf), "config.json"), "config.json",
+            "'hidden_size' = 1000000000000000 is out of range", "config.json size");
     const char *pd = "{\"architecture\":\"llama\",\"hidden_size\":64,\"intermediate_size\":64,\"num_hidden_layers\":1,"
                      "\"num_attention_heads\":1,\"num_key_value_heads\":1,\"head_dim\":4096,\"vocab_size\":8,"
                      "\"max_position_embeddings\":4194304,\"rms_norm_eps\":1e-5,\"rope_theta\":10000,"

@@ -35,7 +35,8 @@ static void drafts_kept(const char *method, const TestOptions *o, int n) {
     Stats st = {0};
     if (n < 50) n = 50; /* (the sanitizer run's n_small is 5: too few stories repeat themselves) */
     double k = kept(method, o, n, &st);
-    printf("  %s drafts %.2f a token, keeps %.1f%% of them\n", method, (double)st.drafted / (st.tokens + 1e-9), 100 * k);
+    printf("  %s drafts %.2f a token, keeps %.1f%% of them\n", method, (double)st.drafted / (st.tokens + 1e-9),
+           100 * k);
     CHECK(k * st.drafted > 0.1 * st.tokens, "%s keeps few drafts (%lld for %lld tokens, %.1f%% kept)", method,
           (long long)st.drafted, (long long)st.tokens, 100 * k);
 }
@@ -52,7 +53,7 @@ static void parity_lookup(int n_small) {
             parity("prompt-lookup", &o, n_small, what);
         }
     TestOptions big = {.ngram_max = 8, .draft_max = 64}, shadow = {.shadows = 1},
-                  big_shadow = {.ngram_max = 8, .draft_max = 64, .shadows = 1};
+                big_shadow = {.ngram_max = 8, .draft_max = 64, .shadows = 1};
     parity("prompt-lookup", &big, n_small, "ngram-max 8, draft-max 64, size controller");
     /* the controller's shadows run only where a step is slow (the 110m model): here on demand */
     parity("prompt-lookup", &shadow, n_prompts, "defaults, size controller with shadows");
@@ -75,12 +76,12 @@ static void parity_lookahead(int n_small) {
     parity("lookahead", &ctl, n_prompts, "defaults, size controller");
     parity("lookahead", &fixed, n_prompts, "defaults, fixed");
     static const int shapes[][3] = {/* window, ngram, guess */
-                                    {1, 2, 1}, {1, 4, 0}, {2, 3, 1}, {4, 2, 8}, {5, 4, 0}, {5, 4, 2},
-                                    {8, 5, 8}, {16, 8, 4}, {32, 5, 64}};
+                                    {1, 2, 1}, {1, 4, 0}, {2, 3, 1},  {4, 2, 8},  {5, 4, 0},
+                                    {5, 4, 2}, {8, 5, 8}, {16, 8, 4}, {32, 5, 64}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
         for (int a = 0; a < 2; a++) {
-            TestOptions o = {.window = shapes[s][0], .ngram = shapes[s][1], .guess = shapes[s][2], .adaptive = a,
-                               .fixed_tree = 1};
+            TestOptions o = {
+                .window = shapes[s][0], .ngram = shapes[s][1], .guess = shapes[s][2], .adaptive = a, .fixed_tree = 1};
             snprintf(what, sizeof what, "window %d, ngram %d, guess %d%s, fixed", o.window, o.ngram, o.guess,
                      a ? ", adaptive" : "");
             parity("lookahead", &o, s % 3 ? n_small / 2 : n_small, what);
@@ -96,9 +97,9 @@ static void parity_lookahead(int n_small) {
 
 static void sampling(void) {
     TestOptions pl = {.fixed_tree = 1}, pl1 = {.ngram_max = 1, .draft_max = 1, .fixed_tree = 1},
-                  plo = {.fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY}, la = {.fixed_tree = 1},
-                  law = {.window = 8, .ngram = 5, .guess = 8, .adaptive = 1, .fixed_tree = 1},
-                  lao = {.fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
+                plo = {.fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY}, la = {.fixed_tree = 1},
+                law = {.window = 8, .ngram = 5, .guess = 8, .adaptive = 1, .fixed_tree = 1},
+                lao = {.fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
     chi2_method("prompt-lookup", &pl, "defaults");
     chi2_method("prompt-lookup", &pl1, "ngram-max 1, draft-max 1");
     chi2_method("prompt-lookup", &plo, "oracle 0.8");
@@ -108,7 +109,11 @@ static void sampling(void) {
 }
 
 static void bad_options(void) {
-    static const struct { const char *method; TestOptions o; const char *says; } bad[] = {
+    static const struct {
+        const char *method;
+        TestOptions o;
+        const char *says;
+    } bad[] = {
         {"prompt-lookup", {.ngram_max = 9}, "--ngram-max"},
         {"prompt-lookup", {.ngram_max = -1}, "--ngram-max"},
         {"prompt-lookup", {.draft_max = 65}, "--draft-max"},

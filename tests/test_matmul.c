@@ -76,7 +76,7 @@ int main(void) {
     /* rows × cols: small (cached) ones with partial panels and blocks, odd columns;
        big ones (over 1 MiB) that are chunked, one with a short last chunk and an odd
        column count, one with a 1-panel last block */
-    static const int shapes[][2] = {{1, 1}, {17, 3}, {64, 64}, {130, 77}, {300, 255},
+    static const int shapes[][2] = {{1, 1},    {17, 3},     {64, 64},   {130, 77},  {300, 255},
                                     {512, 64}, {1000, 333}, {700, 769}, {2049, 771}};
     for (int threads = 1; threads <= 2; threads++) {
         if (k_init(threads)) {

@@ -29,7 +29,9 @@ static char dir[64];
 static uint64_t rng = 11;
 
 static uint64_t next(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return rng;
 }
 static double frand(void) { return (next() >> 11) * (1.0 / 9007199254740992.0) * 2 - 1; }
@@ -62,13 +64,19 @@ static void hidden_states(Model *m, const int32_t *tok, int n, float *h) {
 typedef struct {
     int n, D, V;
     double s;
-    double *x;          /* [n][D] norm(h) */
-    double *W, *b, *E;  /* [D][D], [D], [V][D] */
+    double *x;         /* [n][D] norm(h) */
+    double *W, *b, *E; /* [D][D], [D], [V][D] */
 } Ref;
 
 static void ref_init(Ref *r, const MedusaHeads *h, int k, const float *hidden, int n) {
     int D = M.c.dim, V = M.c.vocab_size;
-    *r = (Ref){n, D, V, h->input_scale, calloc((size_t)n * D, 8), calloc((size_t)D * D, 8), calloc(D, 8),
+    *r = (Ref){n,
+               D,
+               V,
+               h->input_scale,
+               calloc((size_t)n * D, 8),
+               calloc((size_t)D * D, 8),
+               calloc(D, 8),
                calloc((size_t)V * D, 8)};
     for (int t = 0; t < n; t++) {
         const float *ht = hidden + (size_t)t * D;
@@ -147,7 +155,8 @@ static void randomise(MedusaHeads *h, double scale) {
 
 static void test_logits(int own, float scale) {
     int D = M.c.dim, V = M.c.vocab_size, n = 8;
-    float *h = malloc(sizeof(float) * n * D), *got = malloc(sizeof(float) * n * V), *fin = malloc(sizeof(float) * n * V);
+    float *h = malloc(sizeof(float) * n * D), *got = malloc(sizeof(float) * n * V),
+          *fin = malloc(sizeof(float) * n * V);
     hidden_states(&M, TOK, n, h);
     MedusaHeads mh;
     CHECK(medusa_init(&mh, &M, 3, own) == 0, "%s", pd_errmsg());
@@ -207,13 +216,19 @@ static void test_logits(int own, float scale) {
     printf("  own=%d: 8-bit logits off by %.3g of %.3g; argmax the reference's in %d of %d, a near tie in the rest\n",
            own, off, top, agree, n);
     CHECK(off < 0.02 * top && close == n && agree >= n / 2,
-          "own=%d: 8-bit logits off by %g of %g, argmax right in %d of %d, within the error in %d", own, off, top, agree,
-          n, close);
+          "own=%d: 8-bit logits off by %g of %g, argmax right in %d of %d, within the error in %d", own, off, top,
+          agree, n, close);
     medusa_logits(&M, &mh, 1, h + 5 * D, 1, one);
     CHECK(!memcmp(one, got + 5 * V, sizeof(float) * V), "own=%d: an 8-bit row depends on the batch", own);
     ref_free(&r);
     medusa_free(&mh);
-    free(h); free(got); free(fin); free(one); free(hb); free(lb); free(l);
+    free(h);
+    free(got);
+    free(fin);
+    free(one);
+    free(hb);
+    free(lb);
+    free(l);
 }
 
 /* ---------------- gradients ---------------- */
@@ -288,7 +303,11 @@ static void test_gradient(int own) {
     ref_free(&r);
     medusa_train_free(&t);
     medusa_free(&mh);
-    free(h); free(gW); free(gb); free(gE); free(g2);
+    free(h);
+    free(gW);
+    free(gb);
+    free(gE);
+    free(g2);
 }
 
 /* ---------------- training ---------------- */
@@ -309,7 +328,8 @@ static double mean_ce(MedusaHeads *mh, const Sequences *s, int k, MedusaTargets 
     for (int i = 0; i < s->n; i++) {
         int n = seq_len_of(s, i);
         const int32_t *tok = s->tok + s->off[i];
-        float *h = malloc(sizeof(float) * n * D), *l = malloc(sizeof(float) * n * V), *f = malloc(sizeof(float) * n * V);
+        float *h = malloc(sizeof(float) * n * D), *l = malloc(sizeof(float) * n * V),
+              *f = malloc(sizeof(float) * n * V);
         hidden_states(&M, tok, n, h);
         medusa_logits(&M, mh, k, h, n, l);
         final_logits(R, h, n, f);
@@ -324,7 +344,9 @@ static double mean_ce(MedusaHeads *mh, const Sequences *s, int k, MedusaTargets 
             sum += mx + log(e) - row[y];
             count++;
         }
-        free(h); free(l); free(f);
+        free(h);
+        free(l);
+        free(f);
     }
     return sum / count;
 }
@@ -357,7 +379,8 @@ static void test_targets(void) {
         medusa_train_eval(&t, &tr, NULL, late);
         rows = 0;
         for (int i = 0; i < tr.n; i++) rows += seq_len_of(&tr, i) > 8 ? seq_len_of(&tr, i) - 8 : 0;
-        CHECK(late[2].positions == rows, "eval from 5: positions %lld, want %lld", (long long)late[2].positions, (long long)rows);
+        CHECK(late[2].positions == rows, "eval from 5: positions %lld, want %lld", (long long)late[2].positions,
+              (long long)rows);
         t.eval_from = 0;
         double sum = 0;
         for (int r = 0; r < MEDUSA_RANKS; r++) sum += st[1].rank[r];
@@ -415,7 +438,8 @@ static void test_training(void) {
     medusa_init(&plain, &M, 2, 1);
     CHECK(medusa_train_init(&t, &M, &mh, 64, 1.0f / 64, 1.0f / 640, NULL, MEDUSA_TARGETS_SELF) == 0, "%s", pd_errmsg());
     medusa_train_init(&u, &M, &plain, 64, 1.0f / 64, 1.0f / 640, NULL, MEDUSA_TARGETS_SELF);
-    CHECK(medusa_cache_build(&t, &tr, &ct, NULL) == 0 && medusa_cache_build(&t, &ho, &ch, NULL) == 0, "%s", pd_errmsg());
+    CHECK(medusa_cache_build(&t, &tr, &ct, NULL) == 0 && medusa_cache_build(&t, &ho, &ch, NULL) == 0, "%s",
+          pd_errmsg());
     MedusaStats before[2], after[2], nocache[2];
     CHECK(medusa_train_eval(&t, &ho, &ch, before) == 0 && medusa_train_eval(&t, &ho, NULL, nocache) == 0, "%s",
           pd_errmsg());
@@ -437,9 +461,10 @@ static void test_training(void) {
         }
     }
     CHECK(medusa_train_eval(&t, &ho, &ch, after) == 0, "%s", pd_errmsg());
-    printf("training: %lld held-out positions; head 0 top-1 %.4f -> %.4f, top-5 %.4f -> %.4f; head 1 top-1 %.4f -> %.4f\n",
-           (long long)after[0].positions, before[0].top1, after[0].top1, before[0].top5, after[0].top5, before[1].top1,
-           after[1].top1);
+    printf(
+        "training: %lld held-out positions; head 0 top-1 %.4f -> %.4f, top-5 %.4f -> %.4f; head 1 top-1 %.4f -> %.4f\n",
+        (long long)after[0].positions, before[0].top1, after[0].top1, before[0].top5, after[0].top5, before[1].top1,
+        after[1].top1);
     CHECK(after[0].top1 > before[0].top1 + 0.03, "head 0 top-1 %.4f -> %.4f", before[0].top1, after[0].top1);
     CHECK(after[0].loss < before[0].loss && after[1].loss < before[1].loss, "held-out CE did not fall");
     order_free(&o);
@@ -512,7 +537,8 @@ static void test_generate(void) {
 
 static void set_acc(MedusaHeads *h) {
     for (int k = 0; k < h->n; k++)
-        for (int r = 0; r < MEDUSA_RANKS; r++) h->rank_acc[k][r] = (float)((0.4 / (1 + k)) / (2 + r) * (1 + 0.1 * frand()));
+        for (int r = 0; r < MEDUSA_RANKS; r++)
+            h->rank_acc[k][r] = (float)((0.4 / (1 + k)) / (2 + r) * (1 + 0.1 * frand()));
     h->has_acc = 1;
 }
 
@@ -544,7 +570,8 @@ static void test_round_trip(void) {
               "own=%d: metadata or tensors", own);
         tf_close(&tf);
         /* the loaded heads compute what the saved ones did */
-        float *h = malloc(sizeof(float) * 8 * D), *la = malloc(sizeof(float) * 8 * V), *lb = malloc(sizeof(float) * 8 * V);
+        float *h = malloc(sizeof(float) * 8 * D), *la = malloc(sizeof(float) * 8 * V),
+              *lb = malloc(sizeof(float) * 8 * V);
         hidden_states(&M, TOK, 8, h);
         medusa_logits(&M, &a, 2, h, 8, la);
         medusa_logits(&M, &b, 2, h, 8, lb);
@@ -555,12 +582,15 @@ static void test_round_trip(void) {
             medusa_save(&b, again, meta, 2);
             char *x = NULL, *y = NULL;
             size_t nx, ny;
-            CHECK(pd_read_file(path, &x, &nx) == 0 && pd_read_file(again, &y, &ny) == 0 && nx == ny && !memcmp(x, y, nx),
+            CHECK(pd_read_file(path, &x, &nx) == 0 && pd_read_file(again, &y, &ny) == 0 && nx == ny &&
+                      !memcmp(x, y, nx),
                   "saved twice: other bytes");
             free(x);
             free(y);
         }
-        free(h); free(la); free(lb);
+        free(h);
+        free(la);
+        free(lb);
         medusa_free(&a);
         medusa_free(&b);
     }
@@ -596,8 +626,8 @@ static void write_spec(const char *path, const Spec *s) {
     TfWriter *w = tfw_begin(path, 0);
     static float data[600 * 64 * 4];
     for (size_t i = 0; i < sizeof data / sizeof data[0]; i++) data[i] = s->fill;
-    const char *keys[] = {"paradec.kind", "paradec.medusa.heads", "paradec.medusa.dim", "paradec.model_digest",
-                          "paradec.medusa.input_scale", "paradec.medusa.rank_acc"};
+    const char *keys[] = {"paradec.kind",         "paradec.medusa.heads",       "paradec.medusa.dim",
+                          "paradec.model_digest", "paradec.medusa.input_scale", "paradec.medusa.rank_acc"};
     const char *vals[] = {s->kind, s->heads, s->dim, s->digest, s->scale, s->acc};
     for (int i = 0; i < 6; i++)
         if (vals[i]) tfw_meta(w, keys[i], vals[i]);
@@ -685,11 +715,14 @@ static void test_refusals(void) {
         s = good(), s.scale = bad_scale[i];
         refuses_spec(bad_scale[i], s, "input_scale");
     }
-    const char *bad_acc[] = {"[[0.5]]", "not json", "[[0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1]]",
+    const char *bad_acc[] = {"[[0.5]]",
+                             "not json",
+                             "[[0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1]]",
                              "[[2,0,0,0,0,0,0,0,0,0],[0,0,0,0,0,0,0,0,0,0]]",
                              "[[0.5,0.5,0.5,0,0,0,0,0,0,0],[0,0,0,0,0,0,0,0,0,0]]",
                              "[[-0.1,0,0,0,0,0,0,0,0,0],[0,0,0,0,0,0,0,0,0,0]]",
-                             "[[\"a\",0,0,0,0,0,0,0,0,0],[0,0,0,0,0,0,0,0,0,0]]", "{}"};
+                             "[[\"a\",0,0,0,0,0,0,0,0,0],[0,0,0,0,0,0,0,0,0,0]]",
+                             "{}"};
     for (int i = 0; i < 8; i++) {
         s = good(), s.acc = bad_acc[i];
         refuses_spec(bad_acc[i], s, "paradec.medusa.rank_acc");
@@ -758,8 +791,7 @@ static void test_fuzz(void) {
             for (int k = 0; k < h.n; k++)
                 for (int i = 0; i < h.dim; i++) broken += !isfinite(h.b[k][i]);
             medusa_free(&h);
-        } else
-            silent += !strstr(pd_errmsg(), "fuzz") || strchr(pd_errmsg(), '\n') != NULL;
+        } else silent += !strstr(pd_errmsg(), "fuzz") || strchr(pd_errmsg(), '\n') != NULL;
         tf_close(&tf);
     }
     printf("fuzz: 2000 mutated heads files, %d accepted\n", accepted);
@@ -818,8 +850,8 @@ static void test_widen(void) {
         }
         CHECK(same, "own=%d: widened heads pick other candidates", own);
         CHECK(worst < 1e-3f, "own=%d: widened heads' logits differ by %g", own, worst);
-        printf("widen_medusa (tiny, own lm_head %d): same argmax at %d positions x 3 heads, max |logit diff| %.3g\n", own,
-               n, worst);
+        printf("widen_medusa (tiny, own lm_head %d): same argmax at %d positions x 3 heads, max |logit diff| %.3g\n",
+               own, n, worst);
         TensorFile tf;
         tf_open(&tf, hout);
         const char *top1 = tf_meta(&tf, "paradec.medusa.0.top1"), *from = tf_meta(&tf, "paradec.widened_from");
@@ -834,7 +866,10 @@ static void test_widen(void) {
               strstr(pd_errmsg(), "not a medusa-heads file") && access(tmp("x.safetensors"), F_OK),
           "a model file widened as heads");
     model_free(&W);
-    free(hs); free(hw); free(ls); free(lw);
+    free(hs);
+    free(hw);
+    free(ls);
+    free(lw);
 }
 
 /* test_medusa FILE...: medusa_load each file against $MODEL (the tool test's check) */
@@ -874,9 +909,10 @@ int main(int argc, char **argv) {
     test_refusals();
     test_fuzz();
     test_widen();
-    const char *names[] = {"own.safetensors.zst", "shared.safetensors", "again.safetensors", "ok.safetensors",
-                           "bad.safetensors", "cut.safetensors", "wide.safetensors", "small-heads.safetensors",
-                           "wide-heads.safetensors.zst", "x.safetensors", "fuzz.safetensors"};
+    const char *names[] = {"own.safetensors.zst", "shared.safetensors",      "again.safetensors",
+                           "ok.safetensors",      "bad.safetensors",         "cut.safetensors",
+                           "wide.safetensors",    "small-heads.safetensors", "wide-heads.safetensors.zst",
+                           "x.safetensors",       "fuzz.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp(names[i]));
     rmdir(dir);
     runner_free(R);

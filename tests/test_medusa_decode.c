@@ -14,7 +14,8 @@ static int random_medusa(MedusaHeads *h, int K, uint64_t seed) {
     if (medusa_init(h, &M, K, 0)) return -1;
     float *W = malloc(sizeof(float) * d * d), *b = malloc(sizeof(float) * d);
     for (int k = 0; k < K; k++) {
-        for (int i = 0; i < d * d; i++) W[i] = (float)((int)(seed_of(seed + 7919 * k + i) % 2001) - 1000) / (1000.0f * d);
+        for (int i = 0; i < d * d; i++)
+            W[i] = (float)((int)(seed_of(seed + 7919 * k + i) % 2001) - 1000) / (1000.0f * d);
         for (int i = 0; i < d; i++) b[i] = (float)((int)(seed_of(seed + 104729 * k + i) % 2001) - 1000) / 1000.0f;
         medusa_set(h, k, W, b, NULL);
     }
@@ -51,7 +52,7 @@ static void parity_medusa(const MedusaHeads *h, const char *name, int n_small) {
 
 static void sampling_medusa(const MedusaHeads *h, const char *name) {
     TestOptions a = {.medusa = h, .fixed_tree = 1}, b = {.medusa = h, .tree = TREES[3], .fixed_tree = 1},
-                  c = {.medusa = h, .fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
+                c = {.medusa = h, .fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
     char what[128];
     snprintf(what, sizeof what, "%s, default tree", name);
     chi2_method("medusa", &a, what);
@@ -63,9 +64,16 @@ static void sampling_medusa(const MedusaHeads *h, const char *name) {
 
 static void bad_medusa(const MedusaHeads *h) {
     static const char *const bad[][2] = {
-        {"[[0], [0", "JSON"}, {"{}", "list"}, {"[]", "paths"}, {"[[0, 0]]", "parent"}, {"[[0], [0]]", "twice"},
-        {"[[99]]", "rank"}, {"[[-1]]", "rank"}, {"[[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 0]]", "ranks"},
-        {"[[0], [\"a\"]]", "rank"}, {"[0]", "ranks"},
+        {"[[0], [0", "JSON"},
+        {"{}", "list"},
+        {"[]", "paths"},
+        {"[[0, 0]]", "parent"},
+        {"[[0], [0]]", "twice"},
+        {"[[99]]", "rank"},
+        {"[[-1]]", "rank"},
+        {"[[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 0]]", "ranks"},
+        {"[[0], [\"a\"]]", "rank"},
+        {"[0]", "ranks"},
     };
     int32_t out[8];
     TestOptions none = {0};
@@ -74,7 +82,8 @@ static void bad_medusa(const MedusaHeads *h) {
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
         TestOptions o = {.medusa = h, .tree = bad[i][0]};
         int rc = run("medusa", &o, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL);
-        CHECK(rc < 0 && strstr(pd_errmsg(), bad[i][1]), "medusa --tree '%s': %s", bad[i][0], rc < 0 ? pd_errmsg() : "accepted");
+        CHECK(rc < 0 && strstr(pd_errmsg(), bad[i][1]), "medusa --tree '%s': %s", bad[i][0],
+              rc < 0 ? pd_errmsg() : "accepted");
     }
     char big[4096] = "[[0]";
     for (int i = 1; i < MAX_TREE; i++) snprintf(big + strlen(big), sizeof big - strlen(big), ", [0, %d]", i % 32);

@@ -66,7 +66,8 @@ static int draw(Sampler *s, const float *p, int V) {
 static int biased_token(const ExitHeads *h, int k, int mode, uint64_t seed) {
     int V = M.c.vocab_size, L = M.c.n_layers, le = h->layer[k], dim = M.c.dim, result = -1, seq = kv_seq_new(&KV);
     Sampler s;
-    float *hid = malloc(sizeof(float) * SPROMPT_N * dim), *q = malloc(sizeof(float) * V), *p = malloc(sizeof(float) * V);
+    float *hid = malloc(sizeof(float) * SPROMPT_N * dim), *q = malloc(sizeof(float) * V),
+          *p = malloc(sizeof(float) * V);
     int32_t pos[64], tok[64];
     for (int i = 0; i < SPROMPT_N; i++) pos[i] = i, tok[i] = SPROMPT[i];
     if (seq < 0 || sampler_init(&s, V, 1.0f, 0, 1, seed)) goto out;
@@ -119,8 +120,8 @@ static void chi2_power(const ExitHeads *h) {
             else hist[t]++;
         }
         double p = homogeneity(REF_A, hist, V + 1, &df);
-        printf("  test sampler (%s, head at layer %d): p(token %d) = %.3g (df %d)\n", what[mode],
-               h->layer[h->n - 1], POS_A, p, df);
+        printf("  test sampler (%s, head at layer %d): p(token %d) = %.3g (df %d)\n", what[mode], h->layer[h->n - 1],
+               POS_A, p, df);
         CHECK(errors == 0, "test sampler: %s", pd_errmsg());
         if (mode < 2) CHECK(p < P_MIN, "the chi-square test misses a biased sampler (%s, p = %g)", what[mode], p);
         else CHECK(p > P_MIN, "the test's own speculative sampler fails (p = %g)", p);
@@ -159,7 +160,7 @@ static void test_sampling(const ExitHeads *h, const char *heads_name, int have_a
 static void test_bad_options(const ExitHeads *h) {
     int32_t out[8];
     TestOptions none = {0}, layer = {.heads = h, .exit_layer = M.c.n_layers + 2},
-                  drafts = {.heads = h, .draft_max = -1}, gamma = {.heads = h, .gamma = 1.5f};
+                drafts = {.heads = h, .draft_max = -1}, gamma = {.heads = h, .gamma = 1.5f};
     CHECK(run("self-speculative", &none, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0 &&
               strstr(pd_errmsg(), "heads"),
           "self-speculative without heads: %s", pd_errmsg());

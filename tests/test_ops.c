@@ -62,8 +62,8 @@ static void check_rows(int dim) {
 }
 
 int main(void) {
-    static const int heads[][2] = {{8, 8}, {12, 8}, {3, 2}, {5, 4}, {2, 16}, {4, 32}, {2, 64}, {1, 128},
-                                   {3, 6}, {2, 12}, {2, 48}};
+    static const int heads[][2] = {{8, 8},  {12, 8},  {3, 2}, {5, 4},  {2, 16}, {4, 32},
+                                   {2, 64}, {1, 128}, {3, 6}, {2, 12}, {2, 48}};
     for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) check_rope(heads[i][0], heads[i][1]);
     static const int dims[] = {1, 15, 16, 17, 64, 100, 768};
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) check_rows(dims[i]);

@@ -46,7 +46,8 @@ static void check_shape(int rows, int cols, int zero_x) {
     CHECK(k_q8_pack(p, w, rows, cols) == 0, "%d x %d: pack refused", rows, cols);
     k_q8_matvec(y, x, p, rows, cols);
     ref_matvec(ref, x, w, rows, cols);
-    CHECK(!memcmp(y, ref, sizeof(float) * rows), "%d x %d%s: not the reference's bits", rows, cols, zero_x ? ", x = 0" : "");
+    CHECK(!memcmp(y, ref, sizeof(float) * rows), "%d x %d%s: not the reference's bits", rows, cols,
+          zero_x ? ", x = 0" : "");
     float worst = 0; /* each product is off by at most half a level of each factor */
     for (int r = 0; r < rows; r++) {
         double exact = 0, wm = 0, xm = 0, wa = 0, xa = 0;
@@ -55,7 +56,8 @@ static void check_shape(int rows, int cols, int zero_x) {
             wm = fmax(wm, fabs(w[(size_t)r * cols + c])), xm = fmax(xm, fabs(x[c]));
             wa += fabs(w[(size_t)r * cols + c]), xa += fabs(x[c]);
         }
-        float b = (float)(0.5 * wm / 127 * xa + 0.5 * xm / 127 * wa + cols * 0.25 * wm / 127 * xm / 127) * 1.001f + 1e-6f;
+        float b =
+            (float)(0.5 * wm / 127 * xa + 0.5 * xm / 127 * wa + cols * 0.25 * wm / 127 * xm / 127) * 1.001f + 1e-6f;
         worst = fmaxf(worst, fabsf(y[r] - (float)exact) / b);
     }
     CHECK(worst <= 1, "%d x %d: an error %.2f times the 8-bit bound", rows, cols, worst);

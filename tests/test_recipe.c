@@ -11,47 +11,46 @@
 #include "fixture.h"
 #include "recipe/recipe.h"
 
-static const char *GOOD =
-    "# a comment\n"
-    "about: a test recipe\n"
-    "threads: 2\n"
-    "model:\n"
-    "  source: models/stories260K/stories260K.bin\n"
-    "  tokenizer: models/stories260K/tok512.bin\n"
-    "  dtype: bf16\n"
-    "answers:\n"
-    "  datasets: [spec_bench, {name: mt_bench, samples: 5}]\n"
-    "  samples: 7\n"
-    "  max_new: 50\n"
-    "exit_heads:\n"
-    "  layers: [1, 3, 4]\n"
-    "  data: datasets/tinystories/tinystories_val_sample.txt.gz\n"
-    "  steps: 120\n"
-    "  lr: 0.01\n"
-    "  seq_len: 64\n"
-    "  norm: 1\n"
-    "draft:\n"
-    "  layer: 3\n"
-    "medusa:\n"
-    "  heads: 2\n"
-    "  data: answers\n"
-    "  own_lm_head: yes\n"
-    "  loss_weights: 1, 0.5\n"
-    "  generate: 16\n"
-    "decoding:\n"
-    "  methods: [adadecode, medusa, speculative, prompt-lookup]\n"
-    "  gamma: 0.7\n"
-    "  oracle: [0, 0.5, 1]\n"
-    "  repeat: 3\n"
-    "datasets:\n"
-    "  - xsum\n"
-    "  - name: humaneval\n"
-    "    samples: 4\n"
-    "    chat: true\n"
-    "    gamma: 0.85\n"
-    "  - name: mine\n"
-    "    file: datasets/gsm8k/test.jsonl.gz\n"
-    "    template: 'Q: {question:20}'\n";
+static const char *GOOD = "# a comment\n"
+                          "about: a test recipe\n"
+                          "threads: 2\n"
+                          "model:\n"
+                          "  source: models/stories260K/stories260K.bin\n"
+                          "  tokenizer: models/stories260K/tok512.bin\n"
+                          "  dtype: bf16\n"
+                          "answers:\n"
+                          "  datasets: [spec_bench, {name: mt_bench, samples: 5}]\n"
+                          "  samples: 7\n"
+                          "  max_new: 50\n"
+                          "exit_heads:\n"
+                          "  layers: [1, 3, 4]\n"
+                          "  data: datasets/tinystories/tinystories_val_sample.txt.gz\n"
+                          "  steps: 120\n"
+                          "  lr: 0.01\n"
+                          "  seq_len: 64\n"
+                          "  norm: 1\n"
+                          "draft:\n"
+                          "  layer: 3\n"
+                          "medusa:\n"
+                          "  heads: 2\n"
+                          "  data: answers\n"
+                          "  own_lm_head: yes\n"
+                          "  loss_weights: 1, 0.5\n"
+                          "  generate: 16\n"
+                          "decoding:\n"
+                          "  methods: [adadecode, medusa, speculative, prompt-lookup]\n"
+                          "  gamma: 0.7\n"
+                          "  oracle: [0, 0.5, 1]\n"
+                          "  repeat: 3\n"
+                          "datasets:\n"
+                          "  - xsum\n"
+                          "  - name: humaneval\n"
+                          "    samples: 4\n"
+                          "    chat: true\n"
+                          "    gamma: 0.85\n"
+                          "  - name: mine\n"
+                          "    file: datasets/gsm8k/test.jsonl.gz\n"
+                          "    template: 'Q: {question:20}'\n";
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = s ? strlen(s) : 0, k = strlen(suffix);
@@ -69,11 +68,13 @@ static void good(void) {
     CHECK(ends_with(r.model.tokenizer, "models/stories260K/tok512.bin"), "tokenizer");
     CHECK(!strcmp(r.model.dtype, "bf16") && !r.model.random_config, "dtype");
     CHECK(r.answers.on && r.answers.n == 2, "answers");
-    CHECK(!strcmp(r.answers.ds[0].name, "spec_bench") && r.answers.ds[0].samples == 7 && r.answers.ds[0].max_new == 50 &&
-              r.answers.ds[0].chat == 1, "answers' defaults");
-    CHECK(r.answers.ds[1].samples == 5 && ends_with(r.answers.ds[1].file, "datasets/mt_bench/question.jsonl"), "mt_bench");
-    CHECK(r.exit.on && !strcmp(r.exit.layers, "1,3,4") && r.exit.steps == 120 && r.exit.lr == 0.01 && r.exit.seq_len == 64 &&
-              r.exit.norm == 1 && r.exit.batch == 0 && !r.exit.from_answers && !r.exit.special,
+    CHECK(!strcmp(r.answers.ds[0].name, "spec_bench") && r.answers.ds[0].samples == 7 &&
+              r.answers.ds[0].max_new == 50 && r.answers.ds[0].chat == 1,
+          "answers' defaults");
+    CHECK(r.answers.ds[1].samples == 5 && ends_with(r.answers.ds[1].file, "datasets/mt_bench/question.jsonl"),
+          "mt_bench");
+    CHECK(r.exit.on && !strcmp(r.exit.layers, "1,3,4") && r.exit.steps == 120 && r.exit.lr == 0.01 &&
+              r.exit.seq_len == 64 && r.exit.norm == 1 && r.exit.batch == 0 && !r.exit.from_answers && !r.exit.special,
           "exit heads %s", r.exit.layers);
     CHECK(ends_with(r.exit.data, "datasets/tinystories/tinystories_val_sample.txt.gz"), "exit data");
     CHECK(r.draft.on && r.draft.layer == 3 && !r.draft.own_heads, "draft: exit_heads' head at 3 serves (norm 1)");
@@ -84,7 +85,8 @@ static void good(void) {
               !strcmp(r.dec.methods[4], "prompt-lookup"),
           "methods: standard first");
     CHECK(r.dec.n_oracle == 3 && r.dec.oracle[1] == 0.5f && r.dec.oracle[2] == 1 && r.dec.repeat == 3 &&
-              r.dec.oracle_samples == 2, "oracle");
+              r.dec.oracle_samples == 2,
+          "oracle");
     CHECK(r.n_datasets == 3, "datasets");
     CHECK(!strcmp(r.ds[0].name, "xsum") && r.ds[0].samples == 10 && r.ds[0].max_new == 128 && !r.ds[0].chat &&
               r.ds[0].gamma == 0.7f && strstr(r.ds[0].tmpl, "{document:1200}"),
@@ -100,17 +102,21 @@ static void good(void) {
     rc = recipe_parse(&r, g2, strlen(g2), "g2.yaml");
     CHECK(rc == 0, "g2: %s", pd_errmsg());
     if (!rc) {
-        CHECK(r.ds[0].gamma == 0.65f && r.ds[1].gamma == 0.85f && r.ds[2].gamma == 0.9f && r.ds[3].gamma == 0.65f, "γ guidance");
+        CHECK(r.ds[0].gamma == 0.65f && r.ds[1].gamma == 0.85f && r.ds[2].gamma == 0.9f && r.ds[3].gamma == 0.65f,
+              "γ guidance");
         CHECK(!strcmp(r.exit.layers, "auto") && r.exit.norm == -1, "exit defaults");
         int ada = 0, med = 0;
-        for (int i = 0; i < r.dec.n_methods; i++) ada |= !strcmp(r.dec.methods[i], "adadecode"), med |= !strcmp(r.dec.methods[i], "medusa");
-        CHECK(ada && !med && !strcmp(r.dec.methods[0], "standard"), "default methods: what the recipe trains heads for");
+        for (int i = 0; i < r.dec.n_methods; i++)
+            ada |= !strcmp(r.dec.methods[i], "adadecode"), med |= !strcmp(r.dec.methods[i], "medusa");
+        CHECK(ada && !med && !strcmp(r.dec.methods[0], "standard"),
+              "default methods: what the recipe trains heads for");
         recipe_free(&r);
     }
 
     /* environment variables, with a default; a draft with a head of its own */
     setenv("PD_TEST_MODEL_DIR", "models/stories260K", 1);
-    const char *g3 = "model:\n  source: $PD_TEST_MODEL_DIR/stories260K.bin\n  tokenizer: ${PD_TEST_UNSET_X:-models}/stories260K/tok512.bin\n"
+    const char *g3 = "model:\n  source: $PD_TEST_MODEL_DIR/stories260K.bin\n  tokenizer: "
+                     "${PD_TEST_UNSET_X:-models}/stories260K/tok512.bin\n"
                      "exit_heads: {data: datasets/tinystories/tinystories_val_sample.txt.gz, steps: 9, norm: auto}\n"
                      "draft: {layer: 2, steps: 5}\n"
                      "datasets: [{name: tinystories, template: '{{ {text:3w} }}'}]\n";
@@ -118,9 +124,11 @@ static void good(void) {
     rc = recipe_parse(&r, g3, strlen(g3), "g3.yaml");
     CHECK(rc == 0, "g3: %s", pd_errmsg());
     if (!rc) {
-        CHECK(ends_with(r.model.source, "models/stories260K/stories260K.bin") && ends_with(r.model.tokenizer, "tok512.bin"), "env");
-        CHECK(r.draft.own_heads && r.draft.heads.norm == 1 && !strcmp(r.draft.heads.layers, "2") && r.draft.heads.steps == 5 &&
-                  ends_with(r.draft.heads.data, "tinystories_val_sample.txt.gz"),
+        CHECK(ends_with(r.model.source, "models/stories260K/stories260K.bin") &&
+                  ends_with(r.model.tokenizer, "tok512.bin"),
+              "env");
+        CHECK(r.draft.own_heads && r.draft.heads.norm == 1 && !strcmp(r.draft.heads.layers, "2") &&
+                  r.draft.heads.steps == 5 && ends_with(r.draft.heads.data, "tinystories_val_sample.txt.gz"),
               "draft head of its own, data from exit_heads");
         char **ps;
         int n;
@@ -130,23 +138,26 @@ static void good(void) {
         for (int i = 0; i < n; i++) {
             int words = 0;
             for (const char *s = ps[i]; *s; s++) words += *s == ' ';
-            CHECK(!strncmp(ps[i], "{ ", 2) && ends_with(ps[i], " }") && words == 4, "prompt '%s': braces and 3 words", ps[i]);
+            CHECK(!strncmp(ps[i], "{ ", 2) && ends_with(ps[i], " }") && words == 4, "prompt '%s': braces and 3 words",
+                  ps[i]);
         }
         recipe_prompts_free(ps, n);
         recipe_free(&r);
     }
 
     /* random weights: the config mapping becomes JSON */
-    const char *g4 = "model:\n  tokenizer: models/stories260K/tok512.bin\n  random:\n    seed: 3\n    config:\n"
-                     "      hidden_size: 8\n      intermediate_size: 16\n      num_hidden_layers: 2\n      num_attention_heads: 2\n"
-                     "      num_key_value_heads: 1\n      head_dim: 4\n      vocab_size: 512\n      max_position_embeddings: 64\n"
-                     "      rms_norm_eps: 1.0e-5\n      rope_theta: 10000\n      tie_word_embeddings: true\n"
-                     "datasets: [tinystories]\n";
+    const char *g4 =
+        "model:\n  tokenizer: models/stories260K/tok512.bin\n  random:\n    seed: 3\n    config:\n"
+        "      hidden_size: 8\n      intermediate_size: 16\n      num_hidden_layers: 2\n      num_attention_heads: 2\n"
+        "      num_key_value_heads: 1\n      head_dim: 4\n      vocab_size: 512\n      max_position_embeddings: 64\n"
+        "      rms_norm_eps: 1.0e-5\n      rope_theta: 10000\n      tie_word_embeddings: true\n"
+        "datasets: [tinystories]\n";
     rc = recipe_parse(&r, g4, strlen(g4), "g4.yaml");
     CHECK(rc == 0, "g4: %s", pd_errmsg());
     if (!rc) {
         CHECK(!r.model.source && r.model.random_seed == 3 && r.model.random_config &&
-                  strstr(r.model.random_config, "\"architecture\":\"llama\"") && strstr(r.model.random_config, "\"hidden_size\":8") &&
+                  strstr(r.model.random_config, "\"architecture\":\"llama\"") &&
+                  strstr(r.model.random_config, "\"hidden_size\":8") &&
                   strstr(r.model.random_config, "\"tie_word_embeddings\":true"),
               "random config %s", r.model.random_config);
         recipe_free(&r);
@@ -154,19 +165,18 @@ static void good(void) {
 }
 
 /* a recipe made of BASE with one line replaced (or added at the end when line is 0) */
-static const char *BASE =
-    "model:\n"                                                            /* 1 */
-    "  source: models/stories260K/stories260K.bin\n"                      /* 2 */
-    "  tokenizer: models/stories260K/tok512.bin\n"                        /* 3 */
-    "exit_heads:\n"                                                       /* 4 */
-    "  layers: [1, 2]\n"                                                  /* 5 */
-    "  data: datasets/tinystories/tinystories_val_sample.txt.gz\n"        /* 6 */
-    "  steps: 10\n"                                                       /* 7 */
-    "decoding:\n"                                                         /* 8 */
-    "  methods: [adadecode]\n"                                            /* 9 */
-    "datasets:\n"                                                         /* 10 */
-    "  - name: tinystories\n"                                             /* 11 */
-    "    samples: 2\n";                                                   /* 12 */
+static const char *BASE = "model:\n"                                                     /* 1 */
+                          "  source: models/stories260K/stories260K.bin\n"               /* 2 */
+                          "  tokenizer: models/stories260K/tok512.bin\n"                 /* 3 */
+                          "exit_heads:\n"                                                /* 4 */
+                          "  layers: [1, 2]\n"                                           /* 5 */
+                          "  data: datasets/tinystories/tinystories_val_sample.txt.gz\n" /* 6 */
+                          "  steps: 10\n"                                                /* 7 */
+                          "decoding:\n"                                                  /* 8 */
+                          "  methods: [adadecode]\n"                                     /* 9 */
+                          "datasets:\n"                                                  /* 10 */
+                          "  - name: tinystories\n"                                      /* 11 */
+                          "    samples: 2\n";                                            /* 12 */
 
 static void expect(const char *text, const char *want, int line) {
     Recipe r;
@@ -217,21 +227,27 @@ static void bad_cases(void) {
     bad_line(9, "  oracle: [0.5, 2]\n", "bad.yaml:9: key 'oracle': '2' is not a number in [0, 1]");
     bad_line(9, "  adaptive: maybe\n", "bad.yaml:9: key 'adaptive': 'maybe' is not true or false");
     bad_line(9, "  gamma: 1.5\n", "bad.yaml:9: key 'gamma': '1.5' is not a number in [1e-06, 1]");
-    bad_line(11, "  - name: squad\n", "bad.yaml:11: key 'name': unknown dataset 'squad' (known: xsum, humaneval, gsm8k");
-    bad_line(11, "  - name: mine\n    file: datasets/nope.jsonl\n", "bad.yaml:12: key 'file': 'datasets/nope.jsonl' does not exist");
+    bad_line(11, "  - name: squad\n",
+             "bad.yaml:11: key 'name': unknown dataset 'squad' (known: xsum, humaneval, gsm8k");
+    bad_line(11, "  - name: mine\n    file: datasets/nope.jsonl\n",
+             "bad.yaml:12: key 'file': 'datasets/nope.jsonl' does not exist");
     bad_line(12, "    template: '{document'\n", "bad.yaml:12: key 'template': a '{' without its '}'");
     bad_line(12, "    template: 'no field'\n", "bad.yaml:12: key 'template': names no field");
     bad_line(12, "    template: '{x:0}'\n", "bad.yaml:12: key 'template': a limit is between 1 and 1000000");
-    bad_line(12, "    samples: 2\n  - tinystories\n", "bad.yaml:13: key 'datasets': dataset 'tinystories' twice (first on line 11)");
-    bad_line(10, "datasets:\n  - [xsum]\n", "bad.yaml:11: key 'datasets': an item must be a dataset's name or a mapping");
+    bad_line(12, "    samples: 2\n  - tinystories\n",
+             "bad.yaml:13: key 'datasets': dataset 'tinystories' twice (first on line 11)");
+    bad_line(10, "datasets:\n  - [xsum]\n",
+             "bad.yaml:11: key 'datasets': an item must be a dataset's name or a mapping");
     bad_line(12, "    samples: [2]\n", "bad.yaml:12: key 'samples': must be a whole number, not a list");
     bad_line(10, "datasets:\n  -\n", "bad.yaml:11: key 'name': is empty");
     bad_line(0, "medusa:\n  heads: 9\n", "bad.yaml:14: key 'heads': '9' is not a whole number in [1, 8]");
-    bad_line(0, "medusa:\n  data: datasets/tinystories/tinystories_val_sample.txt.gz\n", "bad.yaml:13: key 'medusa': needs 'heads'");
+    bad_line(0, "medusa:\n  data: datasets/tinystories/tinystories_val_sample.txt.gz\n",
+             "bad.yaml:13: key 'medusa': needs 'heads'");
     expect("model: {source: models/stories260K/stories260K.bin}\ndraft:\n  layer: 2\ndatasets: [xsum]\n",
            "bad.yaml:3: key 'layer': a draft from layer 2 needs its head's 'data'", 0);
     bad_line(0, "extra: 1\n", "bad.yaml:13: key 'extra': unknown key in the recipe (known: about, threads, model,");
-    bad_line(0, "draft: {layer: 1, source: models/stories260K/stories260K.bin}\n", "bad.yaml:13: key 'draft': needs either");
+    bad_line(0, "draft: {layer: 1, source: models/stories260K/stories260K.bin}\n",
+             "bad.yaml:13: key 'draft': needs either");
     expect("model: a string\ndatasets: [xsum]\n", "bad.yaml:1: key 'model': must be a mapping", 0);
     bad_line(3, "  random: {seed: 1}\n", "bad.yaml:3: key 'random': 'source' and 'random' exclude each other");
     bad_line(7, "  steps: 10\n  norm: 2\n", "bad.yaml:8: key 'norm': must be auto, 0 or 1");
@@ -245,7 +261,8 @@ static void bad_cases(void) {
     expect("model: {tokenizer: models/stories260K/tok512.bin, random: {config: {hidden_size: 8}}}\ndatasets: [xsum]\n",
            "bad.yaml:1: key 'config': config: ", 0);
     /* a recipe's name names out/NAME/ */
-    CHECK(recipe_parse(&r, BASE, strlen(BASE), "recipes/a b.yaml") == -1 && strstr(pd_errmsg(), "a recipe's name is letters"),
+    CHECK(recipe_parse(&r, BASE, strlen(BASE), "recipes/a b.yaml") == -1 &&
+              strstr(pd_errmsg(), "a recipe's name is letters"),
           "a name with a space: %s", pd_errmsg());
 }
 
@@ -280,8 +297,9 @@ static void fuzz(void) {
         else refused++, badmsg += strncmp(pd_errmsg(), "fuzz.yaml:", 10) != 0 || strchr(pd_errmsg(), '\n') != NULL;
     }
     /* an alias cycle and a billion laughs in random.config stay bounded */
-    const char *laughs = "model:\n  tokenizer: models/stories260K/tok512.bin\n  random:\n    config: &a\n      x: [*a, *a, *a]\n"
-                         "datasets: [xsum]\n";
+    const char *laughs =
+        "model:\n  tokenizer: models/stories260K/tok512.bin\n  random:\n    config: &a\n      x: [*a, *a, *a]\n"
+        "datasets: [xsum]\n";
     Recipe r;
     CHECK(recipe_parse(&r, laughs, strlen(laughs), "fuzz.yaml") == -1, "alias cycle refused");
     CHECK(ok > 0 && refused > 0, "fuzz: %d parsed, %d refused", ok, refused);
@@ -292,7 +310,8 @@ static void fuzz(void) {
 static void templates(void) {
     json_t *o = json_pack("{s:s, s:[s,s], s:i}", "document", "héllo wörld", "turns", "first", "second", "n", 42);
     char *s = recipe_render("A: {document:2}|{document:3}|{turns}|{n}|{{x}}", o, NULL, "t");
-    CHECK(s && !strcmp(s, "A: h|h\xc3\xa9|first|42|{x}"), "render: UTF-8 cuts, array, number, braces: '%s'", s ? s : pd_errmsg());
+    CHECK(s && !strcmp(s, "A: h|h\xc3\xa9|first|42|{x}"), "render: UTF-8 cuts, array, number, braces: '%s'",
+          s ? s : pd_errmsg());
     free(s);
     s = recipe_render("{document:1w}", o, NULL, "t");
     CHECK(s && !strcmp(s, "héllo"), "one word: '%s'", s ? s : "");
@@ -308,9 +327,12 @@ static void templates(void) {
 
 int main(void) {
     /* the recipes here name these datasets, and a recipe's files must exist */
-    static const char *const data[] = {"datasets/tinystories/tinystories_val_sample.txt.gz", "datasets/gsm8k/test.jsonl.gz",
-                                       "datasets/spec_bench/question.jsonl.gz", "datasets/mt_bench/question.jsonl",
-                                       "datasets/xsum/test_1000.jsonl.gz", "datasets/humaneval/HumanEval.jsonl.gz"};
+    static const char *const data[] = {"datasets/tinystories/tinystories_val_sample.txt.gz",
+                                       "datasets/gsm8k/test.jsonl.gz",
+                                       "datasets/spec_bench/question.jsonl.gz",
+                                       "datasets/mt_bench/question.jsonl",
+                                       "datasets/xsum/test_1000.jsonl.gz",
+                                       "datasets/humaneval/HumanEval.jsonl.gz"};
     int have = 1;
     for (size_t i = 0; i < sizeof data / sizeof *data && have; i++)
         have = test_data("parsing recipes (good, bad and fuzzed; templates still run)", data[i]) != NULL;

@@ -150,7 +150,8 @@ static void test_parser(void) {
     CHECK(o->stop_after == 3 && o->scale == 1.5f, "refused values leave the options as they were");
     /* a struct filled in code is checked too, before the method runs */
     EchoOptions direct = {.stop_after = 500};
-    CHECK(decode_options_check(&echo, &direct, &sh) < 0 && strstr(pd_errmsg(), "test-echo: --stop-after 500 is outside"),
+    CHECK(decode_options_check(&echo, &direct, &sh) < 0 &&
+              strstr(pd_errmsg(), "test-echo: --stop-after 500 is outside"),
           "a value out of range set in code: %s", pd_errmsg());
     MethodShared oracle = {.oracle_rate = 0.5f};
     CHECK(decode_options_check(&echo, o, &oracle) < 0 && strstr(pd_errmsg(), "oracle"),
@@ -164,8 +165,8 @@ static void test_generation(const int32_t *p, int n) {
     CHECK(n_ref > 3, "standard: %d tokens (%s)", n_ref, n_ref < 0 ? pd_errmsg() : "");
     EchoOptions *o = decode_options_new(&echo);
     MethodShared sh = {0};
-    if (!o || decode_option_set(&echo, o, &sh, "stop-after", "3") || decode_option_set(&echo, o, &sh, "scale", "0.75") ||
-        decode_option_set(&echo, o, &sh, "loud", NULL)) {
+    if (!o || decode_option_set(&echo, o, &sh, "stop-after", "3") ||
+        decode_option_set(&echo, o, &sh, "scale", "0.75") || decode_option_set(&echo, o, &sh, "loud", NULL)) {
         CHECK(0, "options: %s", pd_errmsg());
         free(o);
         return;
@@ -192,8 +193,13 @@ static int job_run(Engine *e, const char *method, const int32_t *p, int n, int m
 }
 
 static void test_engine(const int32_t *p, int n) {
-    EngineOptions eo = {.parallel = 2, .ctx = 128, .block_size = 16, .prefill_chunk = 64, .continuous = 1,
-                        .spec_max_batch = 1, .kv_blocks = 2 * (128 + 256) / 16};
+    EngineOptions eo = {.parallel = 2,
+                        .ctx = 128,
+                        .block_size = 16,
+                        .prefill_chunk = 64,
+                        .continuous = 1,
+                        .spec_max_batch = 1,
+                        .kv_blocks = 2 * (128 + 256) / 16};
     Engine *e = engine_new(&M, &eo);
     CHECK(e, "engine: %s", pd_errmsg());
     if (!e) return;
@@ -228,12 +234,14 @@ static void test_engine(const int32_t *p, int n) {
           "two at once: standard's %d tokens each (got %d, %d)", n_ref, ga, gb);
     int same_thread = n_trace > 0, switches = 0, kinds = 0;
     for (int i = 0; i < n_trace; i++) {
-        same_thread &= pthread_equal(trace_thread[i], trace_thread[0]) && !pthread_equal(trace_thread[i], pthread_self());
+        same_thread &=
+            pthread_equal(trace_thread[i], trace_thread[0]) && !pthread_equal(trace_thread[i], pthread_self());
         if (i && trace[i] != trace[i - 1]) switches++;
     }
     for (int i = 0; i < n_trace; i++) kinds += trace[i] != trace[0];
     CHECK(same_thread, "every step ran on the one scheduler thread (%d steps)", n_trace);
-    CHECK(kinds > 0 && switches >= 4, "the two generations' steps took turns (%d switches in %d steps)", switches, n_trace);
+    CHECK(kinds > 0 && switches >= 4, "the two generations' steps took turns (%d switches in %d steps)", switches,
+          n_trace);
     if (a) job_release(e, a);
     if (b) job_release(e, b);
     engine_free(e);

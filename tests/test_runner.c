@@ -19,9 +19,9 @@ static Model M;
 enum { PROMPT = 37, TREE = 7, STEPS = 12 };
 
 typedef struct {
-    int job;         /* which prompt */
-    Runner *r;       /* NULL: make one in the thread */
-    float *out;      /* [(TREE + STEPS) * vocab] every logits row the job produced */
+    int job;    /* which prompt */
+    Runner *r;  /* NULL: make one in the thread */
+    float *out; /* [(TREE + STEPS) * vocab] every logits row the job produced */
     int32_t toks[STEPS];
     int rc;
 } Job;
@@ -98,7 +98,8 @@ static uint64_t model_sum(void) {
     const unsigned char *p = (const unsigned char *)M.packed.base;
     for (size_t i = 0; i < M.packed.used; i++) h = (h ^ p[i]) * 1099511628211ull;
     p = (const unsigned char *)M.rope_cos;
-    for (size_t i = 0; i < (size_t)M.c.seq_len * M.c.head_dim / 2 * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = 0; i < (size_t)M.c.seq_len * M.c.head_dim / 2 * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
 
@@ -252,8 +253,7 @@ static void graphs(void) {
             int path[3] = {0, 2, 6};
             kv_keep_path(&a, sa, at, path, 3), kv_keep_path(&b, sb, at, path, 3);
             at += 3;
-        } else
-            at += n;
+        } else at += n;
         steps++;
     }
     CHECK(steps == 7 && same, "a replayed forward graph differs from forward_layers (%d steps)", steps);

@@ -96,33 +96,39 @@ static void test_answers(void) {
     CHECK(num(o, "usage.completion_tokens") == 20 && num(o, "usage.total_tokens") == 20 + num(o, "usage.prompt_tokens"),
           "usage counts the tokens");
     const char *text = str(o, "choices.0.text");
-    json_t *ev = stream(REQ_COMPLETION, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0, \"stream\": true}");
+    json_t *ev = stream(REQ_COMPLETION,
+                        "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0, \"stream\": true}");
     char got[4096] = "";
     size_t i;
     json_t *e;
-    json_array_foreach(ev, i, e) strncat(got, str(e, "choices.0.text") ? str(e, "choices.0.text") : "", sizeof got - strlen(got) - 1);
+    json_array_foreach(ev, i, e)
+        strncat(got, str(e, "choices.0.text") ? str(e, "choices.0.text") : "", sizeof got - strlen(got) - 1);
     CHECK(text && !strcmp(got, text), "the stream's text = the whole answer's: '%s' vs '%s'", got, text);
-    CHECK(!strcmp(str(json_array_get(ev, json_array_size(ev) - 1), "choices.0.finish_reason"), "length"), "the last chunk ends it");
+    CHECK(!strcmp(str(json_array_get(ev, json_array_size(ev) - 1), "choices.0.finish_reason"), "length"),
+          "the last chunk ends it");
     json_decref(ev);
 
     /* a stop string in the middle: the answer ends before it, usage counts to it */
     char *cut = text ? strdup(text + 8) : NULL, req[512];
     if (cut) cut[3] = 0;
-    snprintf(req, sizeof req, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0, \"stop\": [\"zzz\", \"%s\"]}",
+    snprintf(req, sizeof req,
+             "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0, \"stop\": [\"zzz\", \"%s\"]}",
              cut ? cut : "");
     json_t *s = answer(REQ_COMPLETION, req);
     const char *st = str(s, "choices.0.text");
-    CHECK(st && strlen(st) <= 8 && !strncmp(st, text, strlen(st)) && !strcmp(str(s, "choices.0.finish_reason"), "stop") &&
-              num(s, "usage.completion_tokens") < 20,
+    CHECK(st && strlen(st) <= 8 && !strncmp(st, text, strlen(st)) &&
+              !strcmp(str(s, "choices.0.finish_reason"), "stop") && num(s, "usage.completion_tokens") < 20,
           "a stop string ('%s') cuts the answer: '%s'", cut, st);
     json_decref(s), free(cut), json_decref(o);
 
-    o = answer(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 5, \"temperature\": 0}");
+    o = answer(REQ_CHAT,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 5, \"temperature\": 0}");
     CHECK(o && !strcmp(str(o, "object"), "chat.completion") && !strcmp(str(o, "choices.0.message.role"), "assistant") &&
               str(o, "choices.0.message.content"),
           "a chat answer");
     json_decref(o);
-    ev = stream(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 5, \"stream\": true}");
+    ev = stream(REQ_CHAT,
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 5, \"stream\": true}");
     CHECK(!strcmp(str(json_array_get(ev, 0), "object"), "chat.completion.chunk") &&
               !strcmp(str(json_array_get(ev, 0), "choices.0.delta.role"), "assistant"),
           "a chat stream opens with the role");
@@ -133,13 +139,15 @@ static void test_answers(void) {
 static void refused(RequestKind k, const char *body, const char *says) {
     Gen g;
     int rc = gen_start(&g, &GM, k, body, strlen(body), "x", 1);
-    CHECK(rc == -1 && strstr(pd_errmsg(), says), "%s refused naming '%s': %s", body, says, rc ? pd_errmsg() : "accepted");
+    CHECK(rc == -1 && strstr(pd_errmsg(), says), "%s refused naming '%s': %s", body, says,
+          rc ? pd_errmsg() : "accepted");
     gen_free(&g);
 }
 
 static void test_choices(void) {
     /* n: choice i is the one request with seed + i; greedy choices are all the same */
-    json_t *o = answer(REQ_COMPLETION, "{\"prompt\": \"Tom\", \"max_tokens\": 12, \"temperature\": 1, \"seed\": 7, \"n\": 3}");
+    json_t *o =
+        answer(REQ_COMPLETION, "{\"prompt\": \"Tom\", \"max_tokens\": 12, \"temperature\": 1, \"seed\": 7, \"n\": 3}");
     CHECK(json_array_size(at(o, "choices")) == 3 && num(o, "choices.2.index") == 2, "n = 3 gives three choices");
     int differ = 0, tokens = 0;
     for (int i = 0; i < 3; i++) {
@@ -155,17 +163,24 @@ static void test_choices(void) {
         json_decref(one);
     }
     CHECK(differ > 0, "sampled choices differ");
-    CHECK(num(o, "usage.completion_tokens") == tokens && num(o, "usage.prompt_tokens") * 3 != num(o, "usage.total_tokens") - tokens,
+    CHECK(num(o, "usage.completion_tokens") == tokens &&
+              num(o, "usage.prompt_tokens") * 3 != num(o, "usage.total_tokens") - tokens,
           "usage: every choice's tokens, the prompt once");
     json_decref(o);
-    o = answer(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 8, \"temperature\": 0, \"n\": 2}");
-    CHECK(json_array_size(at(o, "choices")) == 2 && !strcmp(str(o, "choices.0.message.content"), str(o, "choices.1.message.content")),
+    o = answer(
+        REQ_CHAT,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 8, \"temperature\": 0, \"n\": 2}");
+    CHECK(json_array_size(at(o, "choices")) == 2 &&
+              !strcmp(str(o, "choices.0.message.content"), str(o, "choices.1.message.content")),
           "greedy n = 2 gives two equal choices");
     json_decref(o);
 
     /* prompt arrays: one answer per prompt, index = prompt × n + i */
-    o = answer(REQ_COMPLETION, "{\"prompt\": [\"Once\", \"Tom went\"], \"max_tokens\": 8, \"temperature\": 0.8, \"seed\": 3, \"n\": 2}");
-    json_t *a = answer(REQ_COMPLETION, "{\"prompt\": \"Tom went\", \"max_tokens\": 8, \"temperature\": 0.8, \"seed\": 4}");
+    o = answer(
+        REQ_COMPLETION,
+        "{\"prompt\": [\"Once\", \"Tom went\"], \"max_tokens\": 8, \"temperature\": 0.8, \"seed\": 3, \"n\": 2}");
+    json_t *a =
+        answer(REQ_COMPLETION, "{\"prompt\": \"Tom went\", \"max_tokens\": 8, \"temperature\": 0.8, \"seed\": 4}");
     CHECK(json_array_size(at(o, "choices")) == 4 && num(o, "choices.3.index") == 3 &&
               !strcmp(str(o, "choices.3.text"), str(a, "choices.0.text")),
           "prompt 1's choice 1 is index 3, the request with that prompt and seed + 1");
@@ -174,9 +189,11 @@ static void test_choices(void) {
     /* token ids, one prompt or several; ids outside the vocabulary are named */
     int32_t *ids;
     int n;
-    CHECK(tok_encode_flags(M.tok, "Once upon a time", 16, tok_add_bos(M.tok) ? TOK_ADD_BOS : 0, &ids, &n) == 0, "encode");
+    CHECK(tok_encode_flags(M.tok, "Once upon a time", 16, tok_add_bos(M.tok) ? TOK_ADD_BOS : 0, &ids, &n) == 0,
+          "encode");
     char req[2048] = "{\"prompt\": [", list[512] = "";
-    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? ", " : "", ids[i]);
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? ", " : "", ids[i]);
     free(ids);
     snprintf(req + strlen(req), sizeof req - strlen(req), "%s], \"max_tokens\": 10, \"temperature\": 0}", list);
     o = answer(REQ_COMPLETION, req);
@@ -187,18 +204,23 @@ static void test_choices(void) {
     json_decref(o);
     snprintf(req, sizeof req, "{\"prompt\": [[%s], [%s]], \"max_tokens\": 10, \"temperature\": 0}", list, list);
     o = answer(REQ_COMPLETION, req);
-    CHECK(json_array_size(at(o, "choices")) == 2 && !strcmp(str(o, "choices.1.text"), str(a, "choices.0.text")), "arrays of token ids");
+    CHECK(json_array_size(at(o, "choices")) == 2 && !strcmp(str(o, "choices.1.text"), str(a, "choices.0.text")),
+          "arrays of token ids");
     json_decref(o), json_decref(a);
     refused(REQ_COMPLETION, "{\"prompt\": [1, 600, 3]}", "token id 600");
     refused(REQ_COMPLETION, "{\"prompt\": [[1, 2], [3, 512]]}", "token id 512");
 
     /* the developer role is the system's; text parts are joined */
-    o = answer(REQ_CHAT, "{\"messages\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": \"Hi you\"}], "
+    o = answer(REQ_CHAT, "{\"messages\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", "
+                         "\"content\": \"Hi you\"}], "
                          "\"max_tokens\": 8, \"temperature\": 0}");
-    a = answer(REQ_CHAT, "{\"messages\": [{\"role\": \"developer\", \"content\": [{\"type\": \"text\", \"text\": \"Be \"}, "
-                         "{\"type\": \"text\", \"text\": \"kind.\"}]}, {\"role\": \"user\", \"content\": [{\"type\": \"text\", "
-                         "\"text\": \"Hi\"}, {\"type\": \"text\", \"text\": \" you\"}]}], \"max_tokens\": 8, \"temperature\": 0}");
-    CHECK(str(o, "choices.0.message.content") && !strcmp(str(o, "choices.0.message.content"), str(a, "choices.0.message.content")) &&
+    a = answer(
+        REQ_CHAT,
+        "{\"messages\": [{\"role\": \"developer\", \"content\": [{\"type\": \"text\", \"text\": \"Be \"}, "
+        "{\"type\": \"text\", \"text\": \"kind.\"}]}, {\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+        "\"text\": \"Hi\"}, {\"type\": \"text\", \"text\": \" you\"}]}], \"max_tokens\": 8, \"temperature\": 0}");
+    CHECK(str(o, "choices.0.message.content") &&
+              !strcmp(str(o, "choices.0.message.content"), str(a, "choices.0.message.content")) &&
               num(o, "usage.prompt_tokens") == num(a, "usage.prompt_tokens"),
           "developer = system, and text parts joined = the string");
     json_decref(o), json_decref(a);
@@ -215,7 +237,8 @@ static void test_choices(void) {
               num(o, "usage.completion_tokens") == 0,
           "max_tokens 0: no tokens, finish_reason length");
     json_decref(o);
-    refused(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 0}", "'max_tokens' must be in [1");
+    refused(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 0}",
+            "'max_tokens' must be in [1");
 }
 
 /* include_usage: its own last chunk, no choices; every other chunk "usage": null. Without
@@ -225,16 +248,19 @@ static void test_usage_chunk(void) {
                                         "\"stream_options\": {\"include_usage\": true}}");
     size_t n = json_array_size(ev), i, nulls = 0;
     json_t *last = json_array_get(ev, n - 1), *e;
-    CHECK(n > 2 && json_array_size(at(last, "choices")) == 0 && num(last, "usage.completion_tokens") == 12, "the usage chunk");
+    CHECK(n > 2 && json_array_size(at(last, "choices")) == 0 && num(last, "usage.completion_tokens") == 12,
+          "the usage chunk");
     json_array_foreach(ev, i, e) nulls += i < n - 1 && json_is_null(json_object_get(e, "usage"));
     CHECK(nulls == n - 1, "the other chunks say usage: null (%zu of %zu)", nulls, n - 1);
     json_decref(ev);
-    ev = stream(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 4, \"stream\": true}");
+    ev = stream(REQ_CHAT,
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 4, \"stream\": true}");
     int any = 0;
     json_array_foreach(ev, i, e) any |= json_object_get(e, "usage") != NULL;
     CHECK(!any && json_array_size(ev) > 2, "without include_usage no chunk has a usage");
     json_decref(ev);
-    refused(REQ_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}", "only allowed with 'stream': true");
+    refused(REQ_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}",
+            "only allowed with 'stream': true");
 }
 
 /* ---- logprobs ---- */
@@ -279,8 +305,10 @@ static void check_logprobs(const Gen *g, int ci, json_t *answer, int first, int 
     if (!ref || !lp) return free(ref);
     char path[64];
     snprintf(path, sizeof path, "choices.%d.logprobs", ci);
-    json_t *o = at(answer, path), *list = g->req.kind == REQ_CHAT ? json_object_get(o, "content") : json_object_get(o, "token_logprobs");
-    CHECK(json_array_size(list) == (size_t)(n - first + (first == 1)), "%s: %zu tokens listed, %d generated", what, json_array_size(list), n - first);
+    json_t *o = at(answer, path),
+           *list = g->req.kind == REQ_CHAT ? json_object_get(o, "content") : json_object_get(o, "token_logprobs");
+    CHECK(json_array_size(list) == (size_t)(n - first + (first == 1)), "%s: %zu tokens listed, %d generated", what,
+          json_array_size(list), n - first);
     for (int k = first; k < n; k++) {
         const double *r = ref + (size_t)(k - 1) * V;
         double d = fabs(lp[k].logprob - r[t[k]]);
@@ -295,8 +323,9 @@ static void check_logprobs(const Gen *g, int ci, json_t *answer, int first, int 
             badtop += rank != i || fabs(lp[k].top_logprob[i] - r[id]) > 1e-5;
         }
     }
-    CHECK(!bad && !badj && !badtop, "%s: %d of %d logprobs off the reference (worst %.2g), %d in the JSON, %d top entries", what, bad,
-          n - first, worst, badj, badtop);
+    CHECK(!bad && !badj && !badtop,
+          "%s: %d of %d logprobs off the reference (worst %.2g), %d in the JSON, %d top entries", what, bad, n - first,
+          worst, badj, badtop);
     free(ref);
 }
 
@@ -310,10 +339,13 @@ static char *logprobs_json(RequestKind k, const char *body) {
 
 static void test_logprobs(void) {
     Gen g;
-    json_t *o = answer_of(REQ_COMPLETION, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 30, \"temperature\": 0, \"logprobs\": 5, "
-                                          "\"echo\": true}", &g);
+    json_t *o = answer_of(REQ_COMPLETION,
+                          "{\"prompt\": \"Once upon a time\", \"max_tokens\": 30, \"temperature\": 0, \"logprobs\": 5, "
+                          "\"echo\": true}",
+                          &g);
     check_logprobs(&g, 0, o, 1, 5, "completion, greedy, echo");
-    CHECK(json_is_null(at(o, "choices.0.logprobs.token_logprobs.0")) && json_is_null(at(o, "choices.0.logprobs.top_logprobs.0")),
+    CHECK(json_is_null(at(o, "choices.0.logprobs.token_logprobs.0")) &&
+              json_is_null(at(o, "choices.0.logprobs.top_logprobs.0")),
           "echo: the first token has no logprob");
     json_t *tokens = at(o, "choices.0.logprobs.tokens"), *off = at(o, "choices.0.logprobs.text_offset");
     const char *text = str(o, "choices.0.text");
@@ -322,26 +354,36 @@ static void test_logprobs(void) {
         const char *tk = json_string_value(json_array_get(tokens, i));
         misplaced += strncmp(text + json_integer_value(json_array_get(off, i)), tk, strlen(tk)) != 0;
     }
-    CHECK(!misplaced && json_object_size(at(o, "choices.0.logprobs.top_logprobs.3")) >= 5, "text_offset: each token at its place (%d not)", misplaced);
+    CHECK(!misplaced && json_object_size(at(o, "choices.0.logprobs.top_logprobs.3")) >= 5,
+          "text_offset: each token at its place (%d not)", misplaced);
     gen_free(&g), json_decref(o);
-    o = answer_of(REQ_COMPLETION, "{\"prompt\": \"Tom and Lily\", \"max_tokens\": 30, \"temperature\": 0.9, \"seed\": 4, \"logprobs\": 2, "
-                                  "\"method\": \"prompt-lookup\"}", &g);
+    o = answer_of(
+        REQ_COMPLETION,
+        "{\"prompt\": \"Tom and Lily\", \"max_tokens\": 30, \"temperature\": 0.9, \"seed\": 4, \"logprobs\": 2, "
+        "\"method\": \"prompt-lookup\"}",
+        &g);
     check_logprobs(&g, 0, o, np_of(&g), 2, "completion, sampled, prompt lookup");
     gen_free(&g), json_decref(o);
-    o = answer_of(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Tell a story.\"}], \"max_tokens\": 20, "
-                            "\"temperature\": 0.7, \"seed\": 2, \"logprobs\": true, \"top_logprobs\": 20, \"method\": \"lookahead\"}", &g);
+    o = answer_of(
+        REQ_CHAT,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Tell a story.\"}], \"max_tokens\": 20, "
+        "\"temperature\": 0.7, \"seed\": 2, \"logprobs\": true, \"top_logprobs\": 20, \"method\": \"lookahead\"}",
+        &g);
     check_logprobs(&g, 0, o, np_of(&g), 20, "chat, sampled, lookahead, 20 alternatives");
-    CHECK(json_array_size(at(o, "choices.0.logprobs.content.0.top_logprobs")) == 20 && json_is_array(at(o, "choices.0.logprobs.content.0.bytes")),
+    CHECK(json_array_size(at(o, "choices.0.logprobs.content.0.top_logprobs")) == 20 &&
+              json_is_array(at(o, "choices.0.logprobs.content.0.bytes")),
           "chat's shape: token, logprob, bytes, top_logprobs");
     gen_free(&g), json_decref(o);
-    o = answer_of(REQ_COMPLETION, "{\"prompt\": \"Once upon\", \"max_tokens\": 0, \"echo\": true, \"logprobs\": 1}", &g);
+    o = answer_of(REQ_COMPLETION, "{\"prompt\": \"Once upon\", \"max_tokens\": 0, \"echo\": true, \"logprobs\": 1}",
+                  &g);
     check_logprobs(&g, 0, o, 1, 1, "max_tokens 0 with echo: the prompt's logprobs");
     gen_free(&g), json_decref(o);
 
     /* every method: the same numbers as standard, bit for bit */
     const char *methods[] = {"prompt-lookup", "lookahead"};
-    const char *body = "{\"prompt\": \"Once upon a time, there was a little girl\", \"max_tokens\": 60, \"temperature\": 0, "
-                       "\"logprobs\": 5, \"method\": \"%s\"}";
+    const char *body =
+        "{\"prompt\": \"Once upon a time, there was a little girl\", \"max_tokens\": 60, \"temperature\": 0, "
+        "\"logprobs\": 5, \"method\": \"%s\"}";
     char req[512];
     snprintf(req, sizeof req, body, "standard");
     char *want = logprobs_json(REQ_COMPLETION, req);
@@ -352,9 +394,11 @@ static void test_logprobs(void) {
         free(got);
     }
     /* a stream lists the whole answer's logprobs, chunk by chunk */
-    json_t *whole = json_loads(want, 0, NULL), *ev = stream(REQ_COMPLETION, "{\"prompt\": \"Once upon a time, there was a little girl\", "
-                                                                          "\"max_tokens\": 60, \"temperature\": 0, \"logprobs\": 5, \"stream\": true}");
-    json_t *joined = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset"), *e;
+    json_t *whole = json_loads(want, 0, NULL),
+           *ev = stream(REQ_COMPLETION, "{\"prompt\": \"Once upon a time, there was a little girl\", "
+                                        "\"max_tokens\": 60, \"temperature\": 0, \"logprobs\": 5, \"stream\": true}");
+    json_t *joined = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset"),
+           *e;
     size_t i;
     json_array_foreach(ev, i, e) {
         json_t *lp = at(e, "choices.0.logprobs");
@@ -373,8 +417,10 @@ static void test_logprobs(void) {
             printf("serve_gen: %s: %s: not checked\n", more[m], pd_errmsg());
             continue;
         }
-        snprintf(req, sizeof req, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 40, \"temperature\": 0.8, \"seed\": 9, "
-                                  "\"logprobs\": 3, \"method\": \"%s\"}", more[m]);
+        snprintf(req, sizeof req,
+                 "{\"prompt\": \"Once upon a time\", \"max_tokens\": 40, \"temperature\": 0.8, \"seed\": 9, "
+                 "\"logprobs\": 3, \"method\": \"%s\"}",
+                 more[m]);
         o = answer_of(REQ_COMPLETION, req, &g);
         char what[64];
         snprintf(what, sizeof what, "completion, sampled, %s", more[m]);
@@ -392,7 +438,8 @@ static void test_logprobs(void) {
 int main(void) {
     if (test_model_load(&M) || !(R = runner_new(&M))) return check_done("serve_gen");
     k_init(1);
-    EngineOptions o = {.parallel = 4, .ctx = 256, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
+    EngineOptions o = {
+        .parallel = 4, .ctx = 256, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
     static ExitHeads eh; /* the trained test heads, when make has built them; the test model as its own draft */
     static MedusaHeads mh;
     static Model draft;

@@ -10,7 +10,9 @@
 #include "base/util.h"
 #include "serve/serve_request.h"
 
-static int parse(ServeRequest *r, RequestKind k, const char *body) { return serve_request_parse(r, k, body, strlen(body)); }
+static int parse(ServeRequest *r, RequestKind k, const char *body) {
+    return serve_request_parse(r, k, body, strlen(body));
+}
 
 static void test_completion(void) {
     ServeRequest r;
@@ -20,30 +22,35 @@ static void test_completion(void) {
               r.logprobs == -1 && !r.echo && !r.has_seed && !r.include_usage,
           "OpenAI's defaults");
     serve_request_free(&r);
-    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":[\"a\"],\"max_tokens\":5,\"temperature\":0,\"top_p\":0.5,\"top_k\":40,"
-                                    "\"seed\":9,\"stream\":true,\"method\":\"medusa\",\"stop\":[\"x\",\"yz\"],\"n\":3,"
-                                    "\"logprobs\":5,\"echo\":true,\"stream_options\":{\"include_usage\":true},"
-                                    "\"best_of\":1,\"suffix\":null,\"presence_penalty\":0,\"frequency_penalty\":0,"
-                                    "\"logit_bias\":{}}") == 0,
+    CHECK(parse(&r, REQ_COMPLETION,
+                "{\"prompt\":[\"a\"],\"max_tokens\":5,\"temperature\":0,\"top_p\":0.5,\"top_k\":40,"
+                "\"seed\":9,\"stream\":true,\"method\":\"medusa\",\"stop\":[\"x\",\"yz\"],\"n\":3,"
+                "\"logprobs\":5,\"echo\":true,\"stream_options\":{\"include_usage\":true},"
+                "\"best_of\":1,\"suffix\":null,\"presence_penalty\":0,\"frequency_penalty\":0,"
+                "\"logit_bias\":{}}") == 0,
           "%s", pd_errmsg());
-    CHECK(!strcmp(r.prompt[0].text, "a") && r.max_tokens == 5 && r.temperature == 0 && r.top_p == 0.5f && r.top_k == 40 &&
-              r.seed == 9 && r.has_seed && r.stream && !strcmp(r.method, "medusa") && r.n_stop == 2 &&
+    CHECK(!strcmp(r.prompt[0].text, "a") && r.max_tokens == 5 && r.temperature == 0 && r.top_p == 0.5f &&
+              r.top_k == 40 && r.seed == 9 && r.has_seed && r.stream && !strcmp(r.method, "medusa") && r.n_stop == 2 &&
               !strcmp(r.stop[1], "yz") && r.n == 3 && r.logprobs == 5 && r.echo && r.include_usage,
           "every field taken; those that ask for nothing accepted");
     serve_request_free(&r);
-    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":[\"a\",\"b\\u00e9c\"],\"n\":2,\"max_tokens\":0}") == 0 && r.n_prompts == 2 &&
-              r.prompt[1].n_text == 4 && !strcmp(r.prompt[1].text, "b\xc3\xa9" "c") && r.max_tokens == 0,
+    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":[\"a\",\"b\\u00e9c\"],\"n\":2,\"max_tokens\":0}") == 0 &&
+              r.n_prompts == 2 && r.prompt[1].n_text == 4 &&
+              !strcmp(r.prompt[1].text, "b\xc3\xa9"
+                                        "c") &&
+              r.max_tokens == 0,
           "prompts as an array of strings; max_tokens 0: %s", pd_errmsg());
     serve_request_free(&r);
     CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":[1,2,3]}") == 0 && r.n_prompts == 1 && !r.prompt[0].text &&
               r.prompt[0].n_ids == 3 && r.prompt[0].ids[2] == 3,
           "a prompt of token ids");
     serve_request_free(&r);
-    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":[[1,2],[3]],\"seed\":-5}") == 0 && r.n_prompts == 2 && r.prompt[1].n_ids == 1 &&
-              r.seed == (uint64_t)-5,
+    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":[[1,2],[3]],\"seed\":-5}") == 0 && r.n_prompts == 2 &&
+              r.prompt[1].n_ids == 1 && r.seed == (uint64_t)-5,
           "prompts of token ids; a negative seed");
     serve_request_free(&r);
-    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":\"a\",\"seed\":9223372036854775807}") == 0 && r.seed == 9223372036854775807ull,
+    CHECK(parse(&r, REQ_COMPLETION, "{\"prompt\":\"a\",\"seed\":9223372036854775807}") == 0 &&
+              r.seed == 9223372036854775807ull,
           "a seed of 63 bits, exact: %s", pd_errmsg());
     serve_request_free(&r);
     const char *bad[][2] = {
@@ -80,7 +87,8 @@ static void test_completion(void) {
         {"{\"prompt\":\"a\",\"logit_bias\":{\"50256\":-100}}", "'logit_bias' is not supported"},
         {"{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", "only allowed with 'stream': true"},
         {"{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"x\":1}}", "'x' is not supported"},
-        {"{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", "'include_usage' must be true or false"},
+        {"{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+         "'include_usage' must be true or false"},
         {"{\"prompt\":\"a\",\"user\":5}", "'user' must be a string"},
         {"{\"prompt\":\"a\",\"top_logprobs\":2}", "unknown field 'top_logprobs'"},
         {"{\"prompt\":\"a\",\"max_completion_tokens\":2}", "unknown field 'max_completion_tokens'"},
@@ -93,63 +101,82 @@ static void test_completion(void) {
 
 static void test_chat(void) {
     ServeRequest r;
-    CHECK(parse(&r, REQ_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"},"
-                              "{\"role\":\"assistant\",\"content\":\"A\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\","
-                              "\"text\":\"V\"},{\"type\":\"text\",\"text\":\"W\"},{\"type\":\"text\",\"text\":\"\"}]}]}") == 0,
+    CHECK(parse(&r, REQ_CHAT,
+                "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"},"
+                "{\"role\":\"assistant\",\"content\":\"A\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+                "\"text\":\"V\"},{\"type\":\"text\",\"text\":\"W\"},{\"type\":\"text\",\"text\":\"\"}]}]}") == 0,
           "%s", pd_errmsg());
     CHECK(r.n_turns == 4 && !strcmp(r.turn[0].role, "system") && !strcmp(r.turn[3].content, "VW") && r.max_tokens == -1,
           "a conversation; text parts joined; no max_tokens means to the context's end");
     serve_request_free(&r);
-    CHECK(parse(&r, REQ_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":[]},{\"role\":\"user\",\"content\":\"U\","
-                              "\"tool_calls\":[]}],\"logprobs\":true,\"top_logprobs\":20,\"n\":2,\"tools\":[],\"tool_choice\":\"none\","
-                              "\"response_format\":{\"type\":\"text\"},\"store\":false,\"service_tier\":\"auto\","
-                              "\"modalities\":[\"text\"],\"parallel_tool_calls\":true,\"max_completion_tokens\":3,\"metadata\":{}}") == 0,
-          "%s", pd_errmsg());
-    CHECK(!strcmp(r.turn[0].role, "system") && !strcmp(r.turn[0].content, "") && r.logprobs == 20 && r.n == 2 && r.max_tokens == 3,
+    CHECK(
+        parse(&r, REQ_CHAT,
+              "{\"messages\":[{\"role\":\"developer\",\"content\":[]},{\"role\":\"user\",\"content\":\"U\","
+              "\"tool_calls\":[]}],\"logprobs\":true,\"top_logprobs\":20,\"n\":2,\"tools\":[],\"tool_choice\":\"none\","
+              "\"response_format\":{\"type\":\"text\"},\"store\":false,\"service_tier\":\"auto\","
+              "\"modalities\":[\"text\"],\"parallel_tool_calls\":true,\"max_completion_tokens\":3,\"metadata\":{}}") ==
+            0,
+        "%s", pd_errmsg());
+    CHECK(!strcmp(r.turn[0].role, "system") && !strcmp(r.turn[0].content, "") && r.logprobs == 20 && r.n == 2 &&
+              r.max_tokens == 3,
           "developer is system; logprobs with 20 alternatives; fields that ask for nothing accepted");
     serve_request_free(&r);
-    CHECK(parse(&r, REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"U\"}],\"logprobs\":true}") == 0 && r.logprobs == 0,
+    CHECK(parse(&r, REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"U\"}],\"logprobs\":true}") == 0 &&
+              r.logprobs == 0,
           "logprobs without alternatives");
     serve_request_free(&r);
     const char *bad[][2] = {
         {"{\"messages\":[]}", "non-empty array"},
         {"{\"messages\":[{\"role\":\"user\"}]}", "'content' must be a string or an array of text parts"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}", "comes first"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"developer\",\"content\":\"b\"}]}", "developer message comes first"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"}]}", "end with a user"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}",
+         "comes first"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"developer\",\"content\":\"b\"}]}",
+         "developer message comes first"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"}]}",
+         "end with a user"},
         {"{\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "role 'tool'"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
          "content part type 'image_url' is not supported"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"input_audio\"}]}]}",
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"input_audio\"}]"
+         "}]}",
          "content part type 'input_audio'"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]}]}", "with a 'type'"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":\"bob\"}]}", "'name' is not supported"},
-        {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"1\"}]},{\"role\":\"user\",\"content\":\"a\"}]}",
+        {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"1\"}]},{\"role\":\"user\","
+         "\"content\":\"a\"}]}",
          "'tool_calls' is not supported"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":0}", "'max_tokens' must be in [1"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":3}", "needs 'logprobs': true"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":21}", "'top_logprobs' must be in [0, 20]"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":21}",
+         "'top_logprobs' must be in [0, 20]"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":3}", "'logprobs' must be true or false"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}", "'tools' is not supported"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"auto\"}", "'tool_choice' is not supported"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}",
+         "'tools' is not supported"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"auto\"}",
+         "'tool_choice' is not supported"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"functions\":[{}]}", "'functions' is not supported"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
          "'response_format' is not supported"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"store\":true}", "'store' is not supported"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}", "'reasoning_effort' is not supported"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"modalities\":[\"text\",\"audio\"]}", "'modalities' is not supported"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}",
+         "'reasoning_effort' is not supported"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"modalities\":[\"text\",\"audio\"]}",
+         "'modalities' is not supported"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"echo\":true}", "unknown field 'echo'"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"best_of\":1}", "unknown field 'best_of'"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"repeat_penalty\":1.1}", "unknown field 'repeat_penalty'"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"repeat_penalty\":1.1}",
+         "unknown field 'repeat_penalty'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK(parse(&r, REQ_CHAT, bad[i][0]) == -1 && strstr(pd_errmsg(), bad[i][1]), "%s refused: %s", bad[i][0], pd_errmsg());
+        CHECK(parse(&r, REQ_CHAT, bad[i][0]) == -1 && strstr(pd_errmsg(), bad[i][1]), "%s refused: %s", bad[i][0],
+              pd_errmsg());
 }
 
 static void test_error(void) {
     char *s = serve_error("bad \"quote\"", "invalid_request_error");
     json_t *o = json_loads(s, 0, NULL);
-    CHECK(o && !strcmp(json_string_value(json_object_get(json_object_get(o, "error"), "message")), "bad \"quote\""), "error: %s", s);
+    CHECK(o && !strcmp(json_string_value(json_object_get(json_object_get(o, "error"), "message")), "bad \"quote\""),
+          "error: %s", s);
     json_decref(o), free(s);
 }
 
@@ -158,17 +185,20 @@ static void test_utf8(void) {
     CHECK(utf8_whole("ab\xc3", 3) == 2 && utf8_whole("ab\xc3\xa9", 4) == 4, "a two-byte sequence");
     CHECK(utf8_whole("\xe2\x82", 2) == 0 && utf8_whole("\xe2\x82\xac", 3) == 3, "three bytes (euro sign)");
     CHECK(utf8_whole("\xf0\x9f\x98", 3) == 0 && utf8_whole("\xf0\x9f\x98\x80", 4) == 4, "four bytes (emoji)");
-    CHECK(utf8_whole("\xff" "a", 2) == 2, "an invalid byte is whole");
+    CHECK(utf8_whole("\xff"
+                     "a",
+                     2) == 2,
+          "an invalid byte is whole");
     /* clean: table 3-7's ill-formed cases each become U+FFFD per byte */
     struct {
         const char *in, *out;
     } cases[] = {
-        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},             /* overlong '/' */
-        {"\xe0\x80\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong, three bytes */
-        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                                 /* overlong '/' */
+        {"\xe0\x80\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},                 /* overlong, three bytes */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},                 /* a surrogate */
         {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* past U+10FFFF */
-        {"\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf"},             /* U+10FFFF itself */
-        {"\xed\x9f\xbf", "\xed\x9f\xbf"},                     /* U+D7FF */
+        {"\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf"},                                 /* U+10FFFF itself */
+        {"\xed\x9f\xbf", "\xed\x9f\xbf"},                                         /* U+D7FF */
         {"a\xc3\xa9z", "a\xc3\xa9z"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

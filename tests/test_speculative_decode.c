@@ -85,11 +85,11 @@ static int make_draft(Model *draft, const char *heads_path, int L, const char *n
           of ? of : "-", kind ? kind : "-");
     if (!heads_load(&h, heads_path, &M)) {
         double e = fold_error(draft, &h, heads_find(&h, L));
-        printf("  draft %-22s layer %d: logits vs the source's head_logits, max error %.2e of their scale\n", name, L, e);
+        printf("  draft %-22s layer %d: logits vs the source's head_logits, max error %.2e of their scale\n", name, L,
+               e);
         CHECK(e < 1e-5, "draft %s: its logits differ from the head's by %g of their scale", name, e);
         heads_free(&h);
-    } else
-        CHECK(0, "%s: %s", heads_path, pd_errmsg());
+    } else CHECK(0, "%s: %s", heads_path, pd_errmsg());
     return 0;
 }
 
@@ -101,9 +101,17 @@ static void fold_refusals(void) {
               !save_heads("nonorm.safetensors", &two, 1, 0, 0, nonorm, sizeof nonorm) &&
               !save_heads("foreign.safetensors", &two, 1, 1, 1, foreign, sizeof foreign),
           "heads: %s", pd_errmsg());
-    static const struct { int layer; int heads; const char *says; } bad[] = {
-        {0, 0, "outside 1..4"}, {5, 0, "outside 1..4"}, {-1, 0, "outside"}, {3, 0, "no exit head at layer 3"},
-        {2, 1, "without the final norm"}, {2, 2, "heads trained for model"},
+    static const struct {
+        int layer;
+        int heads;
+        const char *says;
+    } bad[] = {
+        {0, 0, "outside 1..4"},
+        {5, 0, "outside 1..4"},
+        {-1, 0, "outside"},
+        {3, 0, "no exit head at layer 3"},
+        {2, 1, "without the final norm"},
+        {2, 2, "heads trained for model"},
     };
     const char *hp[] = {id2, nonorm, foreign};
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
@@ -148,7 +156,8 @@ static void rounds_replayed(Model *draft, int k, int n) {
         memcpy(ctx + np, REF[i], sizeof(int32_t) * N_NEW);
         for (int at = 0; at < N_NEW - 1;) { /* REF[at] is the root */
             /* the loop drafts no deeper than the budget leaves: N_NEW - (at + 1) - 1 */
-            int kk = k < N_NEW - at - 2 ? k : N_NEW - at - 2, a = 0, g = kk ? draft_greedy(draft, &kv, ctx, np + at + 1, kk, chain) : 0;
+            int kk = k < N_NEW - at - 2 ? k : N_NEW - at - 2, a = 0,
+                g = kk ? draft_greedy(draft, &kv, ctx, np + at + 1, kk, chain) : 0;
             if (g < 0) break;
             for (int j = g; j < kk; j++) chain[j] = -1; /* after an end token: standard has none here */
             while (a < kk && chain[a] == REF[i][at + 1 + a]) a++;
@@ -164,8 +173,8 @@ static void rounds_replayed(Model *draft, int k, int n) {
         got_rejected += st.rejected;
         runs++;
     }
-    printf("  rounds of %d drafts replayed on %lld prompts: drafted %lld (replay %lld), rejected %lld (replay %lld)\n", k,
-           (long long)runs, (long long)got_drafted, (long long)want_drafted, (long long)got_rejected,
+    printf("  rounds of %d drafts replayed on %lld prompts: drafted %lld (replay %lld), rejected %lld (replay %lld)\n",
+           k, (long long)runs, (long long)got_drafted, (long long)want_drafted, (long long)got_rejected,
            (long long)want_rejected);
     CHECK(runs > 0 && got_drafted == want_drafted && got_rejected == want_rejected,
           "k %d: drafted %lld rejected %lld, the replay says %lld and %lld", k, (long long)got_drafted,
@@ -192,10 +201,12 @@ static void self_draft(void) {
                   "self-draft %d, prompt %d: %lld of %lld drafts rejected (%s)", c, i, (long long)st.rejected,
                   (long long)st.drafted, got < 0 ? pd_errmsg() : "ran");
             if (temp == 0)
-                CHECK(got == REF_N[i] && !memcmp(out, REF[i], sizeof(int32_t) * got), "self-draft: prompt %d differs", i);
+                CHECK(got == REF_N[i] && !memcmp(out, REF[i], sizeof(int32_t) * got), "self-draft: prompt %d differs",
+                      i);
         }
     }
-    printf("  the model as its own draft: no draft rejected (fixed 5, sampling); standard's output with the controller\n");
+    printf(
+        "  the model as its own draft: no draft rejected (fixed 5, sampling); standard's output with the controller\n");
 }
 
 /* ---------- greedy parity ---------- */
@@ -205,10 +216,12 @@ static void parity_draft(Model *draft, const char *name, int n_small) {
     TestOptions def = {.draft = draft};
     snprintf(what, sizeof what, "%s defaults", name);
     parity("speculative", &def, n_prompts, what);
-    static const struct { int min, max, fixed; } K[] = {{0, 1, 1}, {0, 4, 1}, {0, 8, 1}, {0, 32, 1}, {2, 5, 0}, {1, 8, 0}, {6, 0, 0}};
+    static const struct {
+        int min, max, fixed;
+    } K[] = {{0, 1, 1}, {0, 4, 1}, {0, 8, 1}, {0, 32, 1}, {2, 5, 0}, {1, 8, 0}, {6, 0, 0}};
     for (int i = 0; i < (int)(sizeof K / sizeof K[0]); i++) {
-        TestOptions o = {.draft = draft, .draft_min = K[i].min, .draft_max = K[i].max, .draft_fixed = K[i].fixed,
-                           .fixed_tree = 1};
+        TestOptions o = {
+            .draft = draft, .draft_min = K[i].min, .draft_max = K[i].max, .draft_fixed = K[i].fixed, .fixed_tree = 1};
         snprintf(what, sizeof what, "%s k %d..%d%s", name, K[i].min, K[i].max, K[i].fixed ? " fixed" : "");
         parity("speculative", &o, n_small, what);
     }
@@ -216,8 +229,12 @@ static void parity_draft(Model *draft, const char *name, int n_small) {
     snprintf(what, sizeof what, "%s k ..3, size controller", name);
     parity("speculative", &c, n_small, what);
     for (int r = 0; r < 2; r++) {
-        TestOptions o = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1,
-                           .oracle_rate = r ? 1.0f : 0.8f};
+        TestOptions o = {.draft = draft,
+                         .draft_max = 4,
+                         .draft_min = 4,
+                         .draft_fixed = 1,
+                         .fixed_tree = 1,
+                         .oracle_rate = r ? 1.0f : 0.8f};
         snprintf(what, sizeof what, "%s k 4, oracle %.1f", name, o.oracle_rate);
         parity("speculative", &o, n_small, what);
     }
@@ -284,9 +301,16 @@ static void refusals(const char *draft_path) {
         CHECK(0, "%s", pd_errmsg());
         return;
     }
-    static const struct { int min, max; const char *says; } bad[] = {
-        {5, 3, "--draft-min 5 is above --draft-max 3"}, {33, 0, "--draft-min 33"}, {0, 40, "--draft-max 40"},
-        {-1, 0, "--draft-min -1"}, {0, -2, "--draft-max -2"}, {9, 8, "above"},
+    static const struct {
+        int min, max;
+        const char *says;
+    } bad[] = {
+        {5, 3, "--draft-min 5 is above --draft-max 3"},
+        {33, 0, "--draft-min 33"},
+        {0, 40, "--draft-max 40"},
+        {-1, 0, "--draft-min -1"},
+        {0, -2, "--draft-max -2"},
+        {9, 8, "above"},
     };
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
         TestOptions o = {.draft = &d, .draft_min = bad[i].min, .draft_max = bad[i].max};
@@ -295,7 +319,8 @@ static void refusals(const char *draft_path) {
               rc < 0 ? pd_errmsg() : "accepted");
     }
     TestOptions big = {.draft = &d, .draft_min = 12}; /* draft-max follows a larger min */
-    CHECK(run("speculative", &big, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) == 8, "draft-min 12 alone: %s", pd_errmsg());
+    CHECK(run("speculative", &big, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) == 8, "draft-min 12 alone: %s",
+          pd_errmsg());
     TestOptions orc = {.draft = &d, .oracle_rate = 0.5f};
     CHECK(run("speculative", &orc, PROMPT[0], PROMPT_N[0], 8, 0, 1, out, NULL) < 0 && strstr(pd_errmsg(), "oracle"),
           "an oracle without its tokens: %s", pd_errmsg());
@@ -325,8 +350,14 @@ static void refusals(const char *draft_path) {
 /* ---------- sampling ---------- */
 
 static void sampling_draft(Model *draft, const char *name) {
-    TestOptions a = {.draft = draft}, b = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1},
-                  c = {.draft = draft, .draft_max = 4, .draft_fixed = 1, .fixed_tree = 1, .oracle_rate = 0.8f, .oracle = SGREEDY};
+    TestOptions a = {.draft = draft},
+                b = {.draft = draft, .draft_max = 4, .draft_min = 4, .draft_fixed = 1, .fixed_tree = 1},
+                c = {.draft = draft,
+                     .draft_max = 4,
+                     .draft_fixed = 1,
+                     .fixed_tree = 1,
+                     .oracle_rate = 0.8f,
+                     .oracle = SGREEDY};
     char what[128];
     snprintf(what, sizeof what, "%s, adaptive", name);
     chi2_method("speculative", &a, what);
@@ -348,7 +379,8 @@ int main(void) {
     char idh[128], tpath_id[128];
     Model id, tr2, tr3;
     printf("drafts folded from exit heads:\n");
-    if (save_heads("identity.safetensors", &two, 1, 1, 0, idh, sizeof idh) || make_draft(&id, idh, 2, "identity-L2.safetensors"))
+    if (save_heads("identity.safetensors", &two, 1, 1, 0, idh, sizeof idh) ||
+        make_draft(&id, idh, 2, "identity-L2.safetensors"))
         return check_done("speculative_decode");
     path_in(tpath_id, sizeof tpath_id, "identity-L2.safetensors");
     const char *hp = getenv("TEST_DRAFT_HEADS");
@@ -356,8 +388,7 @@ int main(void) {
     if (access(hp, R_OK) == 0) {
         have_trained = !make_draft(&tr2, hp, 2, "trained-L2.safetensors");
         if (have_trained && make_draft(&tr3, hp, 3, "trained-L3.safetensors")) model_free(&tr2), have_trained = 0;
-    } else
-        printf("speculative: no %s: trained drafts skipped\n", hp);
+    } else printf("speculative: no %s: trained drafts skipped\n", hp);
     fold_refusals();
 
     printf("greedy parity with standard (%d new tokens):\n", N_NEW);
@@ -382,7 +413,8 @@ int main(void) {
     model_free(&id);
     if (have_trained) model_free(&tr2), model_free(&tr3);
     char p[128];
-    const char *files[] = {"identity.safetensors", "identity-L2.safetensors", "trained-L2.safetensors", "trained-L3.safetensors"};
+    const char *files[] = {"identity.safetensors", "identity-L2.safetensors", "trained-L2.safetensors",
+                           "trained-L3.safetensors"};
     for (int i = 0; i < 4; i++) path_in(p, sizeof p, files[i]), unlink(p);
     rmdir(DIR_);
     methods_teardown();

@@ -41,19 +41,18 @@ static int file_exists(const char *path) { return access(path, F_OK) == 0; }
 static int dir_count(const char *d) {
     DIR *dp = opendir(d);
     int n = 0;
-    for (struct dirent *e; dp && (e = readdir(dp));)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    for (struct dirent *e; dp && (e = readdir(dp));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     if (dp) closedir(dp);
     return n;
 }
 
 /* ---- the content every round trip writes ---- */
 
-static float w_f32[3 * 5];     /* 60 bytes: not a multiple of 64 */
+static float w_f32[3 * 5];      /* 60 bytes: not a multiple of 64 */
 static uint16_t w_bf16[4 * 32]; /* 256 bytes */
 static uint8_t w_u8[13];
 static int64_t w_i64[3];
-static int32_t w_i32[16];      /* 64 bytes */
+static int32_t w_i32[16]; /* 64 bytes */
 static int8_t w_i8[7];
 static uint16_t w_f16[2 * 2 * 2];
 static float w_scalar = 3.25f;
@@ -115,8 +114,7 @@ static void check_specs(const TensorFile *tf, const char *what, int check_align)
         CHECK(rc == 0 && t, "%s: %s: %s", what, specs[i].name, pd_errmsg());
         if (!t) continue;
         CHECK(t->nbytes == specs[i].nbytes, "%s: %s nbytes %zu", what, t->name, t->nbytes);
-        CHECK(!t->nbytes || !memcmp(t->data, specs[i].data, t->nbytes), "%s: %s bytes differ", what,
-              t->name);
+        CHECK(!t->nbytes || !memcmp(t->data, specs[i].data, t->nbytes), "%s: %s bytes differ", what, t->name);
         uintptr_t a = (uintptr_t)t->data;
         if (check_align && t->nbytes) {
             CHECK(a % dtype_size(t->dtype) == 0, "%s: %s misaligned for its dtype", what, t->name);
@@ -148,8 +146,7 @@ static void test_round_trip(void) {
         /* the reference reader needs the tensors to tile the data section exactly */
         size_t total = 0;
         for (int i = 0; i < NSPEC; i++) total += specs[i].nbytes;
-        CHECK(8 + h + total == np, "no gaps: %zu bytes, expected %llu", np,
-              (unsigned long long)(8 + h + total));
+        CHECK(8 + h + total == np, "no gaps: %zu bytes, expected %llu", np, (unsigned long long)(8 + h + total));
     }
     CHECK(bz && nz < np, "compressed is smaller (%zu vs %zu)", nz, np);
     free(bz);
@@ -160,8 +157,7 @@ static void test_round_trip(void) {
     check_specs(&tf, "plain", 1);
     /* tensors come back in file order: offsets increase */
     for (int i = 1; i < tf.n; i++)
-        CHECK((const char *)tf.t[i].data >= (const char *)tf.t[i - 1].data + tf.t[i - 1].nbytes,
-              "file order at %d", i);
+        CHECK((const char *)tf.t[i].data >= (const char *)tf.t[i - 1].data + tf.t[i - 1].nbytes, "file order at %d", i);
     /* the writer keeps add order among tensors that keep 64-alignment */
     CHECK(tf.n == NSPEC && !strcmp(tf.t[0].name, "lm_head.weight") && !strcmp(tf.t[1].name, "empty") &&
               !strcmp(tf.t[2].name, "i32"),
@@ -225,8 +221,7 @@ static void test_zstd_cli(void) {
     tf_close(&tf);
     /* two frames back to back are one stream (zstd -d concatenates them too) */
     char *two = tmp_path("two.zst");
-    snprintf(cmd, sizeof cmd,
-             "head -c 1000 '%s' | zstd -q -c > '%s' && tail -c +1001 '%s' | zstd -q -c >> '%s'", out,
+    snprintf(cmd, sizeof cmd, "head -c 1000 '%s' | zstd -q -c > '%s' && tail -c +1001 '%s' | zstd -q -c >> '%s'", out,
              two, out, two);
     CHECK(system(cmd) == 0, "two-frame file");
     CHECK(tf_open(&tf, two) == 0, "open two-frame zst: %s", pd_errmsg());
@@ -241,11 +236,10 @@ static void test_zstd_cli(void) {
    safetensors/src/tensor.rs: test_serialization, test_empty), and a header by the spec */
 static void test_reference_bytes(void) {
     static const unsigned char ser[] = {
-        64,  0,   0,   0,   0,   0,   0,   0,   123, 34,  97,  116, 116, 110, 46,  48,  34,  58,  123,
-        34,  100, 116, 121, 112, 101, 34,  58,  34,  70,  51,  50,  34,  44,  34,  115, 104, 97,  112,
-        101, 34,  58,  91,  49,  44,  50,  44,  51,  93,  44,  34,  100, 97,  116, 97,  95,  111, 102,
-        102, 115, 101, 116, 115, 34,  58,  91,  48,  44,  50,  52,  93,  125, 125, 0,   0,   0,   0,
-        0,   0,   128, 63,  0,   0,   0,   64,  0,   0,   64,  64,  0,   0,   128, 64,  0,   0,   160, 64};
+        64,  0,  0,   0,  0,   0,  0,   0,   123, 34,  97,  116, 116, 110, 46,  48, 34, 58, 123, 34, 100, 116, 121, 112,
+        101, 34, 58,  34, 70,  51, 50,  34,  44,  34,  115, 104, 97,  112, 101, 34, 58, 91, 49,  44, 50,  44,  51,  93,
+        44,  34, 100, 97, 116, 97, 95,  111, 102, 102, 115, 101, 116, 115, 34,  58, 91, 48, 44,  50, 52,  93,  125, 125,
+        0,   0,  0,   0,  0,   0,  128, 63,  0,   0,   0,   64,  0,   0,   64,  64, 0,  0,  128, 64, 0,   0,   160, 64};
     TensorFile tf;
     const Tensor *t = NULL;
     int64_t shp[3] = {1, 2, 3};
@@ -259,15 +253,13 @@ static void test_reference_bytes(void) {
     tf_close(&tf);
 
     static const unsigned char empty[] = {8, 0, 0, 0, 0, 0, 0, 0, 123, 125, 32, 32, 32, 32, 32, 32};
-    CHECK(tf_parse(&tf, empty, sizeof empty, "empty") == 0 && tf.n == 0 && tf.n_meta == 0,
-          "reference empty file: %s", pd_errmsg());
-    tf_close(&tf);
-    static const unsigned char meta[] = {40,  0,   0,   0,   0,   0,  0,   0,   123, 34,  95,  95,
-                                         109, 101, 116, 97,  100, 97, 116, 97,  95,  95,  34,  58,
-                                         123, 34,  102, 114, 97,  109, 101, 119, 111, 114, 107, 34,
-                                         58,  34,  112, 116, 34,  125, 125, 32,  32,  32,  32,  32};
-    CHECK(tf_parse(&tf, meta, sizeof meta, "meta") == 0 && tf.n == 0, "reference meta file: %s",
+    CHECK(tf_parse(&tf, empty, sizeof empty, "empty") == 0 && tf.n == 0 && tf.n_meta == 0, "reference empty file: %s",
           pd_errmsg());
+    tf_close(&tf);
+    static const unsigned char meta[] = {40,  0,   0,   0,  0,  0,  0,   0,   123, 34,  95,  95,  109, 101, 116, 97,
+                                         100, 97,  116, 97, 95, 95, 34,  58,  123, 34,  102, 114, 97,  109, 101, 119,
+                                         111, 114, 107, 34, 58, 34, 112, 116, 34,  125, 125, 32,  32,  32,  32,  32};
+    CHECK(tf_parse(&tf, meta, sizeof meta, "meta") == 0 && tf.n == 0, "reference meta file: %s", pd_errmsg());
     const char *fw = tf_meta(&tf, "framework");
     CHECK(fw && !strcmp(fw, "pt"), "framework = %s", fw ? fw : "(none)");
     tf_close(&tf);
@@ -331,8 +323,7 @@ static void expect_refused(const char *what, const void *bytes, size_t n, const 
     int rc = tf_parse(&tf, copy, n, "bad.safetensors");
     CHECK(rc == -1, "%s: accepted", what);
     const char *m = pd_errmsg();
-    CHECK(strstr(m, "bad.safetensors: ") == m && strstr(m, word), "%s: message '%s' lacks '%s'", what, m,
-          word);
+    CHECK(strstr(m, "bad.safetensors: ") == m && strstr(m, word), "%s: message '%s' lacks '%s'", what, m, word);
     CHECK(tf.n == 0 && tf.t == NULL && tf.path == NULL, "%s: tf not cleared", what);
     tf_close(&tf);
     free(copy);
@@ -368,37 +359,33 @@ static void test_bad_inputs(void) {
                           "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
                           "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
                           2, "duplicate");
-    expect_header_refused("unknown dtype", "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}",
-                          8, "dtype 'F64'");
-    expect_header_refused("dtype not a string", "{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}",
-                          4, "dtype");
-    expect_header_refused("negative shape",
-                          "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1,2],\"data_offsets\":[0,8]}}", 8,
+    expect_header_refused("unknown dtype", "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+                          "dtype 'F64'");
+    expect_header_refused("dtype not a string", "{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                          "dtype");
+    expect_header_refused("negative shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1,2],\"data_offsets\":[0,8]}}", 8,
                           "shape[0]");
-    expect_header_refused("fractional shape",
-                          "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8,
+    expect_header_refused("fractional shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8,
                           "shape[0]");
-    expect_header_refused("9 dims",
-                          "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+    expect_header_refused("9 dims", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
                           1, "at most 8");
     expect_header_refused("overflowing shape",
-                          "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}",
-                          0, "overflows");
+                          "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 0,
+                          "overflows");
     expect_header_refused("shape/size mismatch",
-                          "{\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,40]}}",
-                          48, "needs 48");
+                          "{\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,40]}}", 48,
+                          "needs 48");
     expect_header_refused("offsets out of range",
-                          "{\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[10],\"data_offsets\":[0,40]}}",
-                          32, "data_offsets [0, 40) exceed the data section (32 bytes)");
-    expect_header_refused("offsets reversed", "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}",
-                          8, "exceed");
-    expect_header_refused("negative offset", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}",
-                          8, "data_offsets");
+                          "{\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[10],\"data_offsets\":[0,40]}}", 32,
+                          "data_offsets [0, 40) exceed the data section (32 bytes)");
+    expect_header_refused("offsets reversed", "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}", 8,
+                          "exceed");
+    expect_header_refused("negative offset", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}", 8,
+                          "data_offsets");
     expect_header_refused("huge offset",
-                          "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[18446744073709551615,0]}}",
-                          8, "not valid JSON"); /* jansson: too big integer */
-    expect_header_refused("three offsets",
-                          "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 8,
+                          "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[18446744073709551615,0]}}", 8,
+                          "not valid JSON"); /* jansson: too big integer */
+    expect_header_refused("three offsets", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 8,
                           "data_offsets");
     expect_header_refused("overlap",
                           "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
@@ -410,8 +397,7 @@ static void test_bad_inputs(void) {
                           16, "overlap");
     expect_header_refused("metadata value not a string", "{\"__metadata__\":{\"k\":1}}", 0, "not a string");
     expect_header_refused("metadata not an object", "{\"__metadata__\":\"x\"}", 0, "__metadata__");
-    expect_header_refused("unknown key",
-                          "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 1,
+    expect_header_refused("unknown key", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1}}", 1,
                           "unknown key 'x'");
     expect_header_refused("missing shape", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1, "shape");
     expect_header_refused("empty name", "{\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
@@ -440,12 +426,11 @@ static void test_bad_inputs(void) {
     CHECK(plain && zst, "read test files");
     if (plain && zst) {
         CHECK(write_bytes(p, plain, np - 1) == 0, "write truncated");
-        CHECK(tf_open(&tf, p) == -1 && strstr(pd_errmsg(), "exceed the data section"),
-              "truncated data: %s", pd_errmsg());
+        CHECK(tf_open(&tf, p) == -1 && strstr(pd_errmsg(), "exceed the data section"), "truncated data: %s",
+              pd_errmsg());
         tf_close(&tf);
         CHECK(write_bytes(p, zst, nz - 5) == 0, "write truncated zst");
-        CHECK(tf_open(&tf, p) == -1 && strstr(pd_errmsg(), "truncated zstd"), "truncated zst: %s",
-              pd_errmsg());
+        CHECK(tf_open(&tf, p) == -1 && strstr(pd_errmsg(), "truncated zstd"), "truncated zst: %s", pd_errmsg());
         tf_close(&tf);
         CHECK(write_bytes(p, zst, nz / 2) == 0, "write half zst");
         CHECK(tf_open(&tf, p) == -1 && strstr(pd_errmsg(), "truncated zstd"), "half zst: %s", pd_errmsg());
@@ -468,11 +453,9 @@ static void test_bad_inputs(void) {
     free(zst);
     remove(p);
     CHECK(freopen("/dev/null", "rb", stdin) != NULL, "reopen stdin");
-    CHECK(tf_open(&tf, "-") == -1 && strstr(pd_errmsg(), "-: 0 bytes is too short"), "empty stdin: %s",
-          pd_errmsg());
+    CHECK(tf_open(&tf, "-") == -1 && strstr(pd_errmsg(), "-: 0 bytes is too short"), "empty stdin: %s", pd_errmsg());
     CHECK(tf_open(&tf, dir) == -1 && strstr(pd_errmsg(), "directory"), "directory: %s", pd_errmsg());
-    CHECK(tf_open(&tf, tmp_path("absent")) == -1 && strstr(pd_errmsg(), "No such file"), "absent: %s",
-          pd_errmsg());
+    CHECK(tf_open(&tf, tmp_path("absent")) == -1 && strstr(pd_errmsg(), "No such file"), "absent: %s", pd_errmsg());
     tf_close(&tf);
 }
 
@@ -552,8 +535,8 @@ static void test_writer(void) {
     /* misuse is refused at add time, and the writer goes on */
     w = tfw_begin(out, 0);
     int64_t shp[2] = {2, -1}, sh9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    CHECK(w && tfw_add(w, "neg", DT_F32, 2, shp, w_f32) == -1 && strstr(pd_errmsg(), "neg"),
-          "negative shape: %s", pd_errmsg());
+    CHECK(w && tfw_add(w, "neg", DT_F32, 2, shp, w_f32) == -1 && strstr(pd_errmsg(), "neg"), "negative shape: %s",
+          pd_errmsg());
     CHECK(w && tfw_add(w, "nine", DT_U8, 9, sh9, w_u8) == -1, "9 dims accepted");
     CHECK(w && tfw_add(w, "", DT_U8, 0, NULL, w_u8) == -1, "empty name accepted");
     CHECK(w && tfw_add(w, "__metadata__", DT_U8, 0, NULL, w_u8) == -1, "__metadata__ name accepted");
@@ -616,13 +599,13 @@ static void test_expect(void) {
     const Tensor *t = (const Tensor *)1;
     CHECK(tf_expect(&tf, "model.layers.0.self_attn.q_proj.weight", DT_F32, 2, s44, &t) == -1 && t == NULL,
           "wrong shape accepted");
-    CHECK(strstr(pd_errmsg(), "m.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [3, 5], expected [4, 4]"),
+    CHECK(strstr(pd_errmsg(),
+                 "m.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [3, 5], expected [4, 4]"),
           "message: %s", pd_errmsg());
     CHECK(tf_expect(&tf, "model.layers.0.self_attn.q_proj.weight", DT_BF16, 2, s35, NULL) == -1 &&
               strstr(pd_errmsg(), "dtype F32, expected BF16"),
           "message: %s", pd_errmsg());
-    CHECK(tf_expect(&tf, "missing", DT_F32, 2, s35, NULL) == -1 &&
-              strstr(pd_errmsg(), "tensor 'missing' not found"),
+    CHECK(tf_expect(&tf, "missing", DT_F32, 2, s35, NULL) == -1 && strstr(pd_errmsg(), "tensor 'missing' not found"),
           "message: %s", pd_errmsg());
     CHECK(tf_expect(&tf, "scalar", DT_F32, 1, s35, NULL) == -1 && strstr(pd_errmsg(), "shape [], expected [3]"),
           "message: %s", pd_errmsg());
@@ -652,12 +635,10 @@ static void test_big(void) {
     for (int z = 0; z < 2; z++) {
         char *p = tmp_path(z ? "big.safetensors.zst" : "big.safetensors");
         TfWriter *w = tfw_begin(p, -1);
-        CHECK(w && tfw_add(w, "big", DT_U8, 1, &shp, d) == 0 && tfw_commit(w) == 0, "big write: %s",
-              pd_errmsg());
+        CHECK(w && tfw_add(w, "big", DT_U8, 1, &shp, d) == 0 && tfw_commit(w) == 0, "big write: %s", pd_errmsg());
         TensorFile tf;
         const Tensor *t = NULL;
-        CHECK(tf_open(&tf, p) == 0 && tf_expect(&tf, "big", DT_U8, 1, &shp, &t) == 0, "big read: %s",
-              pd_errmsg());
+        CHECK(tf_open(&tf, p) == 0 && tf_expect(&tf, "big", DT_U8, 1, &shp, &t) == 0, "big read: %s", pd_errmsg());
         CHECK(t && !memcmp(t->data, d, nb), "big data differs");
         tf_close(&tf);
         remove(p);
@@ -731,7 +712,8 @@ static void test_digests(void) {
         }
     }
     TensorFile tf;
-    CHECK(write_specs(tmp_path("n.safetensors"), 0) == 0 && tf_open(&tf, tmp_path("n.safetensors")) == 0, "%s", pd_errmsg());
+    CHECK(write_specs(tmp_path("n.safetensors"), 0) == 0 && tf_open(&tf, tmp_path("n.safetensors")) == 0, "%s",
+          pd_errmsg());
     int rec = -1;
     CHECK(tf_verify(&tf, &rec) == 0 && rec == 0, "no digests recorded: %s", pd_errmsg());
     tf_close(&tf);

@@ -68,7 +68,9 @@ static void check_case(void *ctx, const VocabCase *c, int i) {
 
 static void test_reference_vectors(const Tokenizer *t) {
     const char *pi = test_data("llama.cpp's reference vectors", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp"),
-               *po = pi ? test_data("llama.cpp's reference vectors", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.out") : NULL;
+               *po = pi ? test_data("llama.cpp's reference vectors",
+                                    "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.out")
+                        : NULL;
     char *inp, *out;
     size_t ni, no;
     if (!po) return;
@@ -107,8 +109,7 @@ static int ref_cmp(const char *a, int na, const char *b, int nb) {
 }
 static int ref_cmp_ids(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
-    int c = ref_cmp(ref_sorting->piece[x], ref_sorting->len[x], ref_sorting->piece[y],
-                    ref_sorting->len[y]);
+    int c = ref_cmp(ref_sorting->piece[x], ref_sorting->len[x], ref_sorting->piece[y], ref_sorting->len[y]);
     return c ? c : (x < y ? -1 : 1); /* a repeated piece: the lowest id first */
 }
 
@@ -133,8 +134,7 @@ static int ref_load(RefVocab *v, const char *rel) {
         v->len[v->n] = len;
         const char *p = v->piece[v->n];
         int byte = len == 6 && !strncmp(p, "<0x", 3) && p[5] == '>';
-        v->mergeable[v->n] = len > 0 && !byte && strcmp(p, "<unk>") && strcmp(p, "\n<s>\n") &&
-                             strcmp(p, "\n</s>\n");
+        v->mergeable[v->n] = len > 0 && !byte && strcmp(p, "<unk>") && strcmp(p, "\n<s>\n") && strcmp(p, "\n</s>\n");
         at += 8 + (size_t)len;
     }
     v->sorted = calloc((size_t)v->n + 1, sizeof *v->sorted);
@@ -162,16 +162,14 @@ static int ref_find(const RefVocab *v, const char *s, int n) {
         if (ref_cmp(v->piece[id], v->len[id], s, n) < 0) lo = mid + 1;
         else hi = mid;
     }
-    if (lo < v->n_sorted && !ref_cmp(v->piece[v->sorted[lo]], v->len[v->sorted[lo]], s, n))
-        return v->sorted[lo];
+    if (lo < v->n_sorted && !ref_cmp(v->piece[v->sorted[lo]], v->len[v->sorted[lo]], s, n)) return v->sorted[lo];
     return -1;
 }
 
 /* a UTF-8 character: lead byte, the right number of continuation bytes, and a value
    that is neither overlong, a surrogate nor above U+10FFFF */
 static int ref_charlen(const unsigned char *s, int n) {
-    int k = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-          : (s[0] & 0xF8) == 0xF0 ? 4 : 1;
+    int k = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 1;
     if (k == 1 || k > n) return 1;
     uint32_t cp = s[0] & (0xFF >> (k + 1));
     for (int i = 1; i < k; i++) {
@@ -227,10 +225,9 @@ static int ref_encode(const RefVocab *v, const char *text, int len, int32_t *ids
 /* random text that exercises merges: words, runs of spaces, newlines, multibyte
    characters, digits, and now and then a stray byte */
 static size_t random_text(char *buf, size_t max) {
-    static const char *parts[] = {"the",  " ",    "  ",   "Hello", "world", "ing", "\n",
-                                  "\t",   "3",    "33",   ".",     ",",     "'s",  "Once",
-                                  "upon", "time", "é",    "ü",     "нещо",  "我",  "🦙",
-                                  "▁",    "<s>",  "<0x41>", "\n<s>\n", "<unk>", "a",  "tion"};
+    static const char *parts[] = {"the",  " ", "  ",  "Hello",  "world",   "ing",   "\n", "\t",  "3",    "33",
+                                  ".",    ",", "'s",  "Once",   "upon",    "time",  "é",  "ü",   "нещо", "我",
+                                  "🦙", "▁", "<s>", "<0x41>", "\n<s>\n", "<unk>", "a",  "tion"};
     size_t n = 0, want = rnd() % max;
     while (n < want) {
         if (rnd() % 10 == 0) {
@@ -260,8 +257,7 @@ static void test_against_reference(const Tokenizer *t, const char *rel, int coun
         int nw = ref_encode(&v, buf, (int)n, want);
         int32_t *got;
         int ng;
-        int ok = tok_encode(t, buf, n, 0, &got, &ng) == 0 && ng == nw &&
-                 !memcmp(got, want, (size_t)nw * sizeof *want);
+        int ok = tok_encode(t, buf, n, 0, &got, &ng) == 0 && ng == nw && !memcmp(got, want, (size_t)nw * sizeof *want);
         if (!ok && bad++ < 3) {
             fprintf(stderr, "%s: slow reference differs on \"%.*s\"\n", rel, (int)n, buf);
             print_ids("want", want, nw);
@@ -281,18 +277,18 @@ static void test_roundtrip_random(const Tokenizer *t, const char *what) {
         int mode = c % 3;
         for (size_t i = 0; i < n; i++) {
             uint32_t r = rnd();
-            buf[i] = mode == 0 ? (char)r                                   /* any byte */
-                   : mode == 1 ? " a\n\xc3\xa9\x80\xff"[r % 8]             /* broken UTF-8 */
-                               : (char)(r % 2 ? ' ' : 'a' + r % 26);      /* words, spaces */
+            buf[i] = mode == 0   ? (char)r                             /* any byte */
+                     : mode == 1 ? " a\n\xc3\xa9\x80\xff"[r % 8]       /* broken UTF-8 */
+                                 : (char)(r % 2 ? ' ' : 'a' + r % 26); /* words, spaces */
         }
         if (!roundtrips(t, buf, n) && bad++ < 3) fprintf(stderr, "%s: no round trip\n", what);
     }
     CHECK(bad == 0, "%s: %d random strings do not round-trip", what, bad);
-    const char *odd[] = {"", " ", "  a", "\n", " \n ", "<0x41>", "\n<s>\n", "<s>", "</s>",
-                         "<unk>", "\xe2\x96\x81", "\xe2\x96\x81x", "\xff", "\xc3", "a\xc3"};
+    const char *odd[] = {"",        " ",    "  a",  "\n",    " \n ",         "<0x41>",
+                         "\n<s>\n", "<s>",  "</s>", "<unk>", "\xe2\x96\x81", "\xe2\x96\x81x",
+                         "\xff",    "\xc3", "a\xc3"};
     for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
-        CHECK(roundtrips(t, odd[i], strlen(odd[i])), "%s: \"%s\" does not round-trip", what,
-              odd[i]);
+        CHECK(roundtrips(t, odd[i], strlen(odd[i])), "%s: \"%s\" does not round-trip", what, odd[i]);
 }
 
 static void test_llama2(void) {
@@ -305,8 +301,8 @@ static void test_llama2(void) {
 
     int32_t *ids;
     int n;
-    CHECK(tok_encode(t, "Hello world", 11, 1, &ids, &n) == 0 && n == 3 && ids[0] == 1 &&
-              ids[1] == 15043 && ids[2] == 3186,
+    CHECK(tok_encode(t, "Hello world", 11, 1, &ids, &n) == 0 && n == 3 && ids[0] == 1 && ids[1] == 15043 &&
+              ids[2] == 3186,
           "add_bos");
     free(ids);
     CHECK(tok_encode(t, "", 0, 1, &ids, &n) == 0 && n == 1 && ids[0] == 1, "empty with BOS");
@@ -324,8 +320,7 @@ static void test_llama2(void) {
     CHECK(p && len == 0, "BOS prints nothing");
     p = tok_piece(t, 3186, 2, &len);
     CHECK(p && len == 0, "EOS prints nothing");
-    CHECK(tok_piece(t, 0, 32000, &len) == NULL && tok_piece(t, 0, -1, &len) == NULL,
-          "out-of-range id");
+    CHECK(tok_piece(t, 0, 32000, &len) == NULL && tok_piece(t, 0, -1, &len) == NULL, "out-of-range id");
 
     int32_t seq[] = {1, 29871, 15043, 3186, 2};
     char *text;
@@ -342,7 +337,8 @@ static void test_llama2(void) {
     /* speed, for information only (a test never asserts a time) */
     char *story;
     size_t sn;
-    const char *sp = test_data("TinyStories' round trip (and its speed)", "datasets/tinystories/tinystories_val_sample.txt.gz");
+    const char *sp =
+        test_data("TinyStories' round trip (and its speed)", "datasets/tinystories/tinystories_val_sample.txt.gz");
     if (sp && pd_read_file_gz(sp, &story, &sn) == 0) {
         size_t n100k = sn < 100000 ? sn : 100000;
         double t0 = pd_now();
@@ -446,18 +442,14 @@ static void test_malformed(void) {
     unsigned char m[64];
     memcpy(m, &mtl, 4);
     size_t e = put_entry(m, 4, 0, -1, NULL);
-    CHECK(tok_load_llama2c(&t, m, e, "neg") == -1 && strstr(pd_errmsg(), "negative"), "%s",
-          pd_errmsg());
+    CHECK(tok_load_llama2c(&t, m, e, "neg") == -1 && strstr(pd_errmsg(), "negative"), "%s", pd_errmsg());
     e = put_entry(m, 4, 0, 0x7fffffff, NULL);
-    CHECK(tok_load_llama2c(&t, m, e, "huge") == -1 && strstr(pd_errmsg(), "truncated"), "%s",
-          pd_errmsg());
+    CHECK(tok_load_llama2c(&t, m, e, "huge") == -1 && strstr(pd_errmsg(), "truncated"), "%s", pd_errmsg());
     e = put_entry(m, 4, NAN, 1, "a");
-    CHECK(tok_load_llama2c(&t, m, e, "nan") == -1 && strstr(pd_errmsg(), "score"), "%s",
-          pd_errmsg());
+    CHECK(tok_load_llama2c(&t, m, e, "nan") == -1 && strstr(pd_errmsg(), "score"), "%s", pd_errmsg());
     e = put_entry(m, 4, -INFINITY, 1, "a");
     CHECK(tok_load_llama2c(&t, m, e, "inf") == -1, "infinite score accepted");
-    CHECK(tok_load_llama2c(&t, m, 4, "empty") == -1 && strstr(pd_errmsg(), "empty"), "%s",
-          pd_errmsg());
+    CHECK(tok_load_llama2c(&t, m, 4, "empty") == -1 && strstr(pd_errmsg(), "empty"), "%s", pd_errmsg());
     int32_t zero = 0, neg = -5;
     memcpy(m, &zero, 4);
     put_entry(m, 4, 0, 1, "a");
@@ -470,16 +462,14 @@ static void test_malformed(void) {
     unsigned char *big = calloc(1, sz);
     int32_t one = 1;
     memcpy(big, &one, 4);
-    CHECK(tok_load_llama2c(&t, big, sz, "many") == -1 && strstr(pd_errmsg(), "entries"), "%s",
-          pd_errmsg());
+    CHECK(tok_load_llama2c(&t, big, sz, "many") == -1 && strstr(pd_errmsg(), "entries"), "%s", pd_errmsg());
     free(big);
 
     /* random damage to a real file: refused or loaded, never a crash */
     char path[1024];
     char *real;
     size_t rn;
-    if (pd_data_path("models/stories260K/tok512.bin", path, sizeof path) == 0 &&
-        pd_read_file(path, &real, &rn) == 0) {
+    if (pd_data_path("models/stories260K/tok512.bin", path, sizeof path) == 0 && pd_read_file(path, &real, &rn) == 0) {
         int loaded = 0;
         for (int trial = 0; trial < 300; trial++) {
             unsigned char *c = malloc(rn);
@@ -505,13 +495,11 @@ static void test_malformed(void) {
     }
 
     /* files */
-    CHECK(tok_load_file(&t, "/nonexistent/tok.bin") == -1 &&
-              strstr(pd_errmsg(), "/nonexistent/tok.bin: "),
-          "%s", pd_errmsg());
+    CHECK(tok_load_file(&t, "/nonexistent/tok.bin") == -1 && strstr(pd_errmsg(), "/nonexistent/tok.bin: "), "%s",
+          pd_errmsg());
     const char *vp = test_data("a file that is no tokenizer", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf.inp");
     if (vp)
-        CHECK(tok_load_file(&t, vp) == -1 && strstr(pd_errmsg(), "not a tokenizer paradec knows"),
-              "%s", pd_errmsg());
+        CHECK(tok_load_file(&t, vp) == -1 && strstr(pd_errmsg(), "not a tokenizer paradec knows"), "%s", pd_errmsg());
     /* a GGUF vocabulary is a tokenizer file too (when the copy found is intact) */
     vp = test_data("a GGUF vocabulary as a tokenizer", "tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf");
     if (vp && tok_load_file(&t, vp) == 0) {

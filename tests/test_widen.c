@@ -77,9 +77,9 @@ static void runner_close(Side *r) {
 }
 
 typedef struct {
-    float max_diff;   /* over every position's logits */
-    int same_tokens;  /* the greedy continuations agree */
-    int ok;           /* both models ran */
+    float max_diff;  /* over every position's logits */
+    int same_tokens; /* the greedy continuations agree */
+    int ok;          /* both models ran */
 } Compare;
 
 /* both models fed the original's greedy sequence; each step's argmax and logits compared */
@@ -101,8 +101,7 @@ static Compare compare(const char *orig, const char *wide) {
             CHECK(0, "%s", pd_errmsg());
             break;
         }
-        for (int v = 0; v < a.m.c.vocab_size; v++)
-            c.max_diff = fmaxf(c.max_diff, fabsf(la[v] - lb[v]));
+        for (int v = 0; v < a.m.c.vocab_size; v++) c.max_diff = fmaxf(c.max_diff, fabsf(la[v] - lb[v]));
         next = k_argmax(la, a.m.c.vocab_size);
         if (pos >= n_prompt - 1) c.same_tokens &= next == k_argmax(lb, b.m.c.vocab_size);
         c.ok = pos == n_prompt + N_GEN - 2;
@@ -134,7 +133,8 @@ static void check_structure(const Checkpoint *src, const Checkpoint *w, const ch
     const Config *a = &src->c, *b = &w->c;
     const float *e = tensor(w, -1, NAME_EMBED);
     int zero_extra = 1;
-    for (int v = 0; e && v < b->vocab_size; v++) zero_extra &= all_zero(e + (size_t)v * b->dim + a->dim, b->dim - a->dim);
+    for (int v = 0; e && v < b->vocab_size; v++)
+        zero_extra &= all_zero(e + (size_t)v * b->dim + a->dim, b->dim - a->dim);
     CHECK(e && zero_extra, "%s: embedding's extra dims are not zero", preset);
     int identities = 0;
     for (int l = 0; l < b->n_layers; l++) {
@@ -144,7 +144,8 @@ static void check_structure(const Checkpoint *src, const Checkpoint *w, const ch
         CHECK(o && d && o_zero == d_zero, "%s: layer %d: o_proj and down_proj disagree on identity", preset, l);
         identities += o_zero;
         /* whatever the layer, rows past the real dims write nothing */
-        CHECK(o && all_zero(o + (size_t)a->dim * b->n_heads * b->head_dim, (size_t)(b->dim - a->dim) * b->n_heads * b->head_dim),
+        CHECK(o && all_zero(o + (size_t)a->dim * b->n_heads * b->head_dim,
+                            (size_t)(b->dim - a->dim) * b->n_heads * b->head_dim),
               "%s: layer %d: o_proj writes extra dims", preset, l);
     }
     CHECK(identities == b->n_layers - a->n_layers, "%s: %d identity layers, expected %d", preset, identities,
@@ -184,8 +185,8 @@ static void check_preset(const Checkpoint *src, const char *orig, const char *pr
            c.max_diff);
     for (int dt = 0; dt < 2; dt++) { /* streamed writer = ck_write_model, byte for byte */
         DType t = dt ? DT_BF16 : DT_F32;
-        int ok = !widen_write_model(src, &dst, 1, tmp(streamed), t, NULL) &&
-                 !ck_write_model(out, tmp(file), t) && same_file(tmp(file), tmp(streamed));
+        int ok = !widen_write_model(src, &dst, 1, tmp(streamed), t, NULL) && !ck_write_model(out, tmp(file), t) &&
+                 same_file(tmp(file), tmp(streamed));
         CHECK(ok, "%s: streamed %s file differs from ck_write_model's (%s)", name, dt ? "bf16" : "f32", pd_errmsg());
     }
 }
@@ -201,11 +202,13 @@ static void check_controls(Checkpoint *w, const char *orig) {
         gate[(size_t)unit * b->dim + i] = up[(size_t)unit * b->dim + i] = 1.0f;
         q[((size_t)extra_head * b->head_dim) * b->dim + i] = 50.0f;
     }
-    Compare c = ck_write_model(w, tmp("extra.safetensors"), DT_F32) ? (Compare){0} : compare(orig, tmp("extra.safetensors"));
+    Compare c =
+        ck_write_model(w, tmp("extra.safetensors"), DT_F32) ? (Compare){0} : compare(orig, tmp("extra.safetensors"));
     CHECK(c.ok && c.same_tokens && c.max_diff < 1e-3f, "extra weights reach the output (diff %g)", c.max_diff);
     float *down = (float *)tensor(w, 0, "mlp.down_proj.weight");
     down[0] += 5.0f; /* real output dim 0, real unit 0 of real layer 0 */
-    c = ck_write_model(w, tmp("perturbed.safetensors"), DT_F32) ? (Compare){0} : compare(orig, tmp("perturbed.safetensors"));
+    c = ck_write_model(w, tmp("perturbed.safetensors"), DT_F32) ? (Compare){0}
+                                                                : compare(orig, tmp("perturbed.safetensors"));
     CHECK(c.ok && c.max_diff > 1e-2f, "a perturbed real weight went unnoticed (diff %g)", c.max_diff);
     printf("controls: extra weights changed nothing; a real one changed the logits by %.3g\n", c.max_diff);
 }
@@ -213,12 +216,14 @@ static void check_controls(Checkpoint *w, const char *orig) {
 static void check_refused(const Checkpoint *src) {
     const WidenPreset *tiny = widen_preset("tiny");
     CHECK(!widen_preset("huge") && strstr(pd_errmsg(), "huge"), "an unknown preset is accepted");
-    struct { const char *why; int heads, kv, head_dim, dim; } bad[] = {
-        {"heads", 4, 4, 16, 64}, /* fewer q heads than the model's 8 */
-        {"kv heads", 16, 2, 16, 256}, /* 2 kv heads cannot hold 4 distinct ones */
-        {"head_dim", 16, 16, 4, 64},
-        {"multiple", 16, 16, 12, 192}, /* head_dim 12: RoPE pairs do not map */
-        {"dim", 16, 16, 16, 32}};
+    struct {
+        const char *why;
+        int heads, kv, head_dim, dim;
+    } bad[] = {{"heads", 4, 4, 16, 64},      /* fewer q heads than the model's 8 */
+               {"kv heads", 16, 2, 16, 256}, /* 2 kv heads cannot hold 4 distinct ones */
+               {"head_dim", 16, 16, 4, 64},
+               {"multiple", 16, 16, 12, 192}, /* head_dim 12: RoPE pairs do not map */
+               {"dim", 16, 16, 16, 32}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         Config dst = widen_shape(&src->c, tiny);
         dst.n_heads = bad[i].heads;
@@ -226,8 +231,8 @@ static void check_refused(const Checkpoint *src) {
         dst.head_dim = bad[i].head_dim;
         dst.dim = bad[i].dim;
         Checkpoint out;
-        CHECK(widen_check(&src->c, &dst, "bad") && strstr(pd_errmsg(), bad[i].why), "'%s' not refused: %s",
-              bad[i].why, pd_errmsg());
+        CHECK(widen_check(&src->c, &dst, "bad") && strstr(pd_errmsg(), bad[i].why), "'%s' not refused: %s", bad[i].why,
+              pd_errmsg());
         CHECK(widen_checkpoint(src, &dst, 1, &out, NULL) && out.n == 0, "'%s': widened anyway", bad[i].why);
         CHECK(widen_write_model(src, &dst, 1, tmp("bad.safetensors"), DT_F32, NULL) &&
                   access(tmp("bad.safetensors"), F_OK),
@@ -236,9 +241,16 @@ static void check_refused(const Checkpoint *src) {
 }
 
 static void cleanup(void) {
-    const char *names[] = {"src.safetensors", "tiny.safetensors", "tiny-streamed.safetensors", "tiny-gqa.safetensors",
-                           "tiny-gqa-streamed.safetensors", "extra.safetensors", "perturbed.safetensors",
-                           "untied.safetensors", "untied-streamed.safetensors", "bad.safetensors"};
+    const char *names[] = {"src.safetensors",
+                           "tiny.safetensors",
+                           "tiny-streamed.safetensors",
+                           "tiny-gqa.safetensors",
+                           "tiny-gqa-streamed.safetensors",
+                           "extra.safetensors",
+                           "perturbed.safetensors",
+                           "untied.safetensors",
+                           "untied-streamed.safetensors",
+                           "bad.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp(names[i]));
     rmdir(tmpdir);
 }

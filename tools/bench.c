@@ -24,9 +24,13 @@
     "--recipe FILE [--methods A,B] [--samples N] [--out DIR] [-t N] [-m MODEL] [--exit-heads H] "                      \
     "[--medusa H] [--draft D] [--no-oracle]"
 
-#define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
-               "        + the exit heads', Medusa heads' and draft model's weights twice each, when the methods need them\n" \
-               "        (the draft also its KV cache, 1 × its ctx × layers × kv_dim × 8 bytes) + the datasets' prompts.\n"
+#define MEMORY                                                                                                            \
+    "memory: about " MEMORY_MODEL                                                                                         \
+    "\n        + " MEMORY_KV("2") "\n"                                                                                    \
+                                  "        + the exit heads', Medusa heads' and draft model's weights twice each, "       \
+                                  "when the methods need them\n"                                                          \
+                                  "        (the draft also its KV cache, 1 × its ctx × layers × kv_dim × 8 bytes) + " \
+                                  "the datasets' prompts.\n"
 
 typedef struct {
     const char *recipe, *methods, *out, *model, *exit, *medusa, *draft;
@@ -37,7 +41,7 @@ typedef struct {
 typedef struct {
     int prompts, mismatches, bad_prompt, bad_at;
     int64_t tokens, passes, layer_passes, drafted, rejected;
-    int64_t steps_tokens;   /* tokens after each prompt's first (which the prefill pass gives) */
+    int64_t steps_tokens; /* tokens after each prompt's first (which the prefill pass gives) */
     double t_decode;
 } Stats;
 
@@ -81,8 +85,12 @@ static Args parse(int argc, char **argv) {
 }
 
 static const char *pretty(const char *ds) {
-    static const char *const names[][2] = {{"xsum", "XSum"}, {"humaneval", "HumanEval"}, {"gsm8k", "GSM8K"},
-                                           {"tinystories", "TinyStories"}, {"spec_bench", "Spec-Bench"}, {"mt_bench", "MT-Bench"}};
+    static const char *const names[][2] = {{"xsum", "XSum"},
+                                           {"humaneval", "HumanEval"},
+                                           {"gsm8k", "GSM8K"},
+                                           {"tinystories", "TinyStories"},
+                                           {"spec_bench", "Spec-Bench"},
+                                           {"mt_bench", "MT-Bench"}};
     for (int i = 0; i < 6; i++)
         if (!strcmp(ds, names[i][0])) return names[i][1];
     return ds;
@@ -93,8 +101,7 @@ static char *file_of(const Recipe *r, const char *given, const char *out, const 
     char path[4096];
     if (given) snprintf(path, sizeof path, "%s", given);
     else snprintf(path, sizeof path, "%s/%s", out, name);
-    if (access(path, R_OK))
-        die("%s: not found (make recipe=%s builds it, or give %s)", path, r->name, flag);
+    if (access(path, R_OK)) die("%s: not found (make recipe=%s builds it, or give %s)", path, r->name, flag);
     return strdup(path);
 }
 
@@ -113,9 +120,12 @@ static void pick_methods(Bench *b, const Args *a) {
         for (int i = 0; i < b->n_methods; i++) dup |= !strcmp(b->methods[i], s);
         if (dup) continue;
         int need = recipe_method_needs(s);
-        if ((need & RECIPE_NEEDS_EXIT) && !b->r->exit.on && !a->exit) die("--methods: %s needs exit heads (the recipe trains none; give --exit-heads)", s);
-        if ((need & RECIPE_NEEDS_MEDUSA) && !b->r->medusa.on && !a->medusa) die("--methods: %s needs Medusa heads (the recipe trains none; give --medusa)", s);
-        if ((need & RECIPE_NEEDS_DRAFT) && !b->r->draft.on && !a->draft) die("--methods: %s needs a draft model (the recipe makes none; give --draft)", s);
+        if ((need & RECIPE_NEEDS_EXIT) && !b->r->exit.on && !a->exit)
+            die("--methods: %s needs exit heads (the recipe trains none; give --exit-heads)", s);
+        if ((need & RECIPE_NEEDS_MEDUSA) && !b->r->medusa.on && !a->medusa)
+            die("--methods: %s needs Medusa heads (the recipe trains none; give --medusa)", s);
+        if ((need & RECIPE_NEEDS_DRAFT) && !b->r->draft.on && !a->draft)
+            die("--methods: %s needs a draft model (the recipe makes none; give --draft)", s);
         if (b->n_methods == RECIPE_MAX_METHODS) die("--methods: more than %d methods", RECIPE_MAX_METHODS);
         b->methods[b->n_methods++] = s;
     }
@@ -234,8 +244,9 @@ static void parity(const char *method, const char *ds, int prompt, const Seq *re
     while (at < ref->n && at < got->n && ref->tok[at] == got->tok[at]) at++;
     if (at == ref->n && at == got->n) return;
     if (!st->mismatches++) st->bad_prompt = prompt, st->bad_at = at;
-    fprintf(stderr, "\nbench: PARITY FAILURE: %s on %s prompt %d: token %d is %d, standard's is %d (%d vs %d tokens)\n", method, ds,
-            prompt + 1, at, at < got->n ? got->tok[at] : -1, at < ref->n ? ref->tok[at] : -1, got->n, ref->n);
+    fprintf(stderr, "\nbench: PARITY FAILURE: %s on %s prompt %d: token %d is %d, standard's is %d (%d vs %d tokens)\n",
+            method, ds, prompt + 1, at, at < got->n ? got->tok[at] : -1, at < ref->n ? ref->tok[at] : -1, got->n,
+            ref->n);
 }
 
 /* ---- the figures ---- */
@@ -244,7 +255,9 @@ static double tok_s(const Stats *s) { return s->tokens / (s->t_decode + 1e-12); 
 /* per token the decode steps made: each prompt's first token comes from the prefill
    pass, so standard is exactly τ 1 and n_layers passes */
 static double tau(const Stats *s) { return decode_tau(s->steps_tokens, s->passes); }
-static double passes_per_token(const Stats *s) { return s->steps_tokens ? (double)s->layer_passes / s->steps_tokens : 0; }
+static double passes_per_token(const Stats *s) {
+    return s->steps_tokens ? (double)s->layer_passes / s->steps_tokens : 0;
+}
 
 /* exit-head methods are judged by sequential layer passes, drafters by τ */
 static int by_layers(const char *method) { return recipe_method_needs(method) & RECIPE_NEEDS_EXIT; }
@@ -254,7 +267,8 @@ static void fmt_rate(char *buf, size_t n, double v) {
 }
 
 static void fmt_effort(char *buf, size_t n, const char *method, const Stats *s) {
-    if (!strcmp(method, decode_reference()->name)) snprintf(buf, n, "τ %.2f · %.2f layers", tau(s), passes_per_token(s));
+    if (!strcmp(method, decode_reference()->name))
+        snprintf(buf, n, "τ %.2f · %.2f layers", tau(s), passes_per_token(s));
     else if (by_layers(method)) snprintf(buf, n, "%.2f layers/token", passes_per_token(s));
     else snprintf(buf, n, "τ %.2f", tau(s));
 }
@@ -295,13 +309,16 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
         r->model.about ? r->model.about : "", L, b->m.c.dim, b->m.c.vocab_size);
     if (r->model.random_config)
         put(md, "\n**Random weights: every speed and acceptance figure below means nothing about the real model** — "
-                "this recipe checks that the whole path runs (architecture, tokenizer, chat format), not how fast it is.\n");
+                "this recipe checks that the whole path runs (architecture, tokenizer, chat format), not how fast it "
+                "is.\n");
     else
-        put(md, "Every figure in the first three tables is **real**: measured on this model in this run; the oracle table's "
+        put(md, "Every figure in the first three tables is **real**: measured on this model in this run; the oracle "
+                "table's "
                 "figures are not (an oracle stands in for the heads or the draft).\n");
     put(md, "\nGreedy (temperature 0), %d thread%s, prompts per dataset:", R->threads, R->threads > 1 ? "s" : "");
     for (int i = 0; i < R->n_ds; i++) {
-        put(md, " %s %d × ≤%d tokens%s", pretty(R->ds[i]->name), R->prompts[i], R->ds[i]->max_new, R->ds[i]->chat ? " (chat)" : "");
+        put(md, " %s %d × ≤%d tokens%s", pretty(R->ds[i]->name), R->prompts[i], R->ds[i]->max_new,
+            R->ds[i]->chat ? " (chat)" : "");
         if (R->skipped[i]) put(md, " (%d too long for the context left out)", R->skipped[i]);
         put(md, "%s", i + 1 < R->n_ds ? "," : ".");
     }
@@ -325,7 +342,8 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
     for (int k = 0; k < b->n_methods; k++) ada |= dataset_gamma(b->methods[k]) != NULL;
     if (ada) {
         put(md, "\nadadecode's γ:");
-        for (int i = 0; i < R->n_ds; i++) put(md, " %s %.2f%s", pretty(R->ds[i]->name), R->ds[i]->gamma, i + 1 < R->n_ds ? "," : ".");
+        for (int i = 0; i < R->n_ds; i++)
+            put(md, " %s %.2f%s", pretty(R->ds[i]->name), R->ds[i]->gamma, i + 1 < R->n_ds ? "," : ".");
         put(md, "\n");
     }
     /* effort */
@@ -350,18 +368,22 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
         for (int i = 0; i < R->n_ds; i++) {
             const Stats *s = &R->st[i][k];
             if (!s->mismatches) put(md, " 100 %% (%d/%d) |", s->prompts, s->prompts);
-            else put(md, " **NO: %d/%d differ** (prompt %d, token %d) |", s->mismatches, s->prompts, s->bad_prompt + 1, s->bad_at);
+            else
+                put(md, " **NO: %d/%d differ** (prompt %d, token %d) |", s->mismatches, s->prompts, s->bad_prompt + 1,
+                    s->bad_at);
         }
         put(md, "\n");
     }
     if (b->n_methods == 1) put(md, "| (standard only) | — |\n");
     /* oracle */
     if (R->n_om) {
-        put(md, "\n## Oracle headroom (**oracle figures, not real ones**)\n\n"
-                "An oracle that knows standard's continuation stands in for the heads / draft and is right with the given "
-                "probability (adadecode: exits at the middle head); the output is still verified. %s, %d prompt%s; "
-                "standard ran %.1f tok/s on them.\n\n| method | oracle acceptance | tok/s | speedup | τ or layers | parity |\n"
-                "|---|---|---|---|---|---|\n",
+        put(md,
+            "\n## Oracle headroom (**oracle figures, not real ones**)\n\n"
+            "An oracle that knows standard's continuation stands in for the heads / draft and is right with the given "
+            "probability (adadecode: exits at the middle head); the output is still verified. %s, %d prompt%s; "
+            "standard ran %.1f tok/s on them.\n\n| method | oracle acceptance | tok/s | speedup | τ or layers | parity "
+            "|\n"
+            "|---|---|---|---|---|---|\n",
             pretty(R->ds[0]->name), R->oracle_prompts, R->oracle_prompts > 1 ? "s" : "", tok_s(&R->ostd));
         for (int k = 0; k < R->n_om; k++)
             for (int j = 0; j < R->n_rates; j++) {
@@ -369,14 +391,14 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
                 char v[32], e[64];
                 fmt_rate(v, sizeof v, tok_s(s));
                 fmt_effort(e, sizeof e, R->om[k], s);
-                put(md, "| %s (oracle) | %.2f | %s | %.2f× | %s | %s |\n", R->om[k], r->dec.oracle[j], v, tok_s(s) / (tok_s(&R->ostd) + 1e-12),
-                    e, s->mismatches ? "**NO**" : "100 %");
+                put(md, "| %s (oracle) | %.2f | %s | %.2f× | %s | %s |\n", R->om[k], r->dec.oracle[j], v,
+                    tok_s(s) / (tok_s(&R->ostd) + 1e-12), e, s->mismatches ? "**NO**" : "100 %");
             }
     }
 }
 
-static void csv_row(Str *c, const char *kind, const char *ds, const char *method, double gamma, double rate, const Stats *s,
-                    const Stats *ref, const char *figures) {
+static void csv_row(Str *c, const char *kind, const char *ds, const char *method, double gamma, double rate,
+                    const Stats *s, const Stats *ref, const char *figures) {
     char r[16] = "";
     if (rate >= 0) snprintf(r, sizeof r, "%.2f", rate);
     put(c, "%s,%s,%s,%.2f,%s,%d,%lld,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%d,%d,%s\n", kind, ds, method, gamma, r, s->prompts,
@@ -388,8 +410,9 @@ static void csv_row(Str *c, const char *kind, const char *ds, const char *method
 static void table_csv(const Results *R, Str *c) {
     const Bench *b = R->b;
     const char *fig = figures_kind(b->r);
-    put(c, "table,dataset,method,gamma,oracle_rate,prompts,tokens,decode_s,tok_per_s,speedup,tau,layer_passes_per_token,"
-           "rejection_rate,parity_ok,parity_of,figures\n");
+    put(c,
+        "table,dataset,method,gamma,oracle_rate,prompts,tokens,decode_s,tok_per_s,speedup,tau,layer_passes_per_token,"
+        "rejection_rate,parity_ok,parity_of,figures\n");
     for (int i = 0; i < R->n_ds; i++)
         for (int k = 0; k < b->n_methods; k++)
             csv_row(c, "speed", R->ds[i]->name, b->methods[k], dataset_gamma(b->methods[k]) ? R->ds[i]->gamma : 0, -1,
@@ -398,8 +421,8 @@ static void table_csv(const Results *R, Str *c) {
     snprintf(ofig, sizeof ofig, "oracle%s", strcmp(fig, "real") ? "+random-weights" : "");
     for (int k = 0; k < R->n_om; k++)
         for (int j = 0; j < R->n_rates; j++)
-            csv_row(c, "oracle", R->ds[0]->name, R->om[k], dataset_gamma(R->om[k]) ? R->ds[0]->gamma : 0, b->r->dec.oracle[j],
-                    &R->ost[k][j], &R->ostd, ofig);
+            csv_row(c, "oracle", R->ds[0]->name, R->om[k], dataset_gamma(R->om[k]) ? R->ds[0]->gamma : 0,
+                    b->r->dec.oracle[j], &R->ost[k][j], &R->ostd, ofig);
 }
 
 /* ---- files ---- */
@@ -466,7 +489,8 @@ static void plots(const Results *R, const char *dir, Str *md) {
             "set ylabel 'speedup over standard (same run)'\nset yrange [0:*]\nset grid ytics\nset key outside right\n"
             "set xtics rotate by -20\nset title ");
     char t[512];
-    snprintf(t, sizeof t, "%s: greedy speedup over standard%s", b->r->name, b->r->model.random_config ? " (RANDOM WEIGHTS: meaningless)" : "");
+    snprintf(t, sizeof t, "%s: greedy speedup over standard%s", b->r->name,
+             b->r->model.random_config ? " (RANDOM WEIGHTS: meaningless)" : "");
     quoted(&s, t);
     put(&s, "\n$d << EOD\nmethod");
     for (int i = 0; i < R->n_ds; i++) put(&s, " \"%s\"", pretty(R->ds[i]->name));
@@ -477,24 +501,28 @@ static void plots(const Results *R, const char *dir, Str *md) {
         put(&s, "\n");
     }
     put(&s, "EOD\nplot for [i=2:%d] $d using i:xtic(1) title columnheader(i)\n", R->n_ds + 1);
-    if (plot(dir, "speed.png", s.s)) put(md, "\n(speed.png: gnuplot failed; the tables above hold the same figures.)\n");
+    if (plot(dir, "speed.png", s.s))
+        put(md, "\n(speed.png: gnuplot failed; the tables above hold the same figures.)\n");
     s.n = 0;
     if (R->n_om) {
-        put(&s, "set xlabel 'oracle acceptance rate'\nset ylabel 'speedup over standard (same run)'\nset grid\nset key left top\n"
+        put(&s, "set xlabel 'oracle acceptance rate'\nset ylabel 'speedup over standard (same run)'\nset grid\nset key "
+                "left top\n"
                 "set xrange [0:1]\nset title ");
-        snprintf(t, sizeof t, "%s: speedup against oracle acceptance (ORACLE figures, %s)%s", b->r->name, pretty(R->ds[0]->name),
-                 b->r->model.random_config ? ", random weights" : "");
+        snprintf(t, sizeof t, "%s: speedup against oracle acceptance (ORACLE figures, %s)%s", b->r->name,
+                 pretty(R->ds[0]->name), b->r->model.random_config ? ", random weights" : "");
         quoted(&s, t);
         put(&s, "\n");
         for (int k = 0; k < R->n_om; k++) {
             put(&s, "$m%d << EOD\n", k);
-            for (int j = 0; j < R->n_rates; j++) put(&s, "%.3f %.4f\n", b->r->dec.oracle[j], tok_s(&R->ost[k][j]) / (tok_s(&R->ostd) + 1e-12));
+            for (int j = 0; j < R->n_rates; j++)
+                put(&s, "%.3f %.4f\n", b->r->dec.oracle[j], tok_s(&R->ost[k][j]) / (tok_s(&R->ostd) + 1e-12));
             put(&s, "EOD\n");
         }
         put(&s, "plot ");
         for (int k = 0; k < R->n_om; k++) put(&s, "$m%d with linespoints lw 2 title '%s', ", k, R->om[k]);
         put(&s, "1 with lines dt 2 lc rgb 'gray' title 'standard'\n");
-        if (plot(dir, "oracle.png", s.s)) put(md, "\n(oracle.png: gnuplot failed; the oracle table holds the same figures.)\n");
+        if (plot(dir, "oracle.png", s.s))
+            put(md, "\n(oracle.png: gnuplot failed; the oracle table holds the same figures.)\n");
     }
     free(s.s);
 }
@@ -537,7 +565,8 @@ static void bench_oracle(Bench *b, Results *R, Prompt *ps, int n) {
         memset(oracle, 0xff, sizeof(int32_t) * (ps[p].max_new + 1));
         memcpy(oracle, ref.seq.tok, sizeof(int32_t) * ref.seq.n);
         for (int rep = 0; rep < R->repeat; rep++) {
-            if (rep) run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x), keep(&ref, &x, 0);
+            if (rep)
+                run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x), keep(&ref, &x, 0);
             for (int c = 0; c < cells; c++) {
                 int cell = (c + p + rep) % cells, k = cell / R->n_rates, j = cell % R->n_rates;
                 MethodRun o = options(b, R->om[k], ds);
@@ -644,7 +673,8 @@ int main(int argc, char **argv) {
     table_csv(&R, &csv);
     if (bad) {
         fputs(md.s, stdout);
-        die("GREEDY PARITY FAILED: %d run%s differ from standard (above); nothing written to %s", bad, bad > 1 ? "s" : "", out);
+        die("GREEDY PARITY FAILED: %d run%s differ from standard (above); nothing written to %s", bad,
+            bad > 1 ? "s" : "", out);
     }
     mkdirs(out);
     plots(&R, out, &md);
@@ -652,7 +682,9 @@ int main(int argc, char **argv) {
     write_file(out, "table.md", md.s);
     fputs(md.s, stdout);
     fprintf(stderr, "bench: %s/table.md, table.csv%s; greedy parity 100 %% on every run\n", out,
-            system("command -v gnuplot >/dev/null 2>&1") ? "" : R.n_om ? ", speed.png, oracle.png" : ", speed.png");
+            system("command -v gnuplot >/dev/null 2>&1") ? ""
+            : R.n_om                                     ? ", speed.png, oracle.png"
+                                                         : ", speed.png");
     for (int i = 0; i < R.n_ds; i++) {
         for (int p = 0; p < R.prompts[i]; p++) free(ps[i][p].ids);
         free(ps[i]);

@@ -56,7 +56,7 @@ static int read_source(Checkpoint *ck, const char *src) {
     size_t n;
     if (pd_read_file(src, &bytes, &n)) return -1;
     int rc = n >= 4 && !memcmp(bytes, "GGUF", 4) ? gguf_read_model_mem(ck, bytes, n, "-")
-                                                   : llama2c_read_mem(ck, bytes, n, "-");
+                                                 : llama2c_read_mem(ck, bytes, n, "-");
     free(bytes);
     return rc;
 }
@@ -94,8 +94,7 @@ int main(int argc, char **argv) {
     Checkpoint ck;
     if (read_source(&ck, src)) die_lib();
     if (tok && ck_set_tokenizer(&ck, tok)) die_lib();
-    if (!ck.tok)
-        die("%s: no tokenizer inside: --tokenizer is needed (tokenizer.bin, tokenizer.json or a GGUF)", src);
+    if (!ck.tok) die("%s: no tokenizer inside: --tokenizer is needed (tokenizer.bin, tokenizer.json or a GGUF)", src);
     if (ck_write_model(&ck, out, dt)) die_lib();
     fprintf(stderr, "convert: %s → %s (%d layers, dim %d, vocab %d, %s, tokenizer %s, %.1f s)\n", src, out,
             ck.c.n_layers, ck.c.dim, ck.c.vocab_size, dtype, ck.tok_kind, pd_now() - t0);

@@ -16,9 +16,12 @@
     "-m MODEL (-p PROMPT | -f FILE) [-n N] [--method NAME] [method options] [--chat] [--json]\n"                       \
     "       decode -m MODEL -cnv [--chat-format NAME] [--system TEXT] [-n N]"
 
-#define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("2") "\n" \
-               "        + vocabulary-sized buffers per drafted token; --heads adds the heads' weights twice, --draft the\n" \
-               "        draft model's weights twice and its own KV cache (1 × its ctx × layers × kv_dim × 8 bytes).\n"
+#define MEMORY                                                                                                         \
+    "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV(                                                            \
+        "2") "\n"                                                                                                      \
+             "        + vocabulary-sized buffers per drafted token; --heads adds the heads' weights twice, --draft "   \
+             "the\n"                                                                                                   \
+             "        draft model's weights twice and its own KV cache (1 × its ctx × layers × kv_dim × 8 bytes).\n"
 
 #define NOTES                                                                                                          \
     "A method option another method does not read is refused. -cnv: a prompt \"> \" on the terminal, the\n"            \
@@ -72,8 +75,9 @@ static void method_flags(MethodFlags *mf, Flag *t, int *n) {
             int j = mf->n++;
             strcpy(mf->names[j], name);
             snprintf(mf->help[j], sizeof mf->help[j], "%s (see the methods below)", decode_option_users(o->name));
-            t[*n] = o->type == OPT_SWITCH ? (Flag){mf->names[j], NULL, NULL, mf->help[j], F_SWITCH(&mf->on[j])}
-                                          : (Flag){mf->names[j], o->metavar, "the method's", mf->help[j], F_STR(&mf->value[j])};
+            t[*n] = o->type == OPT_SWITCH
+                        ? (Flag){mf->names[j], NULL, NULL, mf->help[j], F_SWITCH(&mf->on[j])}
+                        : (Flag){mf->names[j], o->metavar, "the method's", mf->help[j], F_STR(&mf->value[j])};
             ++*n;
         }
     }
@@ -93,7 +97,8 @@ static const char *notes_text(void) {
 }
 
 static void parse(Args *a, int argc, char **argv) {
-    *a = (Args){.method = decode_reference()->name, .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0, .oracle = -1, .seed = -1};
+    *a = (Args){
+        .method = decode_reference()->name, .n = -1, .threads = 1, .temp = 1.0, .top_p = 1.0, .oracle = -1, .seed = -1};
     double oracle_exit = -1, oracle_acc = -1;
     Flag fixed[] = {
         {"-m, --model", "FILE", "required",
@@ -116,8 +121,7 @@ static void parse(Args *a, int argc, char **argv) {
          F_I64(&a->seed, 0, 1e19)},
         {"--stop", "TEXT", NULL, "stop when the text contains TEXT, printed up to before it (repeatable)",
          F_LIST(&a->stop)},
-        {"--method", "NAME", decode_reference()->name,
-         "the decoding method (the list below)", F_STR(&a->method)},
+        {"--method", "NAME", decode_reference()->name, "the decoding method (the list below)", F_STR(&a->method)},
         {"--json", NULL, NULL, "print one JSON object (tokens, text, stop reason, times, statistics) for the text",
          F_SWITCH(&a->json)},
         {"--chat", NULL, NULL, "the prompt is a user turn in the model's chat format; the answer alone is printed",
@@ -133,7 +137,8 @@ static void parse(Args *a, int argc, char **argv) {
          F_SWITCH(&a->conversation)},
         {"--heads", "FILE", "the bundle's", "exit heads or Medusa heads, for the methods that take them",
          F_STR(&a->heads)},
-        {"--draft", "FILE", NULL, "the draft model (the target's vocabulary), for the methods that take one", F_STR(&a->draft)},
+        {"--draft", "FILE", NULL, "the draft model (the target's vocabulary), for the methods that take one",
+         F_STR(&a->draft)},
         {"--oracle-exit", "RATE", NULL,
          "benchmarks: an oracle knowing the greedy continuation exits right at this rate", F_NUM(&oracle_exit, 0, 1)},
         {"--oracle-acceptance", "A", NULL, "benchmarks: an oracle drafter right at this rate",
@@ -460,8 +465,7 @@ static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh) {
         tf_close(&tf);
     } else {
         const char *kind = tf_meta(&m->tf, "paradec.kind");
-        if (!kind || strcmp(kind, "bundle") || !(dm->needs & (NEEDS_EXIT_HEADS | NEEDS_MEDUSA)))
-            return 0;
+        if (!kind || strcmp(kind, "bundle") || !(dm->needs & (NEEDS_EXIT_HEADS | NEEDS_MEDUSA))) return 0;
         rc = medusa ? medusa_load_tf(mh, &m->tf, m, a->model) : heads_load_tf(eh, &m->tf, m, a->model);
     }
     if (rc) die_lib();
@@ -580,7 +584,8 @@ int main(int argc, char **argv) {
     Args a;
     parse(&a, argc, argv);
     const DecodeMethod *dm = decode_method(a.method);
-    if (a.oracle >= 0 && !dm->oracle) die("--oracle-*: %s decoding has nothing for an oracle to stand in for", dm->name);
+    if (a.oracle >= 0 && !dm->oracle)
+        die("--oracle-*: %s decoding has nothing for an oracle to stand in for", dm->name);
     if (a.file) a.prompt = read_text("-f", a.file);
     else if (a.prompt && !strcmp(a.prompt, "-")) a.prompt = read_text("-p", "-");
     if (a.seed < 0) a.seed = (long long)random_seed();
@@ -599,7 +604,8 @@ int main(int argc, char **argv) {
         tool_model_load(&draft, a.draft);
         if (!tok_same_vocab(m.tok, draft.tok, why, sizeof why)) die("--draft %s: %s", a.draft, why);
         if (model_weight_bytes(&draft) > model_weight_bytes(&m))
-            fprintf(stderr, "decode: warning: the draft %s is larger than the model (%.0f vs %.0f MB of weights a step)\n",
+            fprintf(stderr,
+                    "decode: warning: the draft %s is larger than the model (%.0f vs %.0f MB of weights a step)\n",
                     a.draft, model_weight_bytes(&draft) / 1e6, model_weight_bytes(&m) / 1e6);
         a.opt.draft = &draft;
     }

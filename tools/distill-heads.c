@@ -20,11 +20,12 @@
 
 #define USAGE "-m MODEL --data FILE [--layers L1,L2,...|auto] [--steps N] ... -o HEADS"
 
-#define MEMORY "memory: about " MEMORY_MODEL "\n" \
-               "        + the lm_head once more (transposed, for the gradient) + 20 × dim² bytes a head (the head, its\n" \
-               "        packed copy, Adam's two moments, the gradient) + seq-len × (2 × vocab + (7 + heads) × dim) × 4\n" \
-               "        bytes of activations + a KV cache of seq-len × layers × kv_dim × 8 bytes + the data: its text\n" \
-               "        twice (read, then split into records) and 4 bytes a token.\n"
+#define MEMORY                                                                                                         \
+    "memory: about " MEMORY_MODEL "\n"                                                                                 \
+    "        + the lm_head once more (transposed, for the gradient) + 20 × dim² bytes a head (the head, its\n"       \
+    "        packed copy, Adam's two moments, the gradient) + seq-len × (2 × vocab + (7 + heads) × dim) × 4\n"     \
+    "        bytes of activations + a KV cache of seq-len × layers × kv_dim × 8 bytes + the data: its text\n"       \
+    "        twice (read, then split into records) and 4 bytes a token.\n"
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
@@ -37,7 +38,8 @@ static int parse_layers(const char *s, int L, int *layers) {
         long v = strtol(p, &end, 10);
         if (end == p || errno || (*end && *end != ',')) die("--layers: '%s' is not a list of layers or 'auto'", s);
         if (n == MAX_EXIT_HEADS) die("--layers: at most %d heads", MAX_EXIT_HEADS);
-        if (v < 1 || v >= L) die("--layers: layer %ld is out of range: the model has %d layers, heads go at 1..%d", v, L, L - 1);
+        if (v < 1 || v >= L)
+            die("--layers: layer %ld is out of range: the model has %d layers, heads go at 1..%d", v, L, L - 1);
         layers[n++] = (int)v;
         if (!*end) break;
         p = end + 1;
@@ -59,11 +61,14 @@ static void bar(int step, int steps, double loss, double pos_rate, double eta) {
 
 static void print_table(const ExitHeads *h, const HeadStats *before, const HeadStats *after, const ExitStats *first,
                         int n_layers, int64_t positions) {
-    fprintf(stderr, "distill-heads: held-out, %lld positions (before: the heads as they started):\n", (long long)positions);
-    fprintf(stderr, "  layer   KL before  KL after  top-1 before  top-1 after   cover/prec @0.5    @0.75          @0.9\n");
+    fprintf(stderr, "distill-heads: held-out, %lld positions (before: the heads as they started):\n",
+            (long long)positions);
+    fprintf(stderr,
+            "  layer   KL before  KL after  top-1 before  top-1 after   cover/prec @0.5    @0.75          @0.9\n");
     for (int k = 0; k < h->n; k++) {
         const HeadStats *a = &after[k];
-        fprintf(stderr, "  %5d   %9.4f  %8.4f  %12.4f  %11.4f  ", h->layer[k], before[k].kl, a->kl, before[k].top1, a->top1);
+        fprintf(stderr, "  %5d   %9.4f  %8.4f  %12.4f  %11.4f  ", h->layer[k], before[k].kl, a->kl, before[k].top1,
+                a->top1);
         for (int g = 0; g < EXIT_N_GAMMA; g++) fprintf(stderr, "  %.3f/%.3f", a->cover[g], a->prec[g]);
         fprintf(stderr, "\n");
     }
@@ -118,7 +123,8 @@ int main(int argc, char **argv) {
     if (k_init((int)threads)) die("cannot start %ld threads", threads);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */
-        if (layer_arg || norm_given) die("--init: the heads file sets the layers and the norm; drop --layers and --norm");
+        if (layer_arg || norm_given)
+            die("--init: the heads file sets the layers and the norm; drop --layers and --norm");
         if (heads_load(&h, init, &m)) die_lib();
     } else {
         int layers[MAX_EXIT_HEADS], n_heads = parse_layers(layer_arg ? layer_arg : "auto", m.c.n_layers, layers);
@@ -127,7 +133,8 @@ int main(int argc, char **argv) {
     }
     int n_heads = h.n;
     if (!seq_len_given && seq_len > m.c.seq_len) seq_len = m.c.seq_len;
-    if (lr == 0) lr = 2.0 / m.c.dim; /* Adam moves every entry of T by about lr at first, all
+    if (lr == 0)
+        lr = 2.0 / m.c.dim; /* Adam moves every entry of T by about lr at first, all
                                         in step: z = T x moves by about lr·dim·|x| */
     if (seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", seq_len, m.c.seq_len);
 
@@ -138,18 +145,17 @@ int main(int argc, char **argv) {
         die_lib();
     Distill d;
     SeqOrder order;
-    if (distill_init(&d, &m, &h, (int)seq_len, (float)lr) ||
-        order_init(&order, train.n, (uint64_t)seed))
-        die_lib();
+    if (distill_init(&d, &m, &h, (int)seq_len, (float)lr) || order_init(&order, train.n, (uint64_t)seed)) die_lib();
 
     HeadStats before[MAX_EXIT_HEADS], after[MAX_EXIT_HEADS];
     double auto_kl[2] = {0, 0};
     if (!init && norm < 0) { /* --norm auto */
         if (distill_choose_norm(&d, &held, before, auto_kl)) die_lib();
-        fprintf(stderr, "distill-heads: norm auto: untrained heads' held-out KL (sum over heads) %.4f without the final norm, %.4f with it: training %s\n",
+        fprintf(stderr,
+                "distill-heads: norm auto: untrained heads' held-out KL (sum over heads) %.4f without the final norm, "
+                "%.4f with it: training %s\n",
                 auto_kl[0], auto_kl[1], h.norm ? "with it" : "without");
-    } else if (distill_eval(&d, &held, before, NULL))
-        die_lib();
+    } else if (distill_eval(&d, &held, before, NULL)) die_lib();
     int *idx = malloc(sizeof(int) * batch), tty = isatty(2);
     if (!idx) die("out of memory");
     double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
@@ -173,10 +179,11 @@ int main(int argc, char **argv) {
     double dt = pd_now() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
     if (steps)
-        fprintf(stderr, "distill-heads: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), loss %.4f -> %.4f\n",
+        fprintf(stderr,
+                "distill-heads: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), "
+                "loss %.4f -> %.4f\n",
                 steps, batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, n_heads, first, ema);
-    else
-        fprintf(stderr, "distill-heads: no training steps: the heads as they start\n");
+    else fprintf(stderr, "distill-heads: no training steps: the heads as they start\n");
     ExitStats exits;
     if (distill_eval(&d, &held, after, &exits)) die_lib();
     print_table(&h, before, after, &exits, m.c.n_layers, seqs_tokens(&held));

@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
     flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, "[-t THREADS] [--mib SIZE]",
                 "prints the read bandwidth in GB/s.\nmemory: about --mib MiB, the array it streams.\n");
     size_t n = (size_t)mib << 18; /* floats */
-    Arena a; /* the same kind of memory the packed weights live in (huge pages) */
+    Arena a;                      /* the same kind of memory the packed weights live in (huge pages) */
     if (arena_init(&a, n * sizeof(float))) die_lib();
     float *x = arena_push(&a, n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7); /* touch every page */

@@ -7,8 +7,9 @@
 #include "tool.h"
 
 #define USAGE "-m MODEL HEADS... -o BUNDLE | --list FILE"
-#define MEMORY "memory: about the model file and every heads file, held whole (a .zst one decompressed; a plain one\n" \
-               "        mapped); the bundle is written from them as it is compressed.\n"
+#define MEMORY                                                                                                         \
+    "memory: about the model file and every heads file, held whole (a .zst one decompressed; a plain one\n"            \
+    "        mapped); the bundle is written from them as it is compressed.\n"
 
 int main(int argc, char **argv) {
     tool_name = "pack";

@@ -16,9 +16,12 @@
 #include "model/checkpoint.h"
 #include "tool.h"
 
-#define MEMORY "memory: about the model as f32 (4 bytes a parameter of the config's shape) + 2 bytes a parameter more\n" \
-               "        with --dtype bf16 + the tokenizer file.\n"
-#define USAGE "--config CONFIG.json --tokenizer TOK [--chat-template TOKENIZER_CONFIG.json] [--seed S] [--dtype f32|bf16] -o OUT"
+#define MEMORY                                                                                                         \
+    "memory: about the model as f32 (4 bytes a parameter of the config's shape) + 2 bytes a parameter more\n"          \
+    "        with --dtype bf16 + the tokenizer file.\n"
+#define USAGE                                                                                                          \
+    "--config CONFIG.json --tokenizer TOK [--chat-template TOKENIZER_CONFIG.json] [--seed S] [--dtype f32|bf16] -o "   \
+    "OUT"
 #define INIT_STD 0.02f
 
 static uint64_t rng_state;
@@ -99,7 +102,8 @@ int main(int argc, char **argv) {
     ModelWriter mw;
     char name[256];
     char note[160];
-    snprintf(note, sizeof note, "seed %ld: random weights; speed and acceptance figures mean nothing about a real model", seed);
+    snprintf(note, sizeof note,
+             "seed %ld: random weights; speed and acceptance figures mean nothing about a real model", seed);
     const char *meta[] = {"paradec.random_weights", note};
     if (mw_begin(&mw, out, dt)) die_lib();
     int64_t D = c->dim, Q = config_size(c, 'Q'), K = config_size(c, 'K');
@@ -108,7 +112,7 @@ int main(int argc, char **argv) {
         static const struct {
             const char *what;
             char rows, cols, fill;
-        } T[] = {{"input_layernorm.weight", 0, 'D', '1'}, {"self_attn.q_proj.weight", 'Q', 'D', 'n'},
+        } T[] = {{"input_layernorm.weight", 0, 'D', '1'},    {"self_attn.q_proj.weight", 'Q', 'D', 'n'},
                  {"self_attn.k_proj.weight", 'K', 'D', 'n'}, {"self_attn.v_proj.weight", 'K', 'D', 'n'},
                  {"self_attn.o_proj.weight", 'D', 'Q', 'n'}, {"post_attention_layernorm.weight", 0, 'D', '1'},
                  {"mlp.gate_proj.weight", 'H', 'D', 'n'},    {"mlp.up_proj.weight", 'H', 'D', 'n'},
@@ -118,7 +122,8 @@ int main(int argc, char **argv) {
             add(&mw, &o, name, config_size(c, T[k].rows), config_size(c, T[k].cols), T[k].fill);
         }
         if (c->qkv_bias) {
-            static const char *const bias[] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
+            static const char *const bias[] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                               "self_attn.v_proj.bias"};
             for (int k = 0; k < 3; k++) {
                 layer_tensor_name(name, sizeof name, l, bias[k]);
                 add(&mw, &o, name, 0, k ? K : Q, '0');
@@ -130,9 +135,11 @@ int main(int argc, char **argv) {
     mw.chat_template = tmpl;
     mw.meta = meta, mw.n_meta = 1;
     if (mw_commit(&mw, c, ck.tok, ck.tok_len, ck.tok_kind)) die_lib();
-    fprintf(stderr, "randmodel: %s (%d layers, dim %d, vocab %d, tokenizer %s%s, %s) — RANDOM weights: its speed and acceptance "
-            "figures mean nothing about the real model\n", out, c->n_layers, c->dim, c->vocab_size, ck.tok_kind,
-            tmpl ? ", chat template" : "", dtype);
+    fprintf(
+        stderr,
+        "randmodel: %s (%d layers, dim %d, vocab %d, tokenizer %s%s, %s) — RANDOM weights: its speed and acceptance "
+        "figures mean nothing about the real model\n",
+        out, c->n_layers, c->dim, c->vocab_size, ck.tok_kind, tmpl ? ", chat template" : "", dtype);
     for (int i = 0; i < o.n; i++) free(o.data[i]);
     free(tmpl);
     ck_free(&ck);

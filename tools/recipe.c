@@ -18,8 +18,9 @@
 #include "recipe/recipe.h"
 #include "tool.h"
 
-#define MEMORY "memory: check and rules, a few MiB (the recipe); answers, about\n        " MEMORY_MODEL "\n" \
-               "        + " MEMORY_KV("2") " + the datasets' prompts.\n"
+#define MEMORY                                                                                                         \
+    "memory: check and rules, a few MiB (the recipe); answers, about\n        " MEMORY_MODEL "\n"                      \
+    "        + " MEMORY_KV("2") " + the datasets' prompts.\n"
 #define USAGE "check RECIPE | rules RECIPE [--out DIR] [--stamps DIR] -o FILE | answers RECIPE -m MODEL [-t N] -o FILE"
 
 /* writes text to path unless the file already holds exactly that (its time then stays,
@@ -87,8 +88,8 @@ static void source_deps(Str *d, const char *path) {
 }
 
 static void dataset_settings(Str *s, const RecipeDataset *ds) {
-    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s\ntemplate %s\n", ds->name, ds->file, ds->samples,
-        ds->max_new, ds->chat, ds->gamma, ds->system ? ds->system : "-", ds->tmpl);
+    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s\ntemplate %s\n", ds->name, ds->file,
+        ds->samples, ds->max_new, ds->chat, ds->gamma, ds->system ? ds->system : "-", ds->tmpl);
 }
 
 /* distill-heads for a head set (the exit heads, or the draft's own head) */
@@ -125,7 +126,8 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
         write_if_changed(cfg, r->model.random_config);
         put(&cmd, "$(BIN)/randmodel --config %s --tokenizer %s", cfg, r->model.tokenizer);
         put(&deps, "%s %s", cfg, r->model.tokenizer);
-        if (r->model.chat_template) put(&cmd, " --chat-template %s", r->model.chat_template), put(&deps, " %s", r->model.chat_template);
+        if (r->model.chat_template)
+            put(&cmd, " --chat-template %s", r->model.chat_template), put(&deps, " %s", r->model.chat_template);
         put(&cmd, " --seed %d --dtype %s -o $@", r->model.random_seed, r->model.dtype);
         stage(&g, RECIPE_MODEL, deps.s, "randmodel", cmd.s, r->model.random_config);
     } else {
@@ -140,7 +142,8 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
     if (r->answers.on) {
         put(&cmd, "$(BIN)/recipe answers %s -m %s/%s -t %d -o $@", r->file, out, RECIPE_MODEL, r->threads);
         put(&deps, "%s/%s", out, RECIPE_MODEL);
-        for (int i = 0; i < r->answers.n; i++) dataset_settings(&extra, &r->answers.ds[i]), put(&deps, " %s", r->answers.ds[i].file);
+        for (int i = 0; i < r->answers.n; i++)
+            dataset_settings(&extra, &r->answers.ds[i]), put(&deps, " %s", r->answers.ds[i].file);
         stage(&g, RECIPE_ANSWERS, deps.s, "recipe", cmd.s, extra.s);
     }
     cmd.n = deps.n = extra.n = 0;
@@ -155,8 +158,8 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
     } else if (r->draft.on) {
         const char *heads = r->draft.own_heads ? RECIPE_DRAFT_HEADS : RECIPE_EXIT;
         if (r->draft.own_heads) heads_stage(&g, &r->draft.heads, RECIPE_DRAFT_HEADS);
-        put(&cmd, "$(BIN)/convert %s/%s --layers %d --heads %s/%s --dtype %s -o $@", out, RECIPE_MODEL, r->draft.layer, out, heads,
-            r->model.dtype);
+        put(&cmd, "$(BIN)/convert %s/%s --layers %d --heads %s/%s --dtype %s -o $@", out, RECIPE_MODEL, r->draft.layer,
+            out, heads, r->model.dtype);
         put(&deps, "%s/%s %s/%s", out, RECIPE_MODEL, out, heads);
         stage(&g, RECIPE_DRAFT, deps.s, "convert", cmd.s, NULL);
     }
@@ -231,7 +234,9 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
     KVCache kv;
     Sampler s;
     AtomicFile af;
-    if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16) || sampler_init(&s, m.c.vocab_size, 0, 0, 1, 1) || atomic_open(&af, path)) die_lib();
+    if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16) || sampler_init(&s, m.c.vocab_size, 0, 0, 1, 1) ||
+        atomic_open(&af, path))
+        die_lib();
     Progress pg;
     progress_begin(&pg, "recipe: answers", total);
     int64_t tokens = 0, done = 0;
@@ -304,9 +309,10 @@ int main(int argc, char **argv) {
     snprintf(dflt_out, sizeof dflt_out, "out/%s", r.name);
     snprintf(dflt_stamps, sizeof dflt_stamps, "build/recipe/%s", r.name);
     if (!strcmp(cmd, "check")) {
-        printf("%s: model %s, %s%s%s%s%d methods on %d datasets\n", file, r.model.source ? r.model.source : "(random weights)",
-               r.answers.on ? "answers, " : "", r.exit.on ? "exit heads, " : "", r.draft.on ? "draft, " : "",
-               r.medusa.on ? "medusa heads, " : "", r.dec.n_methods, r.n_datasets);
+        printf("%s: model %s, %s%s%s%s%d methods on %d datasets\n", file,
+               r.model.source ? r.model.source : "(random weights)", r.answers.on ? "answers, " : "",
+               r.exit.on ? "exit heads, " : "", r.draft.on ? "draft, " : "", r.medusa.on ? "medusa heads, " : "",
+               r.dec.n_methods, r.n_datasets);
     } else if (!strcmp(cmd, "rules")) {
         if (!o) usage("-o FILE");
         rules(&r, out ? out : dflt_out, stamps ? stamps : dflt_stamps, o);
@@ -314,8 +320,7 @@ int main(int argc, char **argv) {
         if (!o) usage("-o FILE");
         if (!model) usage("-m MODEL");
         answers(&r, model, threads ? threads : r.threads, o);
-    } else
-        die("unknown command '%s' (usage: recipe %s)", cmd, USAGE);
+    } else die("unknown command '%s' (usage: recipe %s)", cmd, USAGE);
     recipe_free(&r);
     return 0;
 }

@@ -110,11 +110,13 @@ __attribute__((noreturn)) static inline void help_exit(const char *usage_text, c
 }
 
 /* what holding a model costs, said alike by every tool that decodes */
-#define MEMORY_MODEL "the model's weights twice (its file, mapped, or decompressed when it is .zst,\n" \
-                     "        and the packed copy the matrix products read) + RoPE tables of ctx × head_dim × 4\n" \
-                     "        bytes (ctx: the model's context)"
-#define MEMORY_KV(n) n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; its pages are\n" \
-                     "        touched only as far as the sequences grow)"
+#define MEMORY_MODEL                                                                                                   \
+    "the model's weights twice (its file, mapped, or decompressed when it is .zst,\n"                                  \
+    "        and the packed copy the matrix products read) + RoPE tables of ctx × head_dim × 4\n"                    \
+    "        bytes (ctx: the model's context)"
+#define MEMORY_KV(n)                                                                                                   \
+    n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; its pages are\n"                            \
+      "        touched only as far as the sequences grow)"
 
 /* the value after a flag, or a usage error */
 static inline const char *arg_next(int argc, char **argv, int *i) {

@@ -21,12 +21,13 @@
 
 #define USAGE "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS"
 
-#define MEMORY "memory: about " MEMORY_MODEL "\n" \
-               "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n" \
-               "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n" \
-               "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n" \
-               "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n" \
-               "        kept for reuse, at most --cache-mb MiB (default 1024) + the data: its text twice and 4 bytes a token.\n"
+#define MEMORY                                                                                                         \
+    "memory: about " MEMORY_MODEL "\n"                                                                                 \
+    "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n"         \
+    "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"     \
+    "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"      \
+    "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"    \
+    "        kept for reuse, at most --cache-mb MiB (default 1024) + the data: its text twice and 4 bytes a token.\n"
 
 /* "1,0.8,0.5": exactly K positive numbers */
 static void parse_weights(const char *s, int K, float *w) {
@@ -55,9 +56,12 @@ static void bar(long step, long steps, double loss, double pos_rate, double eta)
 }
 
 static void print_table(int K, const MedusaStats *before, const MedusaStats *after, int from) {
-    fprintf(stderr, "train-medusa: held-out%s, target = the model's own greedy token (before: the heads as they started; "
-            "untrained, W = 0 and b = 0: the model's next-token logits):\n", from ? ", the generated text" : "");
-    fprintf(stderr, "  head  token  positions  CE before  CE after  top-1 before  top-1 after  top-5 before  top-5 after\n");
+    fprintf(stderr,
+            "train-medusa: held-out%s, target = the model's own greedy token (before: the heads as they started; "
+            "untrained, W = 0 and b = 0: the model's next-token logits):\n",
+            from ? ", the generated text" : "");
+    fprintf(stderr,
+            "  head  token  positions  CE before  CE after  top-1 before  top-1 after  top-5 before  top-5 after\n");
     for (int k = 0; k < K; k++)
         fprintf(stderr, "  %4d  t+%-3d  %9lld  %9.4f  %8.4f  %12.4f  %11.4f  %12.4f  %11.4f\n", k, k + 2,
                 (long long)after[k].positions, before[k].loss, after[k].loss, before[k].top1, after[k].top1,
@@ -74,7 +78,13 @@ typedef struct {
 } Args;
 
 static Args parse(int argc, char **argv) {
-    Args a = {.steps = 2000, .batch = 8, .seq_len = 256, .seed = 1, .threads = 1, .cache_mb = 1024, .heldout = 0.1,
+    Args a = {.steps = 2000,
+              .batch = 8,
+              .seq_len = 256,
+              .seed = 1,
+              .threads = 1,
+              .cache_mb = 1024,
+              .heldout = 0.1,
               .targets = MEDUSA_TARGETS_SELF};
     const char *targets = NULL;
     Flag t[] = {
@@ -112,7 +122,8 @@ static Args parse(int argc, char **argv) {
     if (!a.model) usage("-m MODEL");
     if (!a.data) usage("--data FILE");
     if (!a.out) usage("-o HEADS");
-    if (a.init && (a.K || a.own_lm)) die("--init: the heads file sets the heads and their LM heads; drop --heads and --own-lm-head");
+    if (a.init && (a.K || a.own_lm))
+        die("--init: the heads file sets the heads and their LM heads; drop --heads and --own-lm-head");
     if (!a.K && !a.init) die("--heads K is needed (1..%d)", MAX_MEDUSA);
     if (!strcmp(a.model, "-") && !strcmp(a.data, "-")) die("-m and --data cannot both be stdin");
     return a;
@@ -156,7 +167,8 @@ int main(int argc, char **argv) {
     else medusa_default_weights((int)a.K, weights);
     if (!a.seq_len_given && a.seq_len > m.c.seq_len) a.seq_len = m.c.seq_len;
     if (a.seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", a.seq_len, m.c.seq_len);
-    if (a.generate >= a.seq_len) die("--generate: a prefix of %ld tokens leaves nothing to generate in --seq-len %ld", a.generate, a.seq_len);
+    if (a.generate >= a.seq_len)
+        die("--generate: a prefix of %ld tokens leaves nothing to generate in --seq-len %ld", a.generate, a.seq_len);
     if (a.lr == 0) a.lr = 1.0 / m.c.dim; /* docs/medusa.md */
     if (a.lm_lr == 0) a.lm_lr = a.lr;
 
@@ -212,10 +224,11 @@ int main(int argc, char **argv) {
     double dt = pd_now() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
     if (a.steps)
-        fprintf(stderr, "train-medusa: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), weighted loss %.4f -> %.4f\n",
+        fprintf(stderr,
+                "train-medusa: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, %d heads), "
+                "weighted loss %.4f -> %.4f\n",
                 a.steps, a.batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, K, first, ema);
-    else
-        fprintf(stderr, "train-medusa: no training steps: the heads as they start\n");
+    else fprintf(stderr, "train-medusa: no training steps: the heads as they start\n");
     if (medusa_train_eval(&t, &held, &cheld, after)) die_lib();
     print_table(K, before, after, t.eval_from);
     rank_acc_into(&h, after);

@@ -17,8 +17,10 @@
 #define MAX_N 256
 #define RUNS 3 /* in a row, per size and rep: the least counts */
 #define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]"
-#define MEMORY "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV("1") "\n" \
-               "        + the largest size's activations and logits (n × (vocab + a few × dim) × 4 bytes).\n"
+#define MEMORY                                                                                                         \
+    "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV(                                                            \
+        "1") "\n"                                                                                                      \
+             "        + the largest size's activations and logits (n × (vocab + a few × dim) × 4 bytes).\n"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -66,7 +68,8 @@ int main(int argc, char **argv) {
     for (const char *s = sizes; *s && k < 64;) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > MAX_N || (*end && *end != ',')) die("--sizes: '%s' is not a list of 1..%d", sizes, MAX_N);
+        if (end == s || v < 1 || v > MAX_N || (*end && *end != ','))
+            die("--sizes: '%s' is not a list of 1..%d", sizes, MAX_N);
         n[k++] = (int)v;
         s = *end ? end + 1 : end;
     }
@@ -76,7 +79,8 @@ int main(int argc, char **argv) {
     if (k_init(threads)) die_lib();
     int most = 0;
     for (int i = 0; i < k; i++) most = n[i] > most ? n[i] : most;
-    if (ctx + most > m.c.seq_len) die("--ctx %d and a %d-node tree do not fit the context of %d", ctx, most, m.c.seq_len);
+    if (ctx + most > m.c.seq_len)
+        die("--ctx %d and a %d-node tree do not fit the context of %d", ctx, most, m.c.seq_len);
     if (kv_init(&kv, &m.c, 1, m.c.seq_len, 16) || kv_seq_new(&kv) != 0) die_lib();
     float *hid = malloc(sizeof(float) * (size_t)(ctx > most ? ctx : most) * m.c.dim);
     float *lg = malloc(sizeof(float) * (size_t)most * m.c.vocab_size);

@@ -9,7 +9,9 @@
 #include "import/llama2c.h"
 #include "train/widen.h"
 
-#define USAGE "-m MODEL --preset NAME [--dtype f32|bf16] [--seed S] -o OUT [--llama2c OUT.bin] [--hf DIR] [--heads HEADS --heads-out WIDE_HEADS]"
+#define USAGE                                                                                                          \
+    "-m MODEL --preset NAME [--dtype f32|bf16] [--seed S] -o OUT [--llama2c OUT.bin] [--hf DIR] [--heads HEADS "       \
+    "--heads-out WIDE_HEADS]"
 
 /* weights of a preset's shape (vocabulary left out: it is the model's) */
 static double preset_params(const WidenPreset *p) {
@@ -143,8 +145,8 @@ int main(int argc, char **argv) {
         die_lib();
     }
     fprintf(stderr, "widen: %s → %s (%s: dim %d, hidden %d, %d layers, %d/%d heads, head_dim %d, %s) in %.1fs\n",
-            a.model, a.out, p->name, dst.dim, dst.hidden_dim, dst.n_layers, dst.n_heads, dst.n_kv_heads,
-            dst.head_dim, a.dt == DT_BF16 ? "bf16" : "f32", pd_now() - t0);
+            a.model, a.out, p->name, dst.dim, dst.hidden_dim, dst.n_layers, dst.n_heads, dst.n_kv_heads, dst.head_dim,
+            a.dt == DT_BF16 ? "bf16" : "f32", pd_now() - t0);
     ck_free(&src);
     return 0;
 }

@@ -25,10 +25,10 @@
 typedef struct {
     const AttnArgs *a;
     int t, kvh;
-    int g;                     /* query heads in this unit */
-    int shift;                 /* log2 of the block size when it is a power of two, else -1 */
-    int nc;                    /* keys read from the blocks: 0 .. nc-1 */
-    const int *lone;           /* slots of keys nc, nc+1, ... (less lone_base) */
+    int g;           /* query heads in this unit */
+    int shift;       /* log2 of the block size when it is a power of two, else -1 */
+    int nc;          /* keys read from the blocks: 0 .. nc-1 */
+    const int *lone; /* slots of keys nc, nc+1, ... (less lone_base) */
     int n_lone, lone_base;
     const float *q[MAX_GROUP]; /* [hd] each */
     float *out[MAX_GROUP];     /* [hd] each */
@@ -53,7 +53,9 @@ static float score_one(const Unit *u, const float *q, int slot) {
 }
 
 #ifdef __AVX512F__
-static inline __mmask16 first_lanes(int left) { return left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1); }
+static inline __mmask16 first_lanes(int left) {
+    return left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
 
 /* G heads × C chunks of 16 keys from j: G*C independent chains. Inlined with constant
    G and C, so the chains live in registers. */
@@ -91,19 +93,20 @@ static inline __attribute__((always_inline)) void score_chunks(const Unit *u, fl
 
 /* the scores of keys 0..nc-1 and each head's largest; enough chains in flight: 8
    chunks for one head, 4 for two, 2 for three or four, 1 for more */
-#define SCORE_G(G)                                                                          \
-    static void score_g##G(const Unit *u, float *const *p, float *max) {                    \
-        const int C = G >= 8 ? 1 : 8 / G;                                                   \
-        __m512 mx[G];                                                                       \
-        for (int h = 0; h < G; h++) mx[h] = _mm512_set1_ps(-INFINITY);                      \
-        int j = 0;                                                                          \
-        for (; j + 16 * C <= u->nc; j += 16 * C) score_chunks(u, p, mx, j, G, C);           \
-        for (; j < u->nc; j += 16) score_chunks(u, p, mx, j, G, 1);                         \
-        for (int h = 0; h < G; h++) max[h] = _mm512_reduce_max_ps(mx[h]);                   \
+#define SCORE_G(G)                                                                                                     \
+    static void score_g##G(const Unit *u, float *const *p, float *max) {                                               \
+        const int C = G >= 8 ? 1 : 8 / G;                                                                              \
+        __m512 mx[G];                                                                                                  \
+        for (int h = 0; h < G; h++) mx[h] = _mm512_set1_ps(-INFINITY);                                                 \
+        int j = 0;                                                                                                     \
+        for (; j + 16 * C <= u->nc; j += 16 * C) score_chunks(u, p, mx, j, G, C);                                      \
+        for (; j < u->nc; j += 16) score_chunks(u, p, mx, j, G, 1);                                                    \
+        for (int h = 0; h < G; h++) max[h] = _mm512_reduce_max_ps(mx[h]);                                              \
     }
-SCORE_G(1) SCORE_G(2) SCORE_G(3) SCORE_G(4) SCORE_G(5) SCORE_G(6) SCORE_G(7) SCORE_G(8)
-static void (*const SCORE[MAX_GROUP + 1])(const Unit *, float *const *, float *) = {
-    0, score_g1, score_g2, score_g3, score_g4, score_g5, score_g6, score_g7, score_g8};
+SCORE_G(1)
+SCORE_G(2) SCORE_G(3) SCORE_G(4) SCORE_G(5) SCORE_G(6) SCORE_G(7)
+    SCORE_G(8) static void (*const SCORE[MAX_GROUP + 1])(const Unit *, float *const *, float *) = {
+        0, score_g1, score_g2, score_g3, score_g4, score_g5, score_g6, score_g7, score_g8};
 
 /* 16 vectors → one: lane i of the result is v[perm(i)]'s lanes added by the halving
    tree, where the tree's own output order is undone by feeding v transposed 4×4 */
@@ -205,12 +208,14 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
 
 /* the tile shapes, with and without the exponent pass: TILES[exp][log2 GT] */
 typedef void (*TileFn)(const Unit *, float *const *, const float *, float *, int, int);
-#define TILE_FN(GT, EXP)                                                                                  \
-    static void tile_##GT##_##EXP(const Unit *u, float *const *p, const float *mx, float *inv, int h0, int d0) { \
-        sum_tile(u, p, mx, inv, h0, d0, GT, 16 / GT, EXP);                                                \
+#define TILE_FN(GT, EXP)                                                                                               \
+    static void tile_##GT##_##EXP(const Unit *u, float *const *p, const float *mx, float *inv, int h0, int d0) {       \
+        sum_tile(u, p, mx, inv, h0, d0, GT, 16 / GT, EXP);                                                             \
     }
-TILE_FN(1, 0) TILE_FN(2, 0) TILE_FN(4, 0) TILE_FN(8, 0) TILE_FN(1, 1) TILE_FN(2, 1) TILE_FN(4, 1) TILE_FN(8, 1)
-static const TileFn TILES[2][4] = {{tile_1_0, tile_2_0, tile_4_0, tile_8_0}, {tile_1_1, tile_2_1, tile_4_1, tile_8_1}};
+TILE_FN(1, 0)
+TILE_FN(2, 0) TILE_FN(4, 0) TILE_FN(8, 0) TILE_FN(1, 1) TILE_FN(2, 1) TILE_FN(4, 1)
+    TILE_FN(8, 1) static const TileFn TILES[2][4] = {{tile_1_0, tile_2_0, tile_4_0, tile_8_0},
+                                                     {tile_1_1, tile_2_1, tile_4_1, tile_8_1}};
 
 /* softmax and the weighted sums, from the scores in p and their maxima */
 static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
@@ -222,7 +227,8 @@ static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
         TILES[1][lg](u, p, mx, inv, 0, 0);
         return;
     }
-    for (int h = 0; h < u->g; h++) inv[h] = 1.0f / exp_sum(p[h], u->nc + u->n_lone, mx[h]); /* the division comes last */
+    for (int h = 0; h < u->g; h++)
+        inv[h] = 1.0f / exp_sum(p[h], u->nc + u->n_lone, mx[h]); /* the division comes last */
     for (int h0 = 0; h0 < u->g; h0 += GT)
         for (int d0 = 0; d0 < u->a->hd; d0 += DT) TILES[0][lg](u, p, mx, inv, h0, d0);
 }
@@ -345,8 +351,8 @@ static void attend(void *ctx, int b, int e) {
         int nk = a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
         maxk = nk > maxk ? nk : maxk;
     }
-    int stride = (maxk + 15) / 16 * 16 + 16; /* whole chunks, each head's row 64-byte aligned */
-    float raw[MAX_GROUP * stride + 16]; /* scores [heads][keys]: 4 bytes a key and head */
+    int stride = (maxk + 15) / 16 * 16 + 16;                        /* whole chunks, each head's row 64-byte aligned */
+    float raw[MAX_GROUP * stride + 16];                             /* scores [heads][keys]: 4 bytes a key and head */
     float *buf = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63); /* no chunk straddles two cache lines */
     int shift = __builtin_ctz((unsigned)a->block_size), fast = a->block_size % 16 == 0;
     if (a->block_size != 1 << shift) shift = -1;

@@ -34,7 +34,7 @@ struct Device {
 };
 
 struct DevEvent {
-    uint64_t at;      /* the stream's count when recorded; 0 = never */
+    uint64_t at; /* the stream's count when recorded; 0 = never */
     const Device *on;
 };
 
@@ -351,7 +351,8 @@ int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_ro
 }
 
 int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
-    if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
+    if (rows_check(x, rows_buf, max_rows, cols) ||
+        in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
     RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0};
     return submit(d, run_softmax, &a, sizeof a);

@@ -62,7 +62,8 @@ void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, co
                 for (int c = 0; c < cols; c++) P[(size_t)c * width + q] = ((const float *)row)[c];
             } else {
                 uint16_t *P = (uint16_t *)((uint32_t *)dst + block_offset(wt, b, cols));
-                for (int c = 0; c < cols; c++) P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] = ((const uint16_t *)row)[c];
+                for (int c = 0; c < cols; c++)
+                    P[((size_t)(c / 2) * width + q) * 2 + (c & 1)] = ((const uint16_t *)row)[c];
             }
         }
     }
@@ -78,47 +79,50 @@ typedef struct {
 
 #ifdef __AVX512F__
 static inline __m512 bf16_lo(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
-static inline __m512 bf16_hi(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000))); }
+static inline __m512 bf16_hi(__m512i v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000)));
+}
 
 /* One token × G panels of a block (W floats, or W bf16 pairs, from one column to the
    next): its even chain a and odd chain b, all columns in order, kept in registers. */
-#define KERNEL(G)                                                                                  \
-    static void f32_##G(float *y, const float *x, int cols, const float *P, int W) {              \
-        __m512 a[G], b[G];                                                                         \
-        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = b[k] = _mm512_setzero_ps();     \
-        int c = 0;                                                                                 \
-        for (; c + 1 < cols; c += 2, P += 2 * W) {                                                 \
-            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                       \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                a[k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[k]);                   \
-                b[k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[k]);               \
-            }                                                                                      \
-        }                                                                                          \
-        if (c < cols)                                                                              \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                    \
-                a[k] = _mm512_fmadd_ps(_mm512_set1_ps(x[c]), _mm512_load_ps(P + PANEL * k), a[k]); \
-        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                        \
-            _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                            \
-    }                                                                                              \
-    static void bf16_##G(float *y, const float *x, int cols, const uint32_t *P, int W) {          \
-        __m512 a[G], b[G];                                                                         \
-        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = b[k] = _mm512_setzero_ps();     \
-        int c = 0;                                                                                 \
-        for (; c + 1 < cols; c += 2, P += W) {                                                     \
-            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                       \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
-                a[k] = _mm512_fmadd_ps(x0, bf16_lo(v), a[k]);                                      \
-                b[k] = _mm512_fmadd_ps(x1, bf16_hi(v), b[k]);                                      \
-            }                                                                                      \
-        }                                                                                          \
-        if (c < cols)                                                                              \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                    \
-                a[k] = _mm512_fmadd_ps(_mm512_set1_ps(x[c]), bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k))), a[k]); \
-        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                        \
-            _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                            \
+#define KERNEL(G)                                                                                                      \
+    static void f32_##G(float *y, const float *x, int cols, const float *P, int W) {                                   \
+        __m512 a[G], b[G];                                                                                             \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = b[k] = _mm512_setzero_ps();                         \
+        int c = 0;                                                                                                     \
+        for (; c + 1 < cols; c += 2, P += 2 * W) {                                                                     \
+            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                                           \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
+                a[k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[k]);                                       \
+                b[k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[k]);                                   \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (c < cols)                                                                                                  \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] =                                                 \
+                _mm512_fmadd_ps(_mm512_set1_ps(x[c]), _mm512_load_ps(P + PANEL * k), a[k]);                            \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                                            \
+            _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                                                \
+    }                                                                                                                  \
+    static void bf16_##G(float *y, const float *x, int cols, const uint32_t *P, int W) {                               \
+        __m512 a[G], b[G];                                                                                             \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = b[k] = _mm512_setzero_ps();                         \
+        int c = 0;                                                                                                     \
+        for (; c + 1 < cols; c += 2, P += W) {                                                                         \
+            __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                                           \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
+                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                                          \
+                a[k] = _mm512_fmadd_ps(x0, bf16_lo(v), a[k]);                                                          \
+                b[k] = _mm512_fmadd_ps(x1, bf16_hi(v), b[k]);                                                          \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (c < cols)                                                                                                  \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) a[k] = _mm512_fmadd_ps(                                \
+                _mm512_set1_ps(x[c]), bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k))), a[k]);                \
+        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                                            \
+            _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                                                \
     }
-KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4)
+KERNEL(1)
+KERNEL(2) KERNEL(3) KERNEL(4)
 
 /* A tile of T tokens × G panels over columns [c0, c1) (c0 even): the same chains as
    above, carried between calls in A (even) and B (odd), [T][ACC] each, so that several
@@ -126,73 +130,72 @@ KERNEL(1) KERNEL(2) KERNEL(3) KERNEL(4)
    starts the chains at zero; the last leaves their sum in A. Meanwhile pfl cache
    lines from pf on are prefetched a column pair. */
 #define ACC (PANEL * BLOCK)
-#define TILE_CHAINS_IN(T, G)                                                                       \
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                            \
-        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                      \
-            a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);      \
-            b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);      \
-        }
-#define TILE_CHAINS_OUT(T, G)                                                                      \
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                            \
-        _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                      \
-            if (last) {                                                                            \
-                _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));        \
-            } else {                                                                               \
-                _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                                \
-                _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                                \
-            }                                                                                      \
-        }
-#define TILE(T, G)                                                                                 \
-    static void f32t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const float *P, int W, uintptr_t pf, int pfl) { \
-        __m512 a[T][G], b[T][G];                                                                   \
-        TILE_CHAINS_IN(T, G)                                                                       \
-        int c = c0;                                                                                \
-        P += (size_t)c0 * W;                                                                       \
-        for (; c + 1 < c1; c += 2, P += 2 * W, pf += 64 * pfl) {                                   \
-            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0); \
-            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                  \
-                __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
-                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                              \
-                    a[t][k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[t][k]);         \
-                    b[t][k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[t][k]);     \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        if (c < c1)                                                                                \
-            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                    \
-                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)                                \
-                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), _mm512_load_ps(P + PANEL * k), a[t][k]); \
-        TILE_CHAINS_OUT(T, G)                                                                      \
-    }                                                                                              \
-    static void bf16t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1, const uint32_t *P, int W, uintptr_t pf, int pfl) { \
-        __m512 a[T][G], b[T][G];                                                                   \
-        TILE_CHAINS_IN(T, G)                                                                       \
-        int c = c0;                                                                                \
-        P += (size_t)(c0 / 2) * W;                                                                 \
-        for (; c + 1 < c1; c += 2, P += W, pf += 64 * pfl) {                                       \
-            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0); \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                      \
-                __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                           \
-                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                              \
-                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
-                    b[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi, b[t][k]); \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        if (c < c1)                                                                                \
-            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                  \
-                __m512 lo = bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k)));             \
-                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)                                \
-                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]); \
-            }                                                                                      \
-        TILE_CHAINS_OUT(T, G)                                                                      \
+#define TILE_CHAINS_IN(T, G)                                                                                           \
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {          \
+        a[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(A + t * ACC + PANEL * k);                              \
+        b[t][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(B + t * ACC + PANEL * k);                              \
     }
-/* tiles of 1-3 tokens × a whole block (24 chains at most) */
-TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
-TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+#define TILE_CHAINS_OUT(T, G)                                                                                          \
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {          \
+        if (last) {                                                                                                    \
+            _mm512_storeu_ps(A + t * ACC + PANEL * k, _mm512_add_ps(a[t][k], b[t][k]));                                \
+        } else {                                                                                                       \
+            _mm512_storeu_ps(A + t * ACC + PANEL * k, a[t][k]);                                                        \
+            _mm512_storeu_ps(B + t * ACC + PANEL * k, b[t][k]);                                                        \
+        }                                                                                                              \
+    }
+#define TILE(T, G)                                                                                                     \
+    static void f32t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1,      \
+                               const float *P, int W, uintptr_t pf, int pfl) {                                         \
+        __m512 a[T][G], b[T][G];                                                                                       \
+        TILE_CHAINS_IN(T, G)                                                                                           \
+        int c = c0;                                                                                                    \
+        P += (size_t)c0 * W;                                                                                           \
+        for (; c + 1 < c1; c += 2, P += 2 * W, pf += 64 * pfl) {                                                       \
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);                      \
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                                      \
+                __m512 x0 = _mm512_set1_ps(x[(size_t)t * cols + c]), x1 = _mm512_set1_ps(x[(size_t)t * cols + c + 1]); \
+                _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                  \
+                    a[t][k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[t][k]);                             \
+                    b[t][k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[t][k]);                         \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (c < c1)                                                                                                    \
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) _Pragma("GCC unroll 8") for (int k = 0; k < G; k++)    \
+                a[t][k] =                                                                                              \
+                    _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), _mm512_load_ps(P + PANEL * k), a[t][k]);  \
+        TILE_CHAINS_OUT(T, G)                                                                                          \
+    }                                                                                                                  \
+    static void bf16t_##T##_##G(float *A, float *B, int first, int last, const float *x, int cols, int c0, int c1,     \
+                                const uint32_t *P, int W, uintptr_t pf, int pfl) {                                     \
+        __m512 a[T][G], b[T][G];                                                                                       \
+        TILE_CHAINS_IN(T, G)                                                                                           \
+        int c = c0;                                                                                                    \
+        P += (size_t)(c0 / 2) * W;                                                                                     \
+        for (; c + 1 < c1; c += 2, P += W, pf += 64 * pfl) {                                                           \
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T0);                      \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
+                __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                                          \
+                __m512 lo = bf16_lo(v), hi = bf16_hi(v);                                                               \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {                                                  \
+                    a[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]);                   \
+                    b[t][k] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c + 1]), hi, b[t][k]);               \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (c < c1) _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                              \
+                __m512 lo = bf16_lo(_mm512_load_si512((const void *)(P + PANEL * k)));                                 \
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) a[t][k] =                                          \
+                    _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * cols + c]), lo, a[t][k]);                             \
+            }                                                                                                          \
+        TILE_CHAINS_OUT(T, G)                                                                                          \
+    }
+    /* tiles of 1-3 tokens × a whole block (24 chains at most) */
+    TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2)
+        TILE(3, 3) TILE(3, 4)
 
-typedef void (*KF32)(float *, const float *, int, const float *, int);
+            typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
 static const KF32 K_F32[BLOCK + 1] = {0, f32_1, f32_2, f32_3, f32_4};
 static const KBF16 K_BF16[BLOCK + 1] = {0, bf16_1, bf16_2, bf16_3, bf16_4};
@@ -205,8 +208,8 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
                                    {0, bf16t_2_1, bf16t_2_2, bf16t_2_3, bf16t_2_4},
                                    {0, bf16t_3_1, bf16t_3_2, bf16t_3_3, bf16t_3_4}};
 
-#define GROUP 12          /* tokens that share one pass over a block */
-#define CHUNK_BYTES 8192  /* a block's columns are taken a chunk at a time, well inside L1 */
+#define GROUP 12               /* tokens that share one pass over a block */
+#define CHUNK_BYTES 8192       /* a block's columns are taken a chunk at a time, well inside L1 */
 #define CACHED_BYTES (1 << 20) /* matrices up to this size are left to the caches, unchunked */
 
 /* tokens [t0, t0+nt) of block b. Tiles of up to 3 tokens take turns on a chunk of
@@ -240,8 +243,12 @@ static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
         for (int t = 0, T; t < nt; t += T, pf += (size_t)(chunk / 2) * pfl * 64) {
             const float *x = j->x + (size_t)(t0 + t) * j->cols;
             T = tile_size(nt - t);
-            if (j->wt == WT_F32) T_F32[T - 1][G](A + t * ACC, B + t * ACC, first, last, x, j->cols, c0, c1, (const float *)P, W, pf, pfl);
-            else T_BF16[T - 1][G](A + t * ACC, B + t * ACC, first, last, x, j->cols, c0, c1, (const uint32_t *)P, W, pf, pfl);
+            if (j->wt == WT_F32)
+                T_F32[T - 1][G](A + t * ACC, B + t * ACC, first, last, x, j->cols, c0, c1, (const float *)P, W, pf,
+                                pfl);
+            else
+                T_BF16[T - 1][G](A + t * ACC, B + t * ACC, first, last, x, j->cols, c0, c1, (const uint32_t *)P, W, pf,
+                                 pfl);
         }
     }
     for (int t = 0; t < nt; t++) memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, A + t * ACC, sizeof(float) * nr);
@@ -317,10 +324,10 @@ typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void 
         chains(y, ys, x, xs, cols, P, W, BF16, T, NP);                                                                 \
     }
 CHAINS(f32_1x1, 0, 1, 1)
-CHAINS(f32_1x2, 0, 1, 2) CHAINS(f32_2x1, 0, 2, 1) CHAINS(bf16_1x1, 1, 1, 1) CHAINS(bf16_1x2, 1, 1, 2)
-    CHAINS(bf16_2x1, 1, 2, 1)
+CHAINS(f32_1x2, 0, 1, 2)
+CHAINS(f32_2x1, 0, 2, 1) CHAINS(bf16_1x1, 1, 1, 1) CHAINS(bf16_1x2, 1, 1, 2) CHAINS(bf16_2x1, 1, 2, 1)
 
-        static void matmul_blocks(void *ctx, int bb, int be) {
+    static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
     _Alignas(64) float out[2][PANEL * BLOCK]; /* a block's rows for two tokens, before the tail cut */
     int bf = j->wt == WT_BF16;

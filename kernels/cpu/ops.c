@@ -41,7 +41,8 @@ static void rope_row(float *v, int n_heads, int hd, const float *c, const float 
         __m512i vi = _mm512_loadu_si512(idx);
         for (; i + 16 <= n; i += 16) {
             __m512 x = _mm512_loadu_ps(v + i);
-            _mm512_storeu_ps(v + i, _mm512_add_ps(_mm512_mul_ps(x, vc), _mm512_mul_ps(_mm512_permutexvar_ps(vi, x), vs)));
+            _mm512_storeu_ps(v + i,
+                             _mm512_add_ps(_mm512_mul_ps(x, vc), _mm512_mul_ps(_mm512_permutexvar_ps(vi, x), vs)));
         }
     } else if (half % 16 == 0) { /* the partner is the vector half a head away */
         for (int h = 0; h < n_heads; h++, i += hd)
@@ -101,7 +102,8 @@ static inline __m512 silu_ps(__m512 x) {
 void k_silu_mul(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(silu_ps(_mm512_maskz_loadu_ps(m, a + i)), _mm512_maskz_loadu_ps(m, b + i)));
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_mul_ps(silu_ps(_mm512_maskz_loadu_ps(m, a + i)), _mm512_maskz_loadu_ps(m, b + i)));
     }
 }
 void k_silu(float *y, const float *x, size_t n) {
@@ -205,7 +207,6 @@ float k_softmax(float *x, int n) {
     return mx;
 }
 #endif
-
 
 typedef struct {
     const float *x;

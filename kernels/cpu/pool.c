@@ -12,7 +12,7 @@
 #define SPIN_ROUNDS 2000
 
 static struct {
-    int n;                       /* threads including the caller */
+    int n; /* threads including the caller */
     pthread_t tid[MAX_THREADS];
     atomic_int gen, done, quit;
     PoolFn fn;
@@ -39,11 +39,13 @@ static void *worker(void *arg) {
         int g, spins = 0;
         while ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen) {
             if (atomic_load(&P.quit)) return NULL;
-            if (++spins < SPIN_ROUNDS) { _mm_pause(); continue; }
+            if (++spins < SPIN_ROUNDS) {
+                _mm_pause();
+                continue;
+            }
             pthread_mutex_lock(&P.mu);
             atomic_fetch_add(&P.sleepers, 1);
-            while (atomic_load(&P.gen) == seen && !atomic_load(&P.quit))
-                pthread_cond_wait(&P.cv, &P.mu);
+            while (atomic_load(&P.gen) == seen && !atomic_load(&P.quit)) pthread_cond_wait(&P.cv, &P.mu);
             atomic_fetch_sub(&P.sleepers, 1);
             pthread_mutex_unlock(&P.mu);
             spins = 0;

@@ -61,7 +61,8 @@ static float quantize_x(uint8_t *ux, const float *x, int cols) {
     int c = 0;
 #if defined(__AVX512F__)
     __m512 m = _mm512_setzero_ps();
-    for (; c + 16 <= cols; c += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + c)), m); /* NaN: kept out, as below */
+    for (; c + 16 <= cols; c += 16)
+        m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + c)), m); /* NaN: kept out, as below */
     mx = _mm512_reduce_max_ps(m);
 #endif
     for (; c < cols; c++) mx = fabsf(x[c]) > mx ? fabsf(x[c]) : mx;
@@ -83,7 +84,8 @@ static float quantize_x(uint8_t *ux, const float *x, int cols) {
 /* one panel's rows from their integer sums a: out[QPANEL] = sx · scale · (a − 128 sum) */
 static inline void panel_out(float *out, __m512i a, float sx, const float *scale, const int32_t *sum) {
     __m512i d = _mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_loadu_si512((const void *)sum), 7));
-    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(sx), _mm512_loadu_ps(scale)), _mm512_cvtepi32_ps(d)));
+    _mm512_storeu_ps(out,
+                     _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(sx), _mm512_loadu_ps(scale)), _mm512_cvtepi32_ps(d)));
 }
 #endif
 
@@ -111,7 +113,8 @@ static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int n
     /* u8 and s8 widened to 16 bits, so that madd's pair sums are exact (maddubs would
        saturate); a row's two pair sums land side by side and are added at the end */
     for (int i = 0; i < QGROUP; i++, panel += stride) {
-        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
         for (int c = 0; c < nq; c++) {
             const int8_t *w = panel + (size_t)c * QPANEL * 4;
             uint64_t xq = (uint64_t)ux[4 * c] | (uint64_t)ux[4 * c + 1] << 16 | (uint64_t)ux[4 * c + 2] << 32 |
@@ -125,7 +128,8 @@ static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int n
         int32_t pair[2 * QPANEL];
         for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(pair + 8 * k), acc[k]);
         for (int q = 0; q < QPANEL; q++)
-            out[i * QPANEL + q] = sx * scale[i * QPANEL + q] * (float)(pair[2 * q] + pair[2 * q + 1] - 128 * sum[i * QPANEL + q]);
+            out[i * QPANEL + q] =
+                sx * scale[i * QPANEL + q] * (float)(pair[2 * q] + pair[2 * q + 1] - 128 * sum[i * QPANEL + q]);
     }
 #else
     for (int i = 0; i < QGROUP; i++, panel += stride)

@@ -9,7 +9,11 @@
 /* the length of the valid sequence starting at s (n bytes left), 0 when invalid,
    -1 when it is cut short by the end */
 static int seq_len(const unsigned char *s, size_t n) {
-    int len = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3 : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
+    int len = s[0] < 0x80                   ? 1
+              : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+              : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+              : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
+                                            : 0;
     for (int i = 1; i < len; i++) {
         if ((size_t)i >= n) return -1;
         if ((s[i] & 0xc0) != 0x80) return 0;

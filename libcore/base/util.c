@@ -115,7 +115,10 @@ static int read_stream(FILE *f, const char *path, char **data, size_t *n) {
     for (;;) {
         if (len == cap) {
             char *nb = pd_realloc(buf, 2 * cap + 1);
-            if (!nb) { free(buf); return -1; }
+            if (!nb) {
+                free(buf);
+                return -1;
+            }
             buf = nb;
             cap *= 2;
         }
@@ -160,7 +163,10 @@ int pd_gunzip(const void *gz, size_t n, char **out, size_t *out_n, const char *w
     while (!rc) {
         if (len == cap) {
             char *nb = cap * 2 > MAX_INFLATED ? NULL : pd_realloc(buf, cap * 2 + 1);
-            if (!nb) { rc = pd_error("%s: inflates to more than %zu bytes", what, cap); break; }
+            if (!nb) {
+                rc = pd_error("%s: inflates to more than %zu bytes", what, cap);
+                break;
+            }
             buf = nb;
             cap *= 2;
         }
@@ -175,7 +181,7 @@ int pd_gunzip(const void *gz, size_t n, char **out, size_t *out_n, const char *w
         len += ao - z.avail_out;
         if (zr == Z_STREAM_END) {
             if (used == n) break;
-            inflateReset(&z); /* another member follows */
+            inflateReset(&z);                                        /* another member follows */
         } else if (zr != Z_OK && !(zr == Z_BUF_ERROR && len == cap)) /* stuck with room left: input ended */
             rc = pd_error("%s: corrupt or truncated gzip data", what);
     }
@@ -276,8 +282,7 @@ int atomic_commit(AtomicFile *af) {
     if (bad) {
         remove(af->tmp);
         pd_error("%s: write failed: %s", af->path, strerror(e));
-    } else
-        sync_dir(af->path);
+    } else sync_dir(af->path);
     free(af->path);
     free(af->tmp);
     af->path = af->tmp = NULL;
@@ -338,13 +343,12 @@ void progress_step(Progress *p, int64_t done) {
     char bar[64];
     for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
     bar[w] = 0;
-    fprintf(stderr, "\r%s [%s] %lld/%lld %.1f/s ETA %.0fs ", p->what, bar, (long long)done,
-            (long long)p->total, rate, eta);
+    fprintf(stderr, "\r%s [%s] %lld/%lld %.1f/s ETA %.0fs ", p->what, bar, (long long)done, (long long)p->total, rate,
+            eta);
 }
 
 void progress_end(Progress *p) {
     double dt = pd_now() - p->t0;
     if (p->tty) fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "%s: %lld done in %.2fs (%.1f/s)\n", p->what, (long long)p->done, dt,
-            p->done / (dt + 1e-9));
+    fprintf(stderr, "%s: %lld done in %.2fs (%.1f/s)\n", p->what, (long long)p->done, dt, p->done / (dt + 1e-9));
 }

@@ -22,10 +22,10 @@
 #define MAX_ACTIVE 34 /* max_pending (≤ 32) + the youngest + one spare */
 
 typedef struct {
-    int32_t token;  /* the position's input token */
+    int32_t token; /* the position's input token */
     int pos;
-    int layer;      /* next layer to run */
-    int head;       /* head that emitted the next token early, -1 when none */
+    int layer; /* next layer to run */
+    int head;  /* head that emitted the next token early, -1 when none */
 } AdaSlot;
 
 /* per-head bookkeeping for the controller that stops exits that do not pay */
@@ -42,13 +42,13 @@ typedef struct {
     float gamma;
     int max_pending;
     AdaSlot a[MAX_ACTIVE];
-    int n;                   /* active positions */
-    float *h;                /* [MAX_ACTIVE][dim] hidden states, in active order */
-    float *q;                /* [MAX_ACTIVE][vocab] head distributions (sampling) */
-    float *hl;               /* [vocab] head logits scratch */
+    int n;     /* active positions */
+    float *h;  /* [MAX_ACTIVE][dim] hidden states, in active order */
+    float *q;  /* [MAX_ACTIVE][vocab] head distributions (sampling) */
+    float *hl; /* [vocab] head logits scratch */
     HeadStat stat[MAX_EXIT_HEADS];
-    double head_cost;        /* a head check in layer-equivalents of work */
-    uint64_t rng;            /* the oracle's coin */
+    double head_cost; /* a head check in layer-equivalents of work */
+    uint64_t rng;     /* the oracle's coin */
     int done;
 } Ada;
 
@@ -242,8 +242,8 @@ typedef struct {
 } AdaOptions;
 
 static const MethodOption ada_options[] = {
-    {"gamma", OPT_FLOAT, 1e-6, 1, "G", "0.75", "exit at a head whose top probability is ≥ G", offsetof(AdaOptions, gamma),
-     0, NULL},
+    {"gamma", OPT_FLOAT, 1e-6, 1, "G", "0.75", "exit at a head whose top probability is ≥ G",
+     offsetof(AdaOptions, gamma), 0, NULL},
     {"max-pending", OPT_INT, 1, MAX_ACTIVE - 2, "K", "5", "unverified early tokens at most",
      offsetof(AdaOptions, max_pending), 0, NULL},
 };
@@ -253,10 +253,15 @@ static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **s
     const AdaOptions *o = d->mopt ? d->mopt : &ada_none;
     Ada *s = pd_alloc(sizeof *s);
     if (!(*state = s)) return -1;
-    *s = (Ada){.d = d, .heads = d->opt.heads, .L = d->m->c.n_layers, .dim = d->m->c.dim,
-               .vocab = d->m->c.vocab_size, .n_prompt = n_prompt,
+    *s = (Ada){.d = d,
+               .heads = d->opt.heads,
+               .L = d->m->c.n_layers,
+               .dim = d->m->c.dim,
+               .vocab = d->m->c.vocab_size,
+               .n_prompt = n_prompt,
                .gamma = o->gamma > 0 ? o->gamma : 0.75f,
-               .max_pending = o->max_pending > 0 ? o->max_pending : 5, .rng = 0x2545F4914F6CDD1Dull};
+               .max_pending = o->max_pending > 0 ? o->max_pending : 5,
+               .rng = 0x2545F4914F6CDD1Dull};
     if (s->max_pending > MAX_ACTIVE - 2) s->max_pending = MAX_ACTIVE - 2;
     const Config *c = &d->m->c;
     double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
@@ -293,7 +298,14 @@ static void ada_finish(DecodeCtx *d, void *state) {
     free(s);
 }
 
-const DecodeMethod method_adadecode = {
-    .name = "adadecode", .summary = "early exits at confident heads, deferred layers batched, verified",
-    .options = ada_options, .n_options = sizeof ada_options / sizeof ada_options[0], .options_size = sizeof(AdaOptions),
-    .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1, .begin = ada_begin, .step = ada_run_step, .finish = ada_finish};
+const DecodeMethod method_adadecode = {.name = "adadecode",
+                                       .summary = "early exits at confident heads, deferred layers batched, verified",
+                                       .options = ada_options,
+                                       .n_options = sizeof ada_options / sizeof ada_options[0],
+                                       .options_size = sizeof(AdaOptions),
+                                       .needs = NEEDS_EXIT_HEADS,
+                                       .samples = 1,
+                                       .oracle = 1,
+                                       .begin = ada_begin,
+                                       .step = ada_run_step,
+                                       .finish = ada_finish};

@@ -54,17 +54,17 @@
 #define PROBE_MAX 256
 #define EMA_TOK 0.1
 #define EMA_COST 0.1
-#define DECAY 0.97      /* of the cost line's sums, per round */
+#define DECAY 0.97 /* of the cost line's sums, per round */
 #define OUTLIER 1.25
 #define HOPE 0.2
-#define CHEAP 1.35      /* a round under this many plain steps is cheap to look at */
-#define BUDGET 0.01     /* of the time, what the probes of a drafter that does not pay may lose */
-#define PLAIN_FIRST 3   /* plain rounds whose least time is taken, before averaging */
+#define CHEAP 1.35    /* a round under this many plain steps is cheap to look at */
+#define BUDGET 0.01   /* of the time, what the probes of a drafter that does not pay may lose */
+#define PLAIN_FIRST 3 /* plain rounds whose least time is taken, before averaging */
 
 typedef struct {
-    double gain[N_BUCKETS];/* tokens a round of bucket b keeps beyond what bucket b-1's
+    double gain[N_BUCKETS]; /* tokens a round of bucket b keeps beyond what bucket b-1's
                               prefix of it keeps, on average */
-    double size[N_BUCKETS];/* nodes a round of bucket b runs, on average (drafters often
+    double size[N_BUCKETS]; /* nodes a round of bucket b runs, on average (drafters often
                               propose fewer than the bucket allows) */
     int seen[N_BUCKETS];
     double cost[N_BUCKETS];      /* plain steps a round of bucket b took, on average */
@@ -72,11 +72,11 @@ typedef struct {
     double sw, sn, snn, st, snt; /* decayed sums for the drafting rounds' cost line */
     double plain;                /* seconds of a plain step, on average: the unit of cost */
     int n_plain;                 /* plain rounds timed */
-    int cur, top;   /* the bucket in use, the largest allowed */
-    long round, next; /* rounds so far, the next probe */
-    double look;    /* seconds of the first look, kept until a plain step gives the unit */
+    int cur, top;                /* the bucket in use, the largest allowed */
+    long round, next;            /* rounds so far, the next probe */
+    double look;                 /* seconds of the first look, kept until a plain step gives the unit */
     int look_b, look_n, look_kept, look_best;
-    int fixed;      /* verify the whole proposal, always (benchmarks, tests) */
+    int fixed; /* verify the whole proposal, always (benchmarks, tests) */
 } Sizer;
 
 static void sizer_init(Sizer *z, int fixed) {
@@ -128,8 +128,8 @@ static int best_bucket(const Sizer *z) {
 
 static int sizer_pick(Sizer *z) {
     if (z->fixed) return z->top;
-    if (z->round == 0) return 1;                        /* 2 nodes: a cheap first look */
-    if (z->round == 1) return 0;                        /* a plain step: the unit of cost */
+    if (z->round == 0) return 1;                                               /* 2 nodes: a cheap first look */
+    if (z->round == 1) return 0;                                               /* a plain step: the unit of cost */
     if (z->round == 2 && z->top >= 2 && sizer_cost(z, 1, 2) < CHEAP) return 2; /* cheap: 4 nodes */
     if (z->round < z->next) return z->cur;
     int up = z->cur ? z->cur + 2 : 1; /* from plain steps, the cheapest drafting round */
@@ -220,7 +220,8 @@ static void sizer_update(Sizer *z, int b, int n_path, int best, int n, double se
    itself at once; only what rounds cost still needs rounds of each size. */
 #define SHADOW_BUCKET 6
 #define SHADOW_NODES (1 << SHADOW_BUCKET)
-#define SHADOWS SHADOW_NODES /* a round adds one and emits a token at least, so a tree is
+#define SHADOWS                                                                                                        \
+    SHADOW_NODES /* a round adds one and emits a token at least, so a tree is
                                 decided within SHADOW_NODES - 1 rounds */
 
 typedef struct {
@@ -280,10 +281,10 @@ static void shadows_settle(Shadows *sh, Sizer *z, const DecodeCtx *d) {
 
 typedef struct {
     DraftTree t;
-    float *hid;   /* [2*MAX_TREE][dim] tree nodes, then side nodes */
-    float *lg;    /* [2*MAX_TREE][vocab] logits, then probabilities (sampling) */
-    float *res;   /* [vocab] the residual distribution */
-    uint8_t *mask;/* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
+    float *hid;    /* [2*MAX_TREE][dim] tree nodes, then side nodes */
+    float *lg;     /* [2*MAX_TREE][vocab] logits, then probabilities (sampling) */
+    float *res;    /* [vocab] the residual distribution */
+    uint8_t *mask; /* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
     int32_t tok[2 * MAX_TREE], pos[2 * MAX_TREE], seq[2 * MAX_TREE];
     int path[MAX_TREE];
     const float *kept[MAX_TREE]; /* logprobs: the raw logits each path node's successor came from */
@@ -313,8 +314,10 @@ static void round_free(Round *r) {
 static int tree_check(DraftTree *t, int max_depth, int V) {
     t->depth[0] = 0;
     for (int i = 1; i < t->n; i++) {
-        if (t->parent[i] < 0 || t->parent[i] >= i) return pd_error("drafter: node %d's parent %d does not come before it", i, t->parent[i]);
-        if (t->token[i] < 0 || t->token[i] >= V) return pd_error("drafter: node %d's token %d is outside the vocabulary", i, t->token[i]);
+        if (t->parent[i] < 0 || t->parent[i] >= i)
+            return pd_error("drafter: node %d's parent %d does not come before it", i, t->parent[i]);
+        if (t->token[i] < 0 || t->token[i] >= V)
+            return pd_error("drafter: node %d's token %d is outside the vocabulary", i, t->token[i]);
         t->depth[i] = t->depth[t->parent[i]] + 1;
         if (t->depth[i] > max_depth) return pd_error("drafter: node %d is deeper than the %d allowed", i, max_depth);
     }

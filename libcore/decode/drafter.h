@@ -26,20 +26,22 @@
 
 /* the drafter loop's own option, listed by every drafter method */
 #define DRAFTER_OPTIONS                                                                                                \
-    {"fixed-tree", OPT_SWITCH, 0, 0, NULL, NULL, "verify the whole proposal every round (no size controller)",        \
-     offsetof(MethodShared, fixed_tree), 1, NULL}
+    {                                                                                                                  \
+        "fixed-tree", OPT_SWITCH, 0, 0, NULL, NULL, "verify the whole proposal every round (no size controller)",      \
+            offsetof(MethodShared, fixed_tree), 1, NULL                                                                \
+    }
 
 #define MAX_TREE 128 /* nodes a round verifies at most, the root included (side nodes apart) */
 _Static_assert(2 * MAX_TREE <= MAX_ROUND_NODES, "a round's tree and side nodes are counted in rounds_by_nodes");
 
 typedef struct {
-    int n;                    /* nodes; node 0 is the root */
-    int32_t token[MAX_TREE];  /* node 0: the last accepted token x, at position P, not yet run */
-    int32_t parent[MAX_TREE]; /* parent[i] < i; parent[0] = -1 */
-    int32_t depth[MAX_TREE];  /* filled by drafter_step: node i sits at P + depth[i] */
-    float *q;                 /* [MAX_TREE][vocab] sampling: row i = the distribution node i's
+    int n;                     /* nodes; node 0 is the root */
+    int32_t token[MAX_TREE];   /* node 0: the last accepted token x, at position P, not yet run */
+    int32_t parent[MAX_TREE];  /* parent[i] < i; parent[0] = -1 */
+    int32_t depth[MAX_TREE];   /* filled by drafter_step: node i sits at P + depth[i] */
+    float *q;                  /* [MAX_TREE][vocab] sampling: row i = the distribution node i's
                                  token was drawn from, when sampled[i] */
-    uint8_t sampled[MAX_TREE];/* 0: a deterministic draft (a point mass at token[i]) */
+    uint8_t sampled[MAX_TREE]; /* 0: a deterministic draft (a point mass at token[i]) */
     /* side nodes (lookahead's Jacobi window): n_side more nodes after the tree, run in
        the same call but never kept; side node i is at position side_pos[i] and sees
        the committed context plus the batch nodes j < n + i with side_mask[i][j] set */

@@ -14,22 +14,22 @@
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
 struct Job {
-    int32_t *ctx;        /* [n_prompt + max_new] the prompt, then the generated tokens */
+    int32_t *ctx; /* [n_prompt + max_new] the prompt, then the generated tokens */
     int n_prompt, n_ctx, max_new;
     Sampler sampler;
     const DecodeMethod *method; /* NULL: standard steps only */
-    int seq, n_kv;       /* its KV sequence (-1: none yet) and the positions it holds */
-    int blocks;          /* pool blocks held back for it from admission to its end */
+    int seq, n_kv;              /* its KV sequence (-1: none yet) and the positions it holds */
+    int blocks;                 /* pool blocks held back for it from admission to its end */
     int state, cancelled, refs, waited;
     Engine *engine;
-    DecodeCtx dc;        /* method mode: its method's generation, stepped by the scheduler */
+    DecodeCtx dc; /* method mode: its method's generation, stepped by the scheduler */
     DecodeRun gen;
     int gen_on;
     TokenLogprob *lp;                     /* [n_prompt + max_new] by position, or NULL */
     int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
     int lp_lost;                          /* a method could not keep a token's logits */
     const char *finish;
-    Job *next;           /* the queue's order */
+    Job *next; /* the queue's order */
 };
 
 #define MAX_PARALLEL 256
@@ -44,19 +44,19 @@ struct Engine {
     pthread_cond_t work, out; /* the step thread waits on work, readers on out */
     pthread_t thread;
     int quit;
-    int aborting;             /* engine_abort: every job ends, new ones end at once */
-    Job *head, *tail;         /* the queue */
-    Job *run[MAX_PARALLEL];   /* the running batch */
-    int n_run, committed;     /* blocks held back for the running jobs */
+    int aborting;           /* engine_abort: every job ends, new ones end at once */
+    Job *head, *tail;       /* the queue */
+    Job *run[MAX_PARALLEL]; /* the running batch */
+    int n_run, committed;   /* blocks held back for the running jobs */
     EngineStats st;
     int64_t rate[RATE_SECS], rate_sec[RATE_SECS]; /* generated tokens per second, a ring */
     /* step buffers: up to parallel + prefill_chunk tokens */
     int cap;
-    int32_t *tok, *pos, *seq; /* [cap] */
-    float *hidden;            /* [cap][dim] */
-    float *rows, *logits;     /* [cap][dim], [cap][vocab] */
-    float *raw;               /* [vocab] a row's logits before sampling changes them */
-    Job **row_job;            /* [cap] the job whose token at row_pos a row's logits give: */
+    int32_t *tok, *pos, *seq;  /* [cap] */
+    float *hidden;             /* [cap][dim] */
+    float *rows, *logits;      /* [cap][dim], [cap][vocab] */
+    float *raw;                /* [vocab] a row's logits before sampling changes them */
+    Job **row_job;             /* [cap] the job whose token at row_pos a row's logits give: */
     int32_t *row_at, *row_pos; /* its next (sampled), or a prompt token's (logprobs); the */
     int32_t *row_tok;          /* batch row they come from, the token sampled */
 };
@@ -195,7 +195,8 @@ static int gather(Engine *e, int *take, int *n_rows) {
 static int step(Engine *e) {
     int take[MAX_PARALLEL], n_rows, dim = e->m->c.dim;
     for (int i = 0; i < e->n_run; i++)
-        if (e->run[i]->seq < 0 && (e->run[i]->seq = kv_seq_new(&e->kv)) < 0) return pd_error("serve: no free KV sequence");
+        if (e->run[i]->seq < 0 && (e->run[i]->seq = kv_seq_new(&e->kv)) < 0)
+            return pd_error("serve: no free KV sequence");
     int n = gather(e, take, &n_rows);
     Batch b = {n, e->tok, e->seq, e->pos, NULL, NULL};
     if (n && forward_layers(e->fwd, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
@@ -357,7 +358,8 @@ static void free_buffers(Engine *e) {
 }
 
 Engine *engine_new(Model *m, const EngineOptions *o) {
-    if (o->parallel < 1 || o->parallel > MAX_PARALLEL) return pd_error("--parallel must be in [1, %d]", MAX_PARALLEL), NULL;
+    if (o->parallel < 1 || o->parallel > MAX_PARALLEL)
+        return pd_error("--parallel must be in [1, %d]", MAX_PARALLEL), NULL;
     Engine *e = pd_alloc(sizeof *e);
     if (!e) return NULL;
     e->m = m;
@@ -420,7 +422,8 @@ int engine_method_ok(const Engine *e, const char *name) {
     if ((dm->needs & NEEDS_EXIT_HEADS) && !o->heads)
         return pd_error("method '%s' needs exit heads, and the loaded model has none (serve a bundle with them)", name);
     if ((dm->needs & NEEDS_MEDUSA) && !o->medusa)
-        return pd_error("method '%s' needs Medusa heads, and the loaded model has none (serve a bundle with them)", name);
+        return pd_error("method '%s' needs Medusa heads, and the loaded model has none (serve a bundle with them)",
+                        name);
     if ((dm->needs & NEEDS_DRAFT) && !o->draft)
         return pd_error("method '%s' needs a draft model (serve --draft MODEL)", name);
     return 0;
@@ -429,7 +432,9 @@ int engine_method_ok(const Engine *e, const char *name) {
 Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o) {
     if (n_prompt < 1) return pd_error("the prompt is empty"), NULL;
     if (n_prompt >= e->o.ctx)
-        return pd_error("the prompt is %d tokens; the context holds %d (prompt and answer together)", n_prompt, e->o.ctx), NULL;
+        return pd_error("the prompt is %d tokens; the context holds %d (prompt and answer together)", n_prompt,
+                        e->o.ctx),
+               NULL;
     if (engine_method_ok(e, o->method)) return NULL;
     if (o->logprobs > JOB_MAX_TOP)
         return pd_error("logprobs: %d alternatives asked, %d at most", o->logprobs, JOB_MAX_TOP), NULL;
@@ -454,7 +459,9 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     if (j->blocks > e->kv.n_blocks) {
         int b = j->blocks;
         job_unref(j), job_unref(j);
-        return pd_error("the request needs %d KV blocks; the pool has %d (start serve with more --kv-blocks)", b, e->kv.n_blocks), NULL;
+        return pd_error("the request needs %d KV blocks; the pool has %d (start serve with more --kv-blocks)", b,
+                        e->kv.n_blocks),
+               NULL;
     }
     pthread_mutex_lock(&e->mu);
     if (e->aborting) { /* the server is stopping: the job is over before it starts */
@@ -499,8 +506,7 @@ void job_cancel(Engine *e, Job *j) {
         if (e->tail == j) e->tail = prev;
         j->state = JOB_DONE, j->finish = "cancelled";
         job_unref(j);
-    } else
-        j->cancelled = 1;
+    } else j->cancelled = 1;
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
 }

@@ -17,16 +17,16 @@
 #include "decode/method.h"
 
 typedef struct {
-    int parallel;        /* requests in the running batch at most */
-    int ctx;             /* positions per request (prompt + answer) at most */
-    int kv_blocks;       /* KV pool, in blocks of block_size positions */
+    int parallel;  /* requests in the running batch at most */
+    int ctx;       /* positions per request (prompt + answer) at most */
+    int kv_blocks; /* KV pool, in blocks of block_size positions */
     int block_size;
-    int prefill_chunk;   /* prompt tokens a step takes at most, all requests together */
-    int continuous;      /* 0: a batch is formed when none runs and runs to its end
+    int prefill_chunk;  /* prompt tokens a step takes at most, all requests together */
+    int continuous;     /* 0: a batch is formed when none runs and runs to its end
                             (static batching, the load benchmark's baseline) */
-    int spec_max_batch;  /* methods run while the batch holds at most this many requests,
+    int spec_max_batch; /* methods run while the batch holds at most this many requests,
                             all with a method (0: never) */
-    MethodShared opt;    /* what the methods take (heads, a draft model); each runs with its defaults */
+    MethodShared opt;   /* what the methods take (heads, a draft model); each runs with its defaults */
 } EngineOptions;
 
 typedef struct Engine Engine;
@@ -34,14 +34,14 @@ typedef struct Job Job;
 
 typedef struct {
     int running, queued;
-    int kv_used, kv_free;         /* blocks */
+    int kv_used, kv_free; /* blocks */
     int64_t requests, prompt_tokens, gen_tokens, method_tokens, steps;
-    int64_t waited;               /* requests that found no room and waited in the queue */
-    double tok_per_s;             /* generated tokens a second over the last ten seconds */
+    int64_t waited;   /* requests that found no room and waited in the queue */
+    double tok_per_s; /* generated tokens a second over the last ten seconds */
 } EngineStats;
 
 Engine *engine_new(Model *m, const EngineOptions *o); /* NULL + message */
-void engine_free(Engine *e);                         /* cancels what still runs */
+void engine_free(Engine *e);                          /* cancels what still runs */
 /* can this engine run the method? (its heads or draft model are loaded); -1 + message */
 int engine_method_ok(const Engine *e, const char *method);
 #define JOB_MAX_TOP 20 /* alternatives a token's logprobs name at most (OpenAI's chat limit) */
@@ -78,8 +78,8 @@ const int32_t *job_tokens(const Job *j); /* [n_prompt + generated]: stable once 
    method gives the numbers standard decoding gives (the same logits, bit for bit) */
 const TokenLogprob *job_logprobs(const Job *j);
 int job_prompt_len(const Job *j);
-void job_cancel(Engine *e, Job *j);      /* the client is gone: stop, free its blocks */
-void job_release(Engine *e, Job *j);     /* the caller is done with j (after the end or a cancel) */
+void job_cancel(Engine *e, Job *j);  /* the client is gone: stop, free its blocks */
+void job_release(Engine *e, Job *j); /* the caller is done with j (after the end or a cancel) */
 /* the server is stopping: every job, queued, running or submitted later, ends with
    finish "abort" (what it generated so far stays readable) */
 void engine_abort(Engine *e);

@@ -46,17 +46,17 @@ typedef struct {
 
 typedef struct {
     int V, W, N, G, adaptive, wmax;
-    int w;                                /* columns in use (W unless adaptive) */
-    int lv[LOOK_MAX_WINDOW];                   /* levels each column holds, 1..N-1 */
+    int w;                                            /* columns in use (W unless adaptive) */
+    int lv[LOOK_MAX_WINDOW];                          /* levels each column holds, 1..N-1 */
     int32_t win[LOOK_MAX_NGRAM - 1][LOOK_MAX_WINDOW]; /* win[j][i]: column i, level j (oldest first) */
-    int top[LOOK_MAX_WINDOW];                  /* side index of each column's top level, when it ran */
-    int ran;                              /* columns the last proposal ran */
-    PoolKey **pool;                       /* [vocab] allocated on first use */
-    int32_t *text;                        /* [n_prompt + max_new] prompt, then output */
+    int top[LOOK_MAX_WINDOW];                         /* side index of each column's top level, when it ran */
+    int ran;                                          /* columns the last proposal ran */
+    PoolKey **pool;                                   /* [vocab] allocated on first use */
+    int32_t *text;                                    /* [n_prompt + max_new] prompt, then output */
     int len, n_prompt;
-    int streak;                           /* --adaptive: > 0 rounds that held, < 0 that failed */
-    uint64_t rng;                         /* the window's first guesses (not the sampler's) */
-    float rate;                           /* oracle: right at each depth with this probability */
+    int streak;   /* --adaptive: > 0 rounds that held, < 0 that failed */
+    uint64_t rng; /* the window's first guesses (not the sampler's) */
+    float rate;   /* oracle: right at each depth with this probability */
     const int32_t *oracle;
 } Look;
 
@@ -199,7 +199,7 @@ static int look_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, 
 }
 
 static int look_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                    const float *hidden, const float *logits) {
+                         const float *hidden, const float *logits) {
     (void)path, (void)next, (void)hidden;
     Look *lk = dr->self;
     if (t->n_side && lk->ran && window_step(lk, t, logits, d->m->c.vocab_size)) return -1;
@@ -240,7 +240,8 @@ typedef struct {
 static const MethodOption look_options[] = {
     {"window", OPT_INT, 1, LOOK_MAX_WINDOW, "W", "3", "the Jacobi window", offsetof(LookOptions, window), 0, NULL},
     {"ngram", OPT_INT, 2, LOOK_MAX_NGRAM, "N", "3", "the n-gram size", offsetof(LookOptions, ngram), 0, NULL},
-    {"guess", OPT_INT, 1, LOOK_MAX_GUESS, "G", "the window", "candidate n-grams verified", offsetof(LookOptions, guess), 0, NULL},
+    {"guess", OPT_INT, 1, LOOK_MAX_GUESS, "G", "the window", "candidate n-grams verified", offsetof(LookOptions, guess),
+     0, NULL},
     {"adaptive", OPT_SWITCH, 0, 0, NULL, NULL, "the window widens and narrows with acceptance",
      offsetof(LookOptions, adaptive), 0, NULL},
     DRAFTER_OPTIONS,
@@ -273,6 +274,13 @@ static int look_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **
 }
 
 const DecodeMethod method_lookahead = {
-    .name = "lookahead", .summary = "a Jacobi window fills an n-gram pool; its n-grams are verified in the same pass",
-    .options = look_options, .n_options = sizeof look_options / sizeof look_options[0],
-    .options_size = sizeof(LookOptions), .samples = 1, .oracle = 1, .begin = look_begin, .step = drafter_step, .finish = drafter_finish};
+    .name = "lookahead",
+    .summary = "a Jacobi window fills an n-gram pool; its n-grams are verified in the same pass",
+    .options = look_options,
+    .n_options = sizeof look_options / sizeof look_options[0],
+    .options_size = sizeof(LookOptions),
+    .samples = 1,
+    .oracle = 1,
+    .begin = look_begin,
+    .step = drafter_step,
+    .finish = drafter_finish};

@@ -24,11 +24,11 @@
 typedef struct {
     Model *m;
     const MedusaHeads *h;
-    MedusaTree tr;                         /* the candidate tree */
-    int32_t cand[MAX_MEDUSA][MAX_RANK + 1];/* this round's candidates, best first */
-    float *hl;                             /* [vocab] head logits */
-    float *hidden;                         /* [dim] the last kept node's state */
-    float rate;                            /* oracle: right token first with this probability */
+    MedusaTree tr;                          /* the candidate tree */
+    int32_t cand[MAX_MEDUSA][MAX_RANK + 1]; /* this round's candidates, best first */
+    float *hl;                              /* [vocab] head logits */
+    float *hidden;                          /* [dim] the last kept node's state */
+    float rate;                             /* oracle: right token first with this probability */
     const int32_t *oracle;
 } Medusa;
 
@@ -203,7 +203,7 @@ static int medusa_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_
 }
 
 static int medusa_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                    const float *hidden, const float *logits) {
+                           const float *hidden, const float *logits) {
     (void)t, (void)path, (void)n_path, (void)next, (void)logits;
     return medusa_keep_hidden(dr, d, hidden);
 }
@@ -222,7 +222,8 @@ typedef struct {
 } MedusaOptions;
 
 static const MethodOption medusa_options[] = {
-    {"draft-max", OPT_INT, 1, MAX_TREE - 1, "K", "64", "tree nodes below the root", offsetof(MedusaOptions, draft_max), 0, NULL},
+    {"draft-max", OPT_INT, 1, MAX_TREE - 1, "K", "64", "tree nodes below the root", offsetof(MedusaOptions, draft_max),
+     0, NULL},
     {"tree", OPT_STR, 0, 0, "PATHS", "built from the heads' accuracies", "the candidate tree as paths of ranks",
      offsetof(MedusaOptions, tree), 0, NULL},
     DRAFTER_OPTIONS,
@@ -242,7 +243,9 @@ static int medusa_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void 
     md->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
     md->hl = pd_alloc(sizeof(float) * d->m->c.vocab_size);
     md->hidden = pd_alloc(sizeof(float) * d->m->c.dim);
-    if (!md->hl || !md->hidden || (o->tree ? medusa_tree_parse(&md->tr, o->tree, md->h->n) : (tree_build(md, o->draft_max ? o->draft_max + 1 : DEFAULT_NODES), 0))) {
+    if (!md->hl || !md->hidden ||
+        (o->tree ? medusa_tree_parse(&md->tr, o->tree, md->h->n)
+                 : (tree_build(md, o->draft_max ? o->draft_max + 1 : DEFAULT_NODES), 0))) {
         medusa_drafter_free(&dr);
         return -1;
     }
@@ -250,7 +253,14 @@ static int medusa_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void 
     return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_medusa = {
-    .name = "medusa", .summary = "K heads guess a tree of next tokens, verified in one pass", .options = medusa_options,
-    .n_options = sizeof medusa_options / sizeof medusa_options[0], .options_size = sizeof(MedusaOptions),
-    .needs = NEEDS_MEDUSA, .samples = 1, .oracle = 1, .begin = medusa_begin, .step = drafter_step, .finish = drafter_finish};
+const DecodeMethod method_medusa = {.name = "medusa",
+                                    .summary = "K heads guess a tree of next tokens, verified in one pass",
+                                    .options = medusa_options,
+                                    .n_options = sizeof medusa_options / sizeof medusa_options[0],
+                                    .options_size = sizeof(MedusaOptions),
+                                    .needs = NEEDS_MEDUSA,
+                                    .samples = 1,
+                                    .oracle = 1,
+                                    .begin = medusa_begin,
+                                    .step = drafter_step,
+                                    .finish = drafter_finish};

@@ -10,8 +10,8 @@ extern const DecodeMethod method_standard, method_adadecode, method_selfspec, me
 
 /* adding a method: one file in libcore/decode/ and one line here */
 static const DecodeMethod *const METHODS[] = {
-    &method_standard,  &method_prompt_lookup, &method_lookahead,   &method_adadecode,
-    &method_selfspec,  &method_medusa,        &method_speculative,
+    &method_standard, &method_prompt_lookup, &method_lookahead,   &method_adadecode,
+    &method_selfspec, &method_medusa,        &method_speculative,
 };
 #define N_BUILT_IN (int)(sizeof METHODS / sizeof METHODS[0])
 
@@ -20,7 +20,7 @@ static const DecodeMethod *const METHODS[] = {
 static const DecodeMethod *EXTRA[MAX_EXTRA];
 static int n_extra;
 #define N_METHODS (N_BUILT_IN + n_extra)
-#define METHOD(i) ((i) < N_BUILT_IN ? METHODS[i] : EXTRA[(i) - N_BUILT_IN])
+#define METHOD(i) ((i) < N_BUILT_IN ? METHODS[i] : EXTRA[(i)-N_BUILT_IN])
 
 int decode_register(const DecodeMethod *dm) {
     for (int i = 0; i < N_METHODS; i++)
@@ -104,10 +104,12 @@ static int check_value(const DecodeMethod *dm, const MethodOption *o, const void
     if (!opts && !o->shared) return 0;
     if (o->type == OPT_INT) {
         int v = *(const int *)at;
-        if (v && (v < o->lo || v > o->hi)) return pd_error("%s: --%s %d is outside [%.10g, %.10g]", dm->name, o->name, v, o->lo, o->hi);
+        if (v && (v < o->lo || v > o->hi))
+            return pd_error("%s: --%s %d is outside [%.10g, %.10g]", dm->name, o->name, v, o->lo, o->hi);
     } else if (o->type == OPT_FLOAT) {
         float v = *(const float *)at;
-        if (v != 0 && !(v >= (float)o->lo && v <= (float)o->hi)) return pd_error("%s: --%s %g is outside [%.10g, %.10g]", dm->name, o->name, v, o->lo, o->hi);
+        if (v != 0 && !(v >= (float)o->lo && v <= (float)o->hi))
+            return pd_error("%s: --%s %g is outside [%.10g, %.10g]", dm->name, o->name, v, o->lo, o->hi);
     }
     return 0;
 }
@@ -128,12 +130,17 @@ int decode_option_set(const DecodeMethod *dm, void *opts, MethodShared *sh, cons
         else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no")) *(int *)at = 0;
         else return pd_error("--%s: '%s' is not a boolean (true or false)", o->name, value);
         return 0;
-    case OPT_STR: *(const char **)at = value; return 0;
+    case OPT_STR:
+        *(const char **)at = value;
+        return 0;
     case OPT_INT:
         v = strtod(value, &end);
-        if (!*value || *end || isnan(v)) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
-        if (!(v >= o->lo && v <= o->hi)) return pd_error("--%s %s is outside [%.10g, %.10g]", o->name, value, o->lo, o->hi);
-        if (v != (int)v) return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        if (!*value || *end || isnan(v))
+            return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        if (!(v >= o->lo && v <= o->hi))
+            return pd_error("--%s %s is outside [%.10g, %.10g]", o->name, value, o->lo, o->hi);
+        if (v != (int)v)
+            return pd_error("--%s: '%s' is not an integer in [%.10g, %.10g]", o->name, value, o->lo, o->hi);
         *(int *)at = (int)v;
         return 0;
     case OPT_FLOAT:
@@ -161,7 +168,8 @@ int decode_options_check(const DecodeMethod *dm, const void *opts, const MethodS
     if (sh->oracle_rate != 0 && !dm->oracle)
         return pd_error("%s: the oracle has nothing to stand in for here", dm->name);
     if (sh->oracle_rate < 0 || sh->oracle_rate > 1 || (sh->oracle_rate > 0 && !sh->oracle))
-        return pd_error("%s: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", dm->name, sh->oracle_rate);
+        return pd_error("%s: oracle acceptance %g needs a rate in [0, 1] and the oracle's tokens", dm->name,
+                        sh->oracle_rate);
     return decode_method_ready(dm, sh);
 }
 
@@ -169,13 +177,15 @@ void decode_methods_help(FILE *f) {
     fprintf(f, "Methods (--method NAME) and their options:\n");
     for (int i = 0; i < N_METHODS; i++) {
         const DecodeMethod *dm = METHOD(i);
-        fprintf(f, "  %-18s %s%s%s%s\n", dm->name, dm->summary, dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
-                dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "", dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
+        fprintf(
+            f, "  %-18s %s%s%s%s\n", dm->name, dm->summary, dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
+            dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "", dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
         for (int k = 0; k < dm->n_options; k++) {
             const MethodOption *o = &dm->options[k];
             char flag[64], range[64] = "";
             snprintf(flag, sizeof flag, "--%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
-            if (o->type == OPT_INT || o->type == OPT_FLOAT) snprintf(range, sizeof range, ", in [%.10g, %.10g]", o->lo, o->hi);
+            if (o->type == OPT_INT || o->type == OPT_FLOAT)
+                snprintf(range, sizeof range, ", in [%.10g, %.10g]", o->lo, o->hi);
             fprintf(f, "      %-22s %s (%s%s)\n", flag, o->help, o->def ? o->def : "off", range);
         }
     }
@@ -245,7 +255,8 @@ int decode_continue(DecodeCtx *d, int max_new, int keep) {
     if (!out) return -1;
     DecodeCtx was = *d; /* the model, cache, sequence, sampler, options, callback and scratch stay */
     memset(d, 0, sizeof *d);
-    d->m = was.m, d->run = was.run, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt, d->mopt = was.mopt;
+    d->m = was.m, d->run = was.run, d->kv = was.kv, d->seq = was.seq, d->sampler = was.sampler, d->opt = was.opt,
+    d->mopt = was.mopt;
     d->emit = was.emit, d->emit_ctx = was.emit_ctx, d->hidden = was.hidden, d->logits = was.logits, d->cap = was.cap;
     d->out = out, d->max_new = max_new, d->reuse = keep;
     return 0;
@@ -276,8 +287,7 @@ int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits) 
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     double t0 = pd_now();
     if (n < 1) return pd_error("empty prompt (it needs at least BOS)");
-    if (n >= d->m->c.seq_len)
-        return pd_error("prompt of %d tokens does not fit the context of %d", n, d->m->c.seq_len);
+    if (n >= d->m->c.seq_len) return pd_error("prompt of %d tokens does not fit the context of %d", n, d->m->c.seq_len);
     int from = d->reuse < n ? d->reuse : n - 1; /* the last token runs again for its logits */
     if (from < d->reuse && kv_truncate(d->kv, d->seq, from)) return -1;
     int32_t pos[PREFILL_CHUNK];

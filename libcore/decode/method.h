@@ -30,23 +30,23 @@ typedef struct {
 
 typedef struct DecodeCtx {
     Model *m;
-    Runner *run;            /* this generation's forward workspace (decode_init makes it) */
+    Runner *run; /* this generation's forward workspace (decode_init makes it) */
     KVCache *kv;
-    int seq;                /* the KV sequence this generation owns */
+    int seq; /* the KV sequence this generation owns */
     Sampler *sampler;
     MethodShared opt;
-    const void *mopt;       /* the method's own options (its struct; NULL: every default) */
-    int max_new;            /* tokens to generate at most */
-    int32_t *out;           /* [max_new] generated tokens */
+    const void *mopt; /* the method's own options (its struct; NULL: every default) */
+    int max_new;      /* tokens to generate at most */
+    int32_t *out;     /* [max_new] generated tokens */
     int n_out;
     /* statistics */
-    int64_t target_passes;  /* forward calls through the full model */
-    int64_t layer_passes;   /* sequential layer steps: each forward_layers call adds its range */
-    int64_t token_layers;   /* token × layer computations, discarded ones included */
-    int64_t early[MAX_EXIT_HEADS]; /* early exits per head, or drafts kept at depth j+1 */
-    int64_t reached[MAX_EXIT_HEADS]; /* drafters: rounds that reached depth j with a draft below */
-    int64_t drafted, rejected;     /* early or drafted tokens, and those verification threw out */
-    int64_t pending_sum, pending_n; /* for the mean pending depth */
+    int64_t target_passes;                        /* forward calls through the full model */
+    int64_t layer_passes;                         /* sequential layer steps: each forward_layers call adds its range */
+    int64_t token_layers;                         /* token × layer computations, discarded ones included */
+    int64_t early[MAX_EXIT_HEADS];                /* early exits per head, or drafts kept at depth j+1 */
+    int64_t reached[MAX_EXIT_HEADS];              /* drafters: rounds that reached depth j with a draft below */
+    int64_t drafted, rejected;                    /* early or drafted tokens, and those verification threw out */
+    int64_t pending_sum, pending_n;               /* for the mean pending depth */
     int64_t rounds_by_nodes[MAX_ROUND_NODES + 1]; /* drafters: rounds that ran n nodes */
     int64_t prefill_passes, prefill_token_layers; /* what the prompt took, to leave out */
     int reuse;                                    /* leading prompt tokens the KV sequence already holds (a
@@ -75,7 +75,7 @@ typedef struct DecodeCtx {
 typedef enum { OPT_INT, OPT_FLOAT, OPT_SWITCH, OPT_STR } OptType;
 
 typedef struct {
-    const char *name;    /* "max-pending" */
+    const char *name; /* "max-pending" */
     OptType type;
     double lo, hi;       /* the range of OPT_INT and OPT_FLOAT values */
     const char *metavar; /* "K" */
@@ -110,7 +110,7 @@ typedef struct {
 } DecodeMethod;
 
 const DecodeMethod *decode_method(const char *name); /* NULL + message when unknown */
-const char *decode_method_names(void);              /* "standard, ..." */
+const char *decode_method_names(void);               /* "standard, ..." */
 /* adds a method to the registry at run time (tests: a test-only method; a built-in
    method is a line of method.c's table instead); -1 + message on a name taken */
 int decode_register(const DecodeMethod *dm);

@@ -38,16 +38,18 @@ typedef struct {
        kept in one round): a chain is a little longer than what usually holds */
     float kept[LOOKUP_MAX_NGRAM + 1];
     int rounds[LOOKUP_MAX_NGRAM + 1];
-    int last_n;          /* the match length the last proposal used, 0 = none */
-    int32_t *text;       /* [n_prompt + max_new] the prompt, then the output as accepted */
+    int last_n;                 /* the match length the last proposal used, 0 = none */
+    int32_t *text;              /* [n_prompt + max_new] the prompt, then the output as accepted */
     int len, n_prompt, indexed; /* n-grams ending before `indexed` are in the table */
-    LookupSlot *slot;          /* [mask + 1] open addressing, linear probing */
+    LookupSlot *slot;           /* [mask + 1] open addressing, linear probing */
     uint32_t mask;
-    float rate;          /* oracle: right at each depth with this probability */
+    float rate; /* oracle: right at each depth with this probability */
     const int32_t *oracle;
 } Lookup;
 
-static uint32_t ngram_hash(const int32_t *g, int n) { return (uint32_t)XXH3_64bits_withSeed(g, sizeof(int32_t) * n, n); }
+static uint32_t ngram_hash(const int32_t *g, int n) {
+    return (uint32_t)XXH3_64bits_withSeed(g, sizeof(int32_t) * n, n);
+}
 
 /* the slot holding text[end-n+1 .. end]'s n-gram, or the empty one where it would go */
 static LookupSlot *find(Lookup *lk, int end, int n, uint32_t h) {
@@ -118,7 +120,7 @@ static int lookup_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes
 }
 
 static int lookup_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                    const float *hidden, const float *logits) {
+                           const float *hidden, const float *logits) {
     (void)d, (void)path, (void)next, (void)hidden, (void)logits;
     Lookup *lk = dr->self;
     if (lk->last_n && t->n > 1) {
@@ -157,8 +159,10 @@ typedef struct {
 } LookupOptions;
 
 static const MethodOption lookup_options[] = {
-    {"ngram-max", OPT_INT, 1, LOOKUP_MAX_NGRAM, "N", "3", "the longest n-gram looked up", offsetof(LookupOptions, ngram_max), 0, NULL},
-    {"draft-max", OPT_INT, 1, LOOKUP_MAX_DRAFT, "K", "10", "drafts per round at most", offsetof(LookupOptions, draft_max), 0, NULL},
+    {"ngram-max", OPT_INT, 1, LOOKUP_MAX_NGRAM, "N", "3", "the longest n-gram looked up",
+     offsetof(LookupOptions, ngram_max), 0, NULL},
+    {"draft-max", OPT_INT, 1, LOOKUP_MAX_DRAFT, "K", "10", "drafts per round at most",
+     offsetof(LookupOptions, draft_max), 0, NULL},
     DRAFTER_OPTIONS,
 };
 
@@ -177,7 +181,13 @@ static int lookup_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void 
     return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_prompt_lookup = {
-    .name = "prompt-lookup", .summary = "drafts what followed the text's tail where it occurred before",
-    .options = lookup_options, .n_options = sizeof lookup_options / sizeof lookup_options[0],
-    .options_size = sizeof(LookupOptions), .samples = 1, .oracle = 1, .begin = lookup_begin, .step = drafter_step, .finish = drafter_finish};
+const DecodeMethod method_prompt_lookup = {.name = "prompt-lookup",
+                                           .summary = "drafts what followed the text's tail where it occurred before",
+                                           .options = lookup_options,
+                                           .n_options = sizeof lookup_options / sizeof lookup_options[0],
+                                           .options_size = sizeof(LookupOptions),
+                                           .samples = 1,
+                                           .oracle = 1,
+                                           .begin = lookup_begin,
+                                           .step = drafter_step,
+                                           .finish = drafter_finish};

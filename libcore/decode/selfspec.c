@@ -31,7 +31,7 @@ typedef struct {
     int le, head, kmax; /* exit layer, its head index, drafts per round at most */
     float conf;         /* keep drafting while the head's max prob ≥ conf */
     int greedy;
-    float *hl;          /* [vocab] head logits */
+    float *hl; /* [vocab] head logits */
     int32_t seq;
 } SelfSpec;
 
@@ -59,7 +59,8 @@ static const MethodOption selfspec_options[] = {
      offsetof(SelfSpecOptions, gamma), 0, "confidence"},
     {"exit-layer", OPT_INT, 1, 1 << 20, "L", "the middle head's", "draft with layers [0, L) and the head at L",
      offsetof(SelfSpecOptions, exit_layer), 0, NULL},
-    {"draft-max", OPT_INT, 1, SELFSPEC_MAX_DRAFT, "K", "4", "drafts per round at most", offsetof(SelfSpecOptions, draft_max), 0, NULL},
+    {"draft-max", OPT_INT, 1, SELFSPEC_MAX_DRAFT, "K", "4", "drafts per round at most",
+     offsetof(SelfSpecOptions, draft_max), 0, NULL},
 };
 
 static int selfspec_init(SelfSpec *s, DecodeCtx *d) {
@@ -150,8 +151,14 @@ static int selfspec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, voi
     return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_selfspec = {
-    .name = "self-speculative", .summary = "the first layers and an exit head draft, the full model verifies",
-    .options = selfspec_options, .n_options = sizeof selfspec_options / sizeof selfspec_options[0],
-    .options_size = sizeof(SelfSpecOptions), .needs = NEEDS_EXIT_HEADS, .samples = 1, .oracle = 1,
-    .begin = selfspec_begin, .step = drafter_step, .finish = drafter_finish};
+const DecodeMethod method_selfspec = {.name = "self-speculative",
+                                      .summary = "the first layers and an exit head draft, the full model verifies",
+                                      .options = selfspec_options,
+                                      .n_options = sizeof selfspec_options / sizeof selfspec_options[0],
+                                      .options_size = sizeof(SelfSpecOptions),
+                                      .needs = NEEDS_EXIT_HEADS,
+                                      .samples = 1,
+                                      .oracle = 1,
+                                      .begin = selfspec_begin,
+                                      .step = drafter_step,
+                                      .finish = drafter_finish};

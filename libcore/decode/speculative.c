@@ -22,33 +22,33 @@
 
 #define START_K 3
 #define DEFAULT_MAX 8
-#define MAX_K 32        /* --draft-max at most */
-#define UP_ROUNDS 5     /* rounds in a row with acceptance > UP_RATE before k grows */
+#define MAX_K 32    /* --draft-max at most */
+#define UP_ROUNDS 5 /* rounds in a row with acceptance > UP_RATE before k grows */
 #define UP_RATE 0.8
-#define DOWN_ROUNDS 3   /* rounds in a row with acceptance < DOWN_RATE before k shrinks */
+#define DOWN_ROUNDS 3 /* rounds in a row with acceptance < DOWN_RATE before k shrinks */
 #define DOWN_RATE 0.5
-#define CHUNK 64        /* tokens one draft forward call takes at most */
-#define KEEP 8          /* tokens the draft keeps when it forgets a backlog */
-#define KEEP_COSTLY 2   /* ... when it reads over a tenth of the target's weights a token */
+#define CHUNK 64      /* tokens one draft forward call takes at most */
+#define KEEP 8        /* tokens the draft keeps when it forgets a backlog */
+#define KEEP_COSTLY 2 /* ... when it reads over a tenth of the target's weights a token */
 
 typedef struct {
-    Model *m;            /* the draft */
-    Runner *run;         /* its forward workspace */
+    Model *m;    /* the draft */
+    Runner *run; /* its forward workspace */
     KVCache kv;
     int seq, kv_ok;
-    int len;             /* the draft's cache holds slots [0, len), positions shift.. */
-    int shift;           /* the position of slot 0: after a long run of plain steps the
+    int len;   /* the draft's cache holds slots [0, len), positions shift.. */
+    int shift; /* the position of slot 0: after a long run of plain steps the
                             draft forgets all but the last `keep` tokens (see forget) */
     int keep;
     int32_t pend[CHUNK]; /* accepted tokens at len.. it has not run yet */
     int n_pend;
-    int off;             /* past the draft's context: no more drafts */
-    int proposed;        /* drafts this round (0: a plain step, or none made) */
+    int off;      /* past the draft's context: no more drafts */
+    int proposed; /* drafts this round (0: a plain step, or none made) */
     int k, kmin, kmax, fixed, up, down;
-    float rate;          /* oracle (benchmarks) */
+    float rate; /* oracle (benchmarks) */
     const int32_t *oracle;
-    float *hid;          /* [CHUNK][draft dim] */
-    float *lg;           /* [vocab] the draft's logits after the last token run */
+    float *hid; /* [CHUNK][draft dim] */
+    float *lg;  /* [vocab] the draft's logits after the last token run */
     int32_t pos[CHUNK], seqs[CHUNK];
 } Spec;
 
@@ -117,7 +117,7 @@ static int spec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, 
     s->proposed = 0;
     if (s->off || k < 1) return 0;
     if (s->n_pend > s->keep && forget(s)) return -1; /* a probe after plain steps: catch up cheaply */
-    s->pend[s->n_pend++] = t->token[0]; /* push_pending left room for it */
+    s->pend[s->n_pend++] = t->token[0];              /* push_pending left room for it */
     int rc = draft_run(s, s->pend, s->n_pend, 1);
     s->n_pend = 0;
     for (int j = 0; !rc && j < k; j++) {
@@ -159,7 +159,7 @@ static int spec_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_pr
 }
 
 static int spec_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                    const float *hidden, const float *logits) {
+                         const float *hidden, const float *logits) {
     (void)d, (void)path, (void)next, (void)hidden, (void)logits;
     Spec *s = dr->self;
     if (s->off) return 0;
@@ -240,7 +240,15 @@ static int spec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **
     return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 
-const DecodeMethod method_speculative = {
-    .name = "speculative", .summary = "a smaller model with the same vocabulary drafts, the model verifies",
-    .options = spec_options, .n_options = sizeof spec_options / sizeof spec_options[0],
-    .options_size = sizeof(SpecOptions), .needs = NEEDS_DRAFT, .samples = 1, .oracle = 1, .begin = spec_begin, .step = drafter_step, .finish = drafter_finish};
+const DecodeMethod method_speculative = {.name = "speculative",
+                                         .summary =
+                                             "a smaller model with the same vocabulary drafts, the model verifies",
+                                         .options = spec_options,
+                                         .n_options = sizeof spec_options / sizeof spec_options[0],
+                                         .options_size = sizeof(SpecOptions),
+                                         .needs = NEEDS_DRAFT,
+                                         .samples = 1,
+                                         .oracle = 1,
+                                         .begin = spec_begin,
+                                         .step = drafter_step,
+                                         .finish = drafter_finish};

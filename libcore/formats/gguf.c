@@ -22,7 +22,7 @@
 #define GGUF_MAX_NAME 256
 
 static const size_t TYPE_SIZE[GGUF_TYPE_COUNT] = {
-    [GGUF_U8] = 1, [GGUF_I8] = 1, [GGUF_U16] = 2, [GGUF_I16] = 2, [GGUF_U32] = 4, [GGUF_I32] = 4,
+    [GGUF_U8] = 1,  [GGUF_I8] = 1,   [GGUF_U16] = 2, [GGUF_I16] = 2, [GGUF_U32] = 4, [GGUF_I32] = 4,
     [GGUF_F32] = 4, [GGUF_BOOL] = 1, [GGUF_U64] = 8, [GGUF_I64] = 8, [GGUF_F64] = 8};
 
 /* ---------------- ggml tensor types ---------------- */
@@ -34,20 +34,33 @@ typedef struct {
 
 static int ggml_traits(uint32_t type, GgmlTraits *tr) {
     switch (type) {
-    case GGML_F32: *tr = (GgmlTraits){1, 4}; return 0;
-    case GGML_F16: case GGML_BF16: *tr = (GgmlTraits){1, 2}; return 0;
-    case GGML_Q8_0: *tr = (GgmlTraits){32, 34}; return 0;  /* f16 d, int8 q[32] */
-    case GGML_Q4_0: *tr = (GgmlTraits){32, 18}; return 0;  /* f16 d, 16 bytes of nibbles */
-    case GGML_Q4_1: *tr = (GgmlTraits){32, 20}; return 0;  /* f16 d, f16 m, 16 bytes */
-    default: return -1;
+    case GGML_F32:
+        *tr = (GgmlTraits){1, 4};
+        return 0;
+    case GGML_F16:
+    case GGML_BF16:
+        *tr = (GgmlTraits){1, 2};
+        return 0;
+    case GGML_Q8_0:
+        *tr = (GgmlTraits){32, 34};
+        return 0; /* f16 d, int8 q[32] */
+    case GGML_Q4_0:
+        *tr = (GgmlTraits){32, 18};
+        return 0; /* f16 d, 16 bytes of nibbles */
+    case GGML_Q4_1:
+        *tr = (GgmlTraits){32, 20};
+        return 0; /* f16 d, f16 m, 16 bytes */
+    default:
+        return -1;
     }
 }
 
 /* names of the types real files hold, for the refusal message */
 static const char *ggml_type_name(uint32_t type) {
-    static const char *const names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1",
-        "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS",
-        "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+    static const char *const names[] = {"F32",     "F16",    "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
+                                        "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+                                        "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+                                        "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
     return type < sizeof names / sizeof *names ? names[type] : "unknown";
 }
 
@@ -55,10 +68,8 @@ static const char *ggml_type_name(uint32_t type) {
    (quieted, as F16C's vcvtph2ps does, so the two agree bit for bit) */
 static float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f)
-        u = sign | 0x7f800000 | (man << 13) | (man ? 0x400000u : 0);
-    else if (exp)
-        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    if (exp == 0x1f) u = sign | 0x7f800000 | (man << 13) | (man ? 0x400000u : 0);
+    else if (exp) u = sign | ((exp + 127 - 15) << 23) | (man << 13);
     else {
         float f = (float)man * 0x1p-24f;
         memcpy(&u, &f, 4);
@@ -134,8 +145,7 @@ static int walk_value(Cur *c, GgufType type, const GgufStr *key, GgufKV *kv, Ggu
         if (e >= GGUF_TYPE_COUNT) return pd_error("%s: %s: array of unknown type %u", c->what, ctx, e);
         if (e == GGUF_ARRAY) return pd_error("%s: %s: arrays of arrays are not supported", c->what, ctx);
         elem = (GgufType)e;
-    } else if (type >= GGUF_TYPE_COUNT)
-        return pd_error("%s: %s: unknown value type %u", c->what, ctx, (unsigned)type);
+    } else if (type >= GGUF_TYPE_COUNT) return pd_error("%s: %s: unknown value type %u", c->what, ctx, (unsigned)type);
     if (kv) *kv = (GgufKV){.key = *key, .type = type, .elem = elem, .n = n, .data = c->p + c->pos};
     if (elem == GGUF_STRING) {
         /* each string needs 8 bytes of length: a lying n ends at the file's end */
@@ -243,7 +253,8 @@ static int place_tensors(Gguf *g, const Cur *c, const uint64_t *offsets, size_t 
         size_t room = c->n - data_start;
         if (offsets[i] > room || t->nbytes > room - offsets[i])
             return pd_error("%s: truncated: tensor '%s' (%zu bytes at data offset %llu) ends past the file's end "
-                            "(%zu bytes of data)", c->what, t->name, t->nbytes, (unsigned long long)offsets[i], room);
+                            "(%zu bytes of data)",
+                            c->what, t->name, t->nbytes, (unsigned long long)offsets[i], room);
         t->data = c->p + data_start + offsets[i];
     }
     return 0;
@@ -405,13 +416,42 @@ int gguf_get_int(const Gguf *g, const char *key, int64_t *out) {
     if (!kv) return -1;
     const void *p = kv->data;
     switch (kv->type) {
-    case GGUF_U8: *out = *(const uint8_t *)p; return 0;
-    case GGUF_I8: *out = *(const int8_t *)p; return 0;
-    case GGUF_U16: { uint16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_I16: { int16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_U32: { uint32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_I32: { int32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_I64: { int64_t v; memcpy(&v, p, 8); *out = v; return 0; }
+    case GGUF_U8:
+        *out = *(const uint8_t *)p;
+        return 0;
+    case GGUF_I8:
+        *out = *(const int8_t *)p;
+        return 0;
+    case GGUF_U16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_U32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return 0;
+    }
     case GGUF_U64: {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -419,7 +459,8 @@ int gguf_get_int(const Gguf *g, const char *key, int64_t *out) {
         *out = (int64_t)v;
         return 0;
     }
-    default: return pd_error("%s: key '%s' is not an integer", g->path, key);
+    default:
+        return pd_error("%s: key '%s' is not an integer", g->path, key);
     }
 }
 
@@ -431,8 +472,7 @@ int gguf_get_f32(const Gguf *g, const char *key, float *out) {
         double d;
         memcpy(&d, kv->data, 8);
         *out = (float)d;
-    } else
-        return pd_error("%s: key '%s' is not a float", g->path, key);
+    } else return pd_error("%s: key '%s' is not a float", g->path, key);
     return 0;
 }
 
@@ -492,10 +532,17 @@ int gguf_tensor_f32(const Gguf *g, const GgufTensor *t, float *out) {
     size_t blocks = t->nbytes / tr.bytes;
     const uint8_t *p = t->data;
     switch (t->type) {
-    case GGML_F32: memcpy(out, p, t->nbytes); break;
-    case GGML_F16: for (size_t i = 0; i < blocks; i++) out[i] = f16_to_f32(rd16(p + 2 * i)); break;
-    case GGML_BF16: for (size_t i = 0; i < blocks; i++) out[i] = bf16_to_f32(rd16(p + 2 * i)); break;
-    default: for (size_t i = 0; i < blocks; i++) dequant_block(t->type, p + i * tr.bytes, out + i * 32);
+    case GGML_F32:
+        memcpy(out, p, t->nbytes);
+        break;
+    case GGML_F16:
+        for (size_t i = 0; i < blocks; i++) out[i] = f16_to_f32(rd16(p + 2 * i));
+        break;
+    case GGML_BF16:
+        for (size_t i = 0; i < blocks; i++) out[i] = bf16_to_f32(rd16(p + 2 * i));
+        break;
+    default:
+        for (size_t i = 0; i < blocks; i++) dequant_block(t->type, p + i * tr.bytes, out + i * 32);
     }
     return 0;
 }

@@ -7,8 +7,20 @@
 #include <stdint.h>
 
 typedef enum {
-    GGUF_U8 = 0, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL,
-    GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_TYPE_COUNT
+    GGUF_U8 = 0,
+    GGUF_I8,
+    GGUF_U16,
+    GGUF_I16,
+    GGUF_U32,
+    GGUF_I32,
+    GGUF_F32,
+    GGUF_BOOL,
+    GGUF_STRING,
+    GGUF_ARRAY,
+    GGUF_U64,
+    GGUF_I64,
+    GGUF_F64,
+    GGUF_TYPE_COUNT
 } GgufType;
 
 typedef struct {
@@ -18,12 +30,12 @@ typedef struct {
 
 typedef struct {
     GgufStr key;
-    GgufType type;      /* for arrays: GGUF_ARRAY, and elem the element type */
+    GgufType type; /* for arrays: GGUF_ARRAY, and elem the element type */
     GgufType elem;
-    uint64_t n;         /* array length (1 for scalars) */
-    const void *data;   /* scalars and numeric arrays: the raw little-endian values, in the
+    uint64_t n;       /* array length (1 for scalars) */
+    const void *data; /* scalars and numeric arrays: the raw little-endian values, in the
                            file and unaligned (read them with memcpy) */
-    GgufStr *strs;      /* string scalars and string arrays: [n] */
+    GgufStr *strs;    /* string scalars and string arrays: [n] */
 } GgufKV;
 
 /* ggml tensor types paradec reads (others are refused by name) */
@@ -32,10 +44,10 @@ enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, 
 typedef struct {
     char *name;
     int n_dims;
-    int64_t dims[4];    /* ggml order: dims[0] is the fastest-varying (a row's length) */
+    int64_t dims[4]; /* ggml order: dims[0] is the fastest-varying (a row's length) */
     uint32_t type;
     size_t nbytes;
-    const void *data;   /* inside the file, checked to lie within it */
+    const void *data; /* inside the file, checked to lie within it */
 } GgufTensor;
 
 typedef struct Gguf {
@@ -44,8 +56,8 @@ typedef struct Gguf {
     int n_kv, n_tensors;
     GgufKV *kv;
     GgufTensor *t;
-    GgufStr *strs;      /* the pool the keys' strs point into */
-    void *map;          /* the file, mapped (or a copy of stdin) */
+    GgufStr *strs; /* the pool the keys' strs point into */
+    void *map;     /* the file, mapped (or a copy of stdin) */
     size_t map_len;
     int mapped;
 } Gguf;
@@ -55,7 +67,7 @@ int gguf_open(Gguf *g, const char *path);
 int gguf_parse(Gguf *g, const void *bytes, size_t n, const char *what);
 void gguf_close(Gguf *g);
 
-const GgufKV *gguf_find(const Gguf *g, const char *key);      /* NULL when absent */
+const GgufKV *gguf_find(const Gguf *g, const char *key); /* NULL when absent */
 /* typed scalar getters: -1 + message when absent or of another type (integers of any
    width convert when the value fits) */
 int gguf_get_int(const Gguf *g, const char *key, int64_t *out);

@@ -24,10 +24,10 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#define TF_MAX_HEADER 100000000ull         /* the reference reader's limit */
-#define TF_MAX_LOADED ((size_t)64 << 30)   /* refuse to decompress/read more than 64 GiB */
+#define TF_MAX_HEADER 100000000ull       /* the reference reader's limit */
+#define TF_MAX_LOADED ((size_t)64 << 30) /* refuse to decompress/read more than 64 GiB */
 #define TF_HEADER_ALIGN 64
-#define TF_IO_CHUNK ((size_t)1 << 26)      /* 64 MB per write call: >2 GB tensors loop */
+#define TF_IO_CHUNK ((size_t)1 << 26) /* 64 MB per write call: >2 GB tensors loop */
 #define ZSTD_MAGIC 0xFD2FB528u
 
 /* ---- dtypes ---- */
@@ -88,8 +88,7 @@ static int get_u64(json_t *v, uint64_t *out) {
 }
 
 /* one tensor entry: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]} */
-static int parse_tensor(const char *what, const char *name, json_t *e, size_t data_size,
-                        Tensor *t, uint64_t off[2]) {
+static int parse_tensor(const char *what, const char *name, json_t *e, size_t data_size, Tensor *t, uint64_t off[2]) {
     if (!*name) return pd_error("%s: a tensor has an empty name", what);
     if (!json_is_object(e)) return pd_error("%s: tensor '%s': entry is not a JSON object", what, name);
     const char *key;
@@ -101,17 +100,15 @@ static int parse_tensor(const char *what, const char *name, json_t *e, size_t da
     json_t *dt = json_object_get(e, "dtype"), *sh = json_object_get(e, "shape"),
            *of = json_object_get(e, "data_offsets");
     if (!dt || !sh || !of)
-        return pd_error("%s: tensor '%s': missing \"%s\"", what, name,
-                        !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+        return pd_error("%s: tensor '%s': missing \"%s\"", what, name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
     if (!json_is_string(dt)) return pd_error("%s: tensor '%s': dtype is not a string", what, name);
     int d = dtype_parse(json_string_value(dt));
     if (d < 0)
-        return pd_error("%s: tensor '%s': unsupported dtype '%s' (known: F32 F16 BF16 U8 I8 I32 I64)",
-                        what, name, json_string_value(dt));
+        return pd_error("%s: tensor '%s': unsupported dtype '%s' (known: F32 F16 BF16 U8 I8 I32 I64)", what, name,
+                        json_string_value(dt));
     t->dtype = (DType)d;
     if (!json_is_array(sh) || json_array_size(sh) > TF_MAX_DIMS)
-        return pd_error("%s: tensor '%s': shape must be an array of at most %d integers", what,
-                        name, TF_MAX_DIMS);
+        return pd_error("%s: tensor '%s': shape must be an array of at most %d integers", what, name, TF_MAX_DIMS);
     t->ndim = (int)json_array_size(sh);
     for (int i = 0; i < t->ndim; i++) {
         json_t *x = json_array_get(sh, (size_t)i);
@@ -124,17 +121,16 @@ static int parse_tensor(const char *what, const char *name, json_t *e, size_t da
     if (t->nbytes == SIZE_MAX)
         return pd_error("%s: tensor '%s': shape %s overflows", what, name,
                         shape_str(sbuf, sizeof sbuf, t->ndim, t->shape));
-    if (!json_is_array(of) || json_array_size(of) != 2 ||
-        get_u64(json_array_get(of, 0), &off[0]) || get_u64(json_array_get(of, 1), &off[1]))
+    if (!json_is_array(of) || json_array_size(of) != 2 || get_u64(json_array_get(of, 0), &off[0]) ||
+        get_u64(json_array_get(of, 1), &off[1]))
         return pd_error("%s: tensor '%s': data_offsets must be two non-negative integers", what, name);
     if (off[0] > off[1] || off[1] > data_size)
-        return pd_error("%s: tensor '%s': data_offsets [%llu, %llu) exceed the data section (%zu bytes)",
-                        what, name, (unsigned long long)off[0], (unsigned long long)off[1], data_size);
+        return pd_error("%s: tensor '%s': data_offsets [%llu, %llu) exceed the data section (%zu bytes)", what, name,
+                        (unsigned long long)off[0], (unsigned long long)off[1], data_size);
     if (off[1] - off[0] != t->nbytes)
-        return pd_error("%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes, but %s %s needs %zu",
-                        what, name, (unsigned long long)off[0], (unsigned long long)off[1],
-                        (unsigned long long)(off[1] - off[0]), dtype_name(t->dtype),
-                        shape_str(sbuf, sizeof sbuf, t->ndim, t->shape), t->nbytes);
+        return pd_error("%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes, but %s %s needs %zu", what, name,
+                        (unsigned long long)off[0], (unsigned long long)off[1], (unsigned long long)(off[1] - off[0]),
+                        dtype_name(t->dtype), shape_str(sbuf, sizeof sbuf, t->ndim, t->shape), t->nbytes);
     return 0;
 }
 
@@ -148,8 +144,8 @@ static int parse_meta(TensorFile *tf, const char *what, json_t *m) {
     json_t *v;
     json_object_foreach(m, key, v) {
         if (!json_is_string(v))
-            return pd_error("%s: __metadata__ '%s' is not a string (safetensors metadata is string to string)",
-                            what, key);
+            return pd_error("%s: __metadata__ '%s' is not a string (safetensors metadata is string to string)", what,
+                            key);
         int i = tf->n_meta;
         tf->meta_key[i] = pd_strdup(key);
         tf->meta_val[i] = pd_strdup(json_string_value(v));
@@ -176,8 +172,7 @@ static int span_cmp(const void *a, const void *b) {
 }
 
 /* tensors into tf->t, sorted by offset (file order); rejects overlaps */
-static int parse_tensors(TensorFile *tf, const char *what, json_t *root, const char *data,
-                         size_t data_size) {
+static int parse_tensors(TensorFile *tf, const char *what, json_t *root, const char *data, size_t data_size) {
     size_t cap = json_object_size(root);
     Tensor *tmp = pd_alloc(cap * sizeof(Tensor)); /* [cap] header order; names borrowed from root */
     Span *sp = pd_alloc(cap * sizeof(Span));
@@ -200,9 +195,8 @@ static int parse_tensors(TensorFile *tf, const char *what, json_t *root, const c
     for (int i = 0; i < n; i++) {
         if (sp[i].begin == sp[i].end) continue;
         if (prev && sp[i].begin < prev->end) {
-            pd_error("%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap", what,
-                     tmp[prev->idx].name, (unsigned long long)prev->begin,
-                     (unsigned long long)prev->end, tmp[sp[i].idx].name,
+            pd_error("%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap", what, tmp[prev->idx].name,
+                     (unsigned long long)prev->begin, (unsigned long long)prev->end, tmp[sp[i].idx].name,
                      (unsigned long long)sp[i].begin, (unsigned long long)sp[i].end);
             goto out;
         }
@@ -234,8 +228,8 @@ int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
     if (hlen > n - 8) {
-        pd_error("%s: header length %llu exceeds the file (%zu bytes): truncated or not safetensors",
-                 what, (unsigned long long)hlen, n);
+        pd_error("%s: header length %llu exceeds the file (%zu bytes): truncated or not safetensors", what,
+                 (unsigned long long)hlen, n);
         goto fail;
     }
     if (hlen > TF_MAX_HEADER) {
@@ -254,9 +248,7 @@ int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what) {
     } else {
         json_t *m = json_object_get(root, "__metadata__");
         const char *data = (const char *)p + 8 + hlen;
-        if ((!m || !parse_meta(tf, what, m)) &&
-            !parse_tensors(tf, what, root, data, n - 8 - (size_t)hlen))
-            rc = 0;
+        if ((!m || !parse_meta(tf, what, m)) && !parse_tensors(tf, what, root, data, n - 8 - (size_t)hlen)) rc = 0;
     }
     json_decref(root);
     if (rc == 0) return 0;
@@ -302,8 +294,7 @@ static int load_zstd(FILE *f, const char *path, Grow *g, char *inbuf, size_t ins
     int rc = -1;
     if (cs != ZSTD_CONTENTSIZE_UNKNOWN && cs != ZSTD_CONTENTSIZE_ERROR) {
         if (cs > TF_MAX_LOADED) {
-            pd_error("%s: decompressed size %llu exceeds %zu GiB; refusing to load", path, cs,
-                     TF_MAX_LOADED >> 30);
+            pd_error("%s: decompressed size %llu exceeds %zu GiB; refusing to load", path, cs, TF_MAX_LOADED >> 30);
             goto out;
         }
         if (cs && grow_reserve(g, (size_t)cs, path)) goto out;
@@ -417,8 +408,7 @@ int tf_open(TensorFile *tf, const char *path) {
         return pd_error("%s: is a directory", path);
     }
     unsigned char m[4] = {0};
-    int zst = pread(fd, m, 4, 0) == 4 &&
-              (m[0] | m[1] << 8 | m[2] << 16 | (uint32_t)m[3] << 24) == ZSTD_MAGIC;
+    int zst = pread(fd, m, 4, 0) == 4 && (m[0] | m[1] << 8 | m[2] << 16 | (uint32_t)m[3] << 24) == ZSTD_MAGIC;
     if (zst || !S_ISREG(st.st_mode)) { /* pipes and compressed files: into memory */
         FILE *f = fdopen(fd, "rb");
         if (!f) {
@@ -433,8 +423,7 @@ int tf_open(TensorFile *tf, const char *path) {
     size_t size = (size_t)st.st_size;
     if (size < 8) {
         close(fd);
-        return pd_error("%s: %zu bytes is too short for a safetensors file (no 8-byte header length)",
-                        path, size);
+        return pd_error("%s: %zu bytes is too short for a safetensors file (no 8-byte header length)", path, size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
@@ -492,21 +481,19 @@ const char *tf_meta(const TensorFile *tf, const char *key) {
     return NULL;
 }
 
-int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const int64_t *shape,
-              const Tensor **out) {
+int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const int64_t *shape, const Tensor **out) {
     const char *path = tf->path ? tf->path : "?";
     const Tensor *t = tf_get(tf, name);
     if (out) *out = NULL;
     if (!t) return pd_error("%s: tensor '%s' not found", path, name);
     if (t->dtype != dt)
-        return pd_error("%s: tensor '%s': dtype %s, expected %s", path, name, dtype_name(t->dtype),
-                        dtype_name(dt));
+        return pd_error("%s: tensor '%s': dtype %s, expected %s", path, name, dtype_name(t->dtype), dtype_name(dt));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
         char a[256], b[256];
-        return pd_error("%s: tensor '%s': shape %s, expected %s", path, name,
-                        shape_str(a, sizeof a, t->ndim, t->shape), shape_str(b, sizeof b, ndim, shape));
+        return pd_error("%s: tensor '%s': shape %s, expected %s", path, name, shape_str(a, sizeof a, t->ndim, t->shape),
+                        shape_str(b, sizeof b, ndim, shape));
     }
     if (out) *out = t;
     return 0;
@@ -643,8 +630,7 @@ TfWriter *tfw_begin(const char *path, int compress) {
 }
 
 int tfw_meta(TfWriter *w, const char *key, const char *value) {
-    if (!is_utf8(key) || !is_utf8(value))
-        return pd_error("%s: metadata '%s' is not valid UTF-8", w->path, key);
+    if (!is_utf8(key) || !is_utf8(value)) return pd_error("%s: metadata '%s' is not valid UTF-8", w->path, key);
     for (int i = 0; i < w->n_meta; i++) {
         if (strcmp(w->mkey[i], key)) continue;
         char *v = pd_strdup(value);
@@ -674,16 +660,14 @@ int tfw_meta(TfWriter *w, const char *key, const char *value) {
     return 0;
 }
 
-int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *shape,
-            const void *data) {
+int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *shape, const void *data) {
     if (!name || !*name || !strcmp(name, "__metadata__") || !is_utf8(name))
         return pd_error("%s: invalid tensor name '%s'", w->path, name ? name : "(null)");
     if ((unsigned)dt >= DT_COUNT) return pd_error("%s: tensor '%s': invalid dtype %d", w->path, name, dt);
     if (ndim < 0 || ndim > TF_MAX_DIMS)
         return pd_error("%s: tensor '%s': %d dimensions (at most %d)", w->path, name, ndim, TF_MAX_DIMS);
     size_t nbytes = tensor_bytes(dt, ndim, shape);
-    if (nbytes == SIZE_MAX)
-        return pd_error("%s: tensor '%s': negative or overflowing shape", w->path, name);
+    if (nbytes == SIZE_MAX) return pd_error("%s: tensor '%s': negative or overflowing shape", w->path, name);
     if (nbytes && !data) return pd_error("%s: tensor '%s': no data", w->path, name);
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->e[i].name, name)) return pd_error("%s: tensor '%s' added twice", w->path, name);

@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_U8, DT_I8, DT_I32, DT_I64, DT_COUNT } DType;
-const char *dtype_name(DType t);  /* safetensors spelling: "F32", "BF16", ... */
-int dtype_parse(const char *s);   /* -1 when unknown */
+const char *dtype_name(DType t); /* safetensors spelling: "F32", "BF16", ... */
+int dtype_parse(const char *s);  /* -1 when unknown */
 size_t dtype_size(DType t);
 
 #define TF_MAX_DIMS 8
@@ -53,11 +53,10 @@ void tf_close(TensorFile *tf);
    that owns its names and metadata but shares src's tensor data (valid while src is
    open); tf_close frees what the view owns. For the head sets inside a bundle. */
 int tf_view(TensorFile *dst, const TensorFile *src, const char *prefix);
-const Tensor *tf_get(const TensorFile *tf, const char *name);   /* NULL when absent */
-const char *tf_meta(const TensorFile *tf, const char *key);     /* NULL when absent */
+const Tensor *tf_get(const TensorFile *tf, const char *name); /* NULL when absent */
+const char *tf_meta(const TensorFile *tf, const char *key);   /* NULL when absent */
 /* the tensor, checked: must exist with this dtype and shape, else -1 + message */
-int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const int64_t *shape,
-              const Tensor **out);
+int tf_expect(const TensorFile *tf, const char *name, DType dt, int ndim, const int64_t *shape, const Tensor **out);
 
 /* ---- checked weights: per-tensor digests ----
    A writer asked to (tfw_record_digests) stores metadata "paradec.digests": a JSON
@@ -88,8 +87,7 @@ typedef struct TfWriter TfWriter;
 TfWriter *tfw_begin(const char *path, int compress);
 int tfw_meta(TfWriter *w, const char *key, const char *value);
 /* data is referenced, not copied: it must stay valid until tfw_commit */
-int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *shape,
-            const void *data);
+int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *shape, const void *data);
 /* at commit, hash every tensor into paradec.digests (above), replacing any set before */
 void tfw_record_digests(TfWriter *w);
 int tfw_commit(TfWriter *w); /* writes everything, renames; frees w */

@@ -114,8 +114,7 @@ int bundle_write(const char *out, const char *model, const char *const *heads, i
     int rc = 0;
     if (!kind || strcmp(kind, "model"))
         rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", model, kind ? kind : "missing");
-    else if (!digest)
-        rc = pd_error("%s: the model records no digest (convert it again)", model);
+    else if (!digest) rc = pd_error("%s: the model records no digest (convert it again)", model);
     rc = rc ? rc : model_verify(&m); /* a damaged model would travel on with its digest */
     rc = rc ? rc : open_heads(hs, heads, n_heads, digest, model);
     json_t *list = json_array();
@@ -148,8 +147,8 @@ int bundle_write(const char *out, const char *model, const char *const *heads, i
 static void list_set(const TensorFile *tf, const char *title, FILE *f) {
     size_t bytes = 0;
     for (int i = 0; i < tf->n; i++) bytes += tf->t[i].nbytes;
-    fprintf(f, "%s: kind %s, %d tensors, %.1f MB\n", title, tf_meta(tf, "paradec.kind") ? tf_meta(tf, "paradec.kind") : "?",
-            tf->n, bytes / 1e6);
+    fprintf(f, "%s: kind %s, %d tensors, %.1f MB\n", title,
+            tf_meta(tf, "paradec.kind") ? tf_meta(tf, "paradec.kind") : "?", tf->n, bytes / 1e6);
     for (int i = 0; i < tf->n; i++) {
         const Tensor *t = &tf->t[i];
         fprintf(f, "  %-40s %-4s [", t->name, dtype_name(t->dtype));

@@ -33,7 +33,8 @@ static int pick_head(const Model *m, const ExitHeads *h, int layer, const char *
     }
     if (!h->norm)
         return pd_error("%s: the heads read h_%d without the final norm, which no lm_head can fold "
-                        "(train heads with distill-heads --norm 1)", heads_path, layer);
+                        "(train heads with distill-heads --norm 1)",
+                        heads_path, layer);
     if (h->dim != m->c.dim) return pd_error("%s: heads of dim %d for a model of dim %d", heads_path, h->dim, m->c.dim);
     return k;
 }

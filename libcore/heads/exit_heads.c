@@ -27,7 +27,8 @@ static int check_layers(const Model *m, const int *layers, int n, const char *wh
         if (layers[k] < 1 || layers[k] >= L)
             return pd_error("%s: a head at layer %d, but the model has %d layers (heads go at layers 1..%d)", what,
                             layers[k], L, L - 1);
-        if (k && layers[k] <= layers[k - 1]) return pd_error("%s: layer %d given twice or out of order", what, layers[k]);
+        if (k && layers[k] <= layers[k - 1])
+            return pd_error("%s: layer %d given twice or out of order", what, layers[k]);
     }
     return 0;
 }
@@ -125,8 +126,7 @@ int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const ch
     int layers[MAX_EXIT_HEADS], n = 0, rc = 0;
     if (!kind || strcmp(kind, "exit-heads"))
         rc = pd_error("%s: not an exit-heads file (paradec.kind is '%s')", path, kind ? kind : "missing");
-    else if (!ls)
-        rc = pd_error("%s: no exit heads inside (" EXIT_KEY_LAYERS " is missing)", path);
+    else if (!ls) rc = pd_error("%s: no exit heads inside (" EXIT_KEY_LAYERS " is missing)", path);
     else if (!norm || (strcmp(norm, "0") && strcmp(norm, "1")))
         rc = pd_error("%s: " EXIT_KEY_NORM " must be 0 or 1", path);
     else if (!dig)
@@ -159,7 +159,8 @@ int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n,
     if (n < 1) return 0;
     int d = h->dim;
     /* x | z, [n][dim] each: on the stack for the one-token calls decoding makes */
-    float small[2 * 4096], *buf = 2 * (size_t)n * d <= 2 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d));
+    float small[2 * 4096],
+        *buf = 2 * (size_t)n * d <= 2 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d));
     if (!buf) return -1;
     float *x = buf, *z = buf + (size_t)n * d;
     if (h->norm) k_rmsnorm(x, hidden, m->final_norm, n, d, m->c.norm_eps);

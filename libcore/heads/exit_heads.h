@@ -11,15 +11,15 @@
 #define MAX_EXIT_HEADS 16
 
 typedef struct {
-    int n;                         /* heads, by increasing layer */
-    int layer[MAX_EXIT_HEADS];     /* 1 .. n_layers-1 */
-    const float *T[MAX_EXIT_HEADS];/* [dim][dim] row-major, f32 (in tf or owned) */
-    const void *Tp[MAX_EXIT_HEADS];/* the same, packed for k_matmul */
-    int norm;                      /* apply the final RMSNorm (with its gain) before T */
+    int n;                          /* heads, by increasing layer */
+    int layer[MAX_EXIT_HEADS];      /* 1 .. n_layers-1 */
+    const float *T[MAX_EXIT_HEADS]; /* [dim][dim] row-major, f32 (in tf or owned) */
+    const void *Tp[MAX_EXIT_HEADS]; /* the same, packed for k_matmul */
+    int norm;                       /* apply the final RMSNorm (with its gain) before T */
     int dim;
     char model_digest[40];
-    TensorFile tf;                 /* the file's metadata (a view: its tensors are gone after load) */
-    Arena arena;                   /* packed copies, owned T when built in memory */
+    TensorFile tf; /* the file's metadata (a view: its tensors are gone after load) */
+    Arena arena;   /* packed copies, owned T when built in memory */
 } ExitHeads;
 
 /* load and check against the model: dimension, layer range, the model digest the

@@ -15,7 +15,8 @@
 static int medusa_alloc(MedusaHeads *h, const Model *m, int K, const int *own, const char *what) {
     if (K < 1 || K > MAX_MEDUSA) return pd_error("%s: %d Medusa heads; 1 to %d are allowed", what, K, MAX_MEDUSA);
     size_t D = m->c.dim, V = m->c.vocab_size, total = 0;
-    size_t head = pd_mul(pd_mul(D, D), sizeof(float)) + D * sizeof(float) + k_packed_bytes(WT_F32, (int)D, (int)D) + 3 * 64;
+    size_t head =
+        pd_mul(pd_mul(D, D), sizeof(float)) + D * sizeof(float) + k_packed_bytes(WT_F32, (int)D, (int)D) + 3 * 64;
     size_t lm = pd_mul(pd_mul(V, D), sizeof(float)) + k_packed_bytes(WT_F32, (int)V, (int)D) + 2 * 64;
     for (int k = 0; k < K; k++) total += head + (own[k] ? lm : 0);
     if (arena_init(&h->arena, total)) return pd_error_prefix(what);
@@ -105,7 +106,7 @@ static void head_matmul(const MedusaHeads *h, float *y, const float *x, const vo
 
 void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *z, float *r) {
     size_t D = h->dim, nd = (size_t)n * D;
-    float s = h->input_scale, sz[256]; /* SiLU(z), a stretch at a time */
+    float s = h->input_scale, sz[256];               /* SiLU(z), a stretch at a time */
     for (size_t i = 0; i < nd; i++) r[i] = s * x[i]; /* u = s x (exact when s = 1) */
     head_matmul(h, z, r, h->Wp[k], n, (int)D, (int)D);
     for (int t = 0; t < n; t++) k_add(z + t * D, h->b[k], D);
@@ -120,12 +121,13 @@ void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *
 int medusa_logits(Model *m, const MedusaHeads *h, int k, const float *hidden, int n, float *logits) {
     if (k < 0 || k >= h->n) return pd_error("medusa heads: no head %d", k);
     if (h->dim != m->c.dim || h->vocab != m->c.vocab_size)
-        return pd_error("medusa heads: heads of dim %d, vocabulary %d for a model of %d, %d", h->dim, h->vocab, m->c.dim,
-                        m->c.vocab_size);
+        return pd_error("medusa heads: heads of dim %d, vocabulary %d for a model of %d, %d", h->dim, h->vocab,
+                        m->c.dim, m->c.vocab_size);
     if (n < 1) return 0;
     int D = h->dim;
     /* x | z | r, [n][dim] each: on the stack for the one-token calls decoding makes */
-    float small[3 * 4096], *buf = 3 * (size_t)n * D <= 3 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 3 * (size_t)n), D));
+    float small[3 * 4096],
+        *buf = 3 * (size_t)n * D <= 3 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 3 * (size_t)n), D));
     if (!buf) return -1;
     float *x = buf, *z = buf + (size_t)n * D, *r = z + (size_t)n * D;
     k_rmsnorm(x, hidden, m->final_norm, n, D, m->c.norm_eps);
@@ -169,8 +171,8 @@ static int parse_rank_acc(MedusaHeads *h, const char *s, const char *path) {
     }
     json_decref(root);
     if (!ok)
-        return pd_error("%s: paradec.medusa.rank_acc is not a JSON array of %d arrays of %d shares in [0, 1]", path, h->n,
-                        MEDUSA_RANKS);
+        return pd_error("%s: paradec.medusa.rank_acc is not a JSON array of %d arrays of %d shares in [0, 1]", path,
+                        h->n, MEDUSA_RANKS);
     h->has_acc = 1;
     return 0;
 }
@@ -180,8 +182,7 @@ static int load_f32(const TensorFile *tf, const char *name, int64_t rows, int64_
     const Tensor *t = tf_get(tf, name);
     if (!t) return pd_error("%s: tensor '%s' is missing", path, name);
     int nd = cols ? 2 : 1;
-    if (t->dtype != DT_F32 || t->ndim != nd)
-        return pd_error("%s: tensor '%s' must be %d-d F32", path, name, nd);
+    if (t->dtype != DT_F32 || t->ndim != nd) return pd_error("%s: tensor '%s' must be %d-d F32", path, name, nd);
     if (t->shape[0] != rows || (cols && t->shape[1] != cols)) {
         if (cols)
             return pd_error("%s: tensor '%s' is %lldx%lld but the model needs %lldx%lld: heads for another model", path,
@@ -220,7 +221,8 @@ static int check_meta(const TensorFile *tf, const Model *m, long *K, float *scal
     if (!heads) return pd_error("%s: no Medusa heads inside (paradec.medusa.heads is missing)", path);
     if (meta_long(heads, 1, MAX_MEDUSA, K))
         return pd_error("%s: paradec.medusa.heads '%s' is not a number of heads in 1..%d", path, heads, MAX_MEDUSA);
-    if (!dim || meta_long(dim, 1, 1 << 20, &d)) return pd_error("%s: paradec.medusa.dim is missing or not a number", path);
+    if (!dim || meta_long(dim, 1, 1 << 20, &d))
+        return pd_error("%s: paradec.medusa.dim is missing or not a number", path);
     if (d != m->c.dim)
         return pd_error("%s: heads of dim %ld but the model's dim is %d: heads for another model", path, d, m->c.dim);
     if (!dig) return pd_error("%s: paradec.model_digest is missing: cannot tell which model the heads are for", path);
@@ -297,13 +299,19 @@ int medusa_save(const MedusaHeads *h, const char *path, const char *const *meta,
     snprintf(num[0], sizeof num[0], "%d", h->n);
     snprintf(num[1], sizeof num[1], "%d", h->dim);
     snprintf(num[2], sizeof num[2], "%.9g", h->input_scale); /* %.9g: a float's exact value back */
-    if (h->has_acc) { /* "[[a, b, ...], [...]]" */
+    if (h->has_acc) {                                        /* "[[a, b, ...], [...]]" */
         size_t cap = (size_t)h->n * MEDUSA_RANKS * 20 + 8, at = 0;
         if (!(acc = pd_alloc(cap))) rc = -1;
         for (int k = 0; acc && k < h->n; k++)
             for (int r = 0; r < MEDUSA_RANKS; r++)
-                at += snprintf(acc + at, cap - at, "%s%.9g%s", r ? "," : k ? ",[" : "[[", h->rank_acc[k][r],
-                               r + 1 < MEDUSA_RANKS ? "" : k + 1 < h->n ? "]" : "]]");
+                at += snprintf(acc + at, cap - at, "%s%.9g%s",
+                               r   ? ","
+                               : k ? ",["
+                                   : "[[",
+                               h->rank_acc[k][r],
+                               r + 1 < MEDUSA_RANKS ? ""
+                               : k + 1 < h->n       ? "]"
+                                                    : "]]");
     }
     rc = rc || tfw_meta(w, "paradec.kind", "medusa-heads") || tfw_meta(w, "paradec.version", "1") ||
          tfw_meta(w, "paradec.model_digest", h->model_digest) || tfw_meta(w, "paradec.medusa.heads", num[0]) ||

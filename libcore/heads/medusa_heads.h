@@ -26,16 +26,16 @@
 #define MEDUSA_RANKS 10 /* candidate ranks whose accuracy a file records */
 
 typedef struct {
-    int n;                           /* K heads */
+    int n; /* K heads */
     int dim, vocab;
-    float input_scale;               /* 1, or the widening's s */
-    float *W[MAX_MEDUSA];            /* [dim][dim] row-major (owned, in the arena) */
-    float *b[MAX_MEDUSA];            /* [dim] */
-    float *lm[MAX_MEDUSA];           /* [vocab][dim] own LM head, or NULL = the model's */
-    void *Wp[MAX_MEDUSA];            /* W packed (for k_matmul, or in 8 bits: q8) */
-    void *lmp[MAX_MEDUSA];           /* lm packed, or NULL */
-    int q8;                          /* 1: Wp and lmp hold W and lm in 8 bits (k_q8_pack), for drafting */
-    int has_acc;                     /* rank_acc known (from the file or training) */
+    float input_scale;     /* 1, or the widening's s */
+    float *W[MAX_MEDUSA];  /* [dim][dim] row-major (owned, in the arena) */
+    float *b[MAX_MEDUSA];  /* [dim] */
+    float *lm[MAX_MEDUSA]; /* [vocab][dim] own LM head, or NULL = the model's */
+    void *Wp[MAX_MEDUSA];  /* W packed (for k_matmul, or in 8 bits: q8) */
+    void *lmp[MAX_MEDUSA]; /* lm packed, or NULL */
+    int q8;                /* 1: Wp and lmp hold W and lm in 8 bits (k_q8_pack), for drafting */
+    int has_acc;           /* rank_acc known (from the file or training) */
     float rank_acc[MAX_MEDUSA][MEDUSA_RANKS];
     char model_digest[40];
     Arena arena;

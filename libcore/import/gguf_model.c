@@ -100,8 +100,7 @@ static int rope_from_freqs(Config *c, Src *s, const char *what) {
     int rc = 0, orig = 8192;
     if (!(mn > 1 - 1e-6) || !isfinite(F))
         rc = pd_error("%s: rope_freqs.weight speeds up some frequencies: not Llama 3 RoPE scaling", what);
-    else if (F > 1 && key_int(s, "rope.scaling.original_context_length", &orig, 8192))
-        rc = -1;
+    else if (F > 1 && key_int(s, "rope.scaling.original_context_length", &orig, 8192)) rc = -1;
     else if (F > 1) {
         /* s = (1/f - 1/F) / (1 - 1/F) runs from 1 (kept) to 0 (slowed by F) and is linear in
            x = 1/wavelength between: s = a·x - b. x falls with j: kept, blended, slowed. */
@@ -109,8 +108,13 @@ static int rope_from_freqs(Config *c, Src *s, const char *what) {
         double xk = 0, xs = 0; /* the smallest kept x, the largest slowed x (0: none) */
         for (int j = 0; j < half; j++) {
             if (fabsf(f[j] - 1) < 1e-6f) xk = x[j];
-            else if (fabsf(f[j] - (float)F) < 1e-6f * (float)F) { if (!xs) xs = x[j]; }
-            else { if (first < 0) first = j; last = j; n_blend++; }
+            else if (fabsf(f[j] - (float)F) < 1e-6f * (float)F) {
+                if (!xs) xs = x[j];
+            } else {
+                if (first < 0) first = j;
+                last = j;
+                n_blend++;
+            }
         }
         double a, b;
         if (n_blend >= 2) {
@@ -172,9 +176,8 @@ static int read_config(Config *c, Src *s) {
         key_f32(s, "attention.layer_norm_rms_epsilon", &c->norm_eps, 1))
         return -1;
     int hk, hv, rot, experts;
-    if (key_int(s, "attention.key_length", &hk, c->dim / c->n_heads) ||
-        key_int(s, "attention.value_length", &hv, hk) || key_int(s, "rope.dimension_count", &rot, hk) ||
-        key_int(s, "expert_count", &experts, 1))
+    if (key_int(s, "attention.key_length", &hk, c->dim / c->n_heads) || key_int(s, "attention.value_length", &hv, hk) ||
+        key_int(s, "rope.dimension_count", &rot, hk) || key_int(s, "expert_count", &experts, 1))
         return -1;
     if (hk != hv) return pd_error("%s: key length %d ≠ value length %d: not supported", g->path, hk, hv);
     if (rot != hk)
@@ -230,7 +233,6 @@ static const struct {
     {"attn_k.bias", "self_attn.k_proj.bias", 0, 'K'},
     {"attn_v.bias", "self_attn.v_proj.bias", 0, 'K'},
 };
-
 
 static int read_tensors(Checkpoint *ck, Src *s, int permute) {
     const Config *c = &ck->c;

@@ -73,7 +73,8 @@ static int architecture(Hf *h) {
     for (int i = 0; i < 3; i++)
         if (!strcmp(name, ARCHS[i])) return i;
     return pd_error("%s: architecture '%s' is not supported (paradec reads LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM)", h->cfg_path, name);
+                    "Qwen2ForCausalLM)",
+                    h->cfg_path, name);
 }
 
 /* features the forward pass does not have: refused by name */
@@ -85,7 +86,8 @@ static int unsupported(Hf *h, int arch) {
     if (cfg_bool(h, "mlp_bias", 0)) return pd_error("%s: mlp_bias (MLP biases) is not supported", h->cfg_path);
     if (arch != 2 && cfg_bool(h, "attention_bias", 0))
         return pd_error("%s: attention_bias (biases on q/k/v and o_proj) is not supported; paradec has q/k/v biases "
-                        "only (Qwen2)", h->cfg_path);
+                        "only (Qwen2)",
+                        h->cfg_path);
     json_t *prf = json_object_get(h->cfg, "partial_rotary_factor");
     if (json_is_number(prf) && json_number_value(prf) != 1)
         return pd_error("%s: partial_rotary_factor %g (partial RoPE) is not supported", h->cfg_path,
@@ -227,10 +229,12 @@ static float *import(Checkpoint *ck, const Hf *h, const char *name, int64_t rows
         char have[96] = "";
         for (int d = 0; d < t->ndim && d < 4; d++)
             snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        if (rows) pd_error("%s/%s: tensor '%s' has shape [%s] but config.json needs [%lld, %lld]", h->dir, file, name,
-                           have, (long long)rows, (long long)cols);
-        else pd_error("%s/%s: tensor '%s' has shape [%s] but config.json needs [%lld]", h->dir, file, name, have,
-                      (long long)cols);
+        if (rows)
+            pd_error("%s/%s: tensor '%s' has shape [%s] but config.json needs [%lld, %lld]", h->dir, file, name, have,
+                     (long long)rows, (long long)cols);
+        else
+            pd_error("%s/%s: tensor '%s' has shape [%s] but config.json needs [%lld]", h->dir, file, name, have,
+                     (long long)cols);
         return NULL;
     }
     float *d = ck_add(ck, name, rows, cols);
@@ -254,14 +258,13 @@ static const struct {
     const char *name;
     char rows, cols; /* D dim, H hidden, Q q width, K kv width, 0 a vector */
 } LAYER[] = {
-    {"input_layernorm.weight", 0, 'D'},          {"self_attn.q_proj.weight", 'Q', 'D'},
-    {"self_attn.k_proj.weight", 'K', 'D'},       {"self_attn.v_proj.weight", 'K', 'D'},
-    {"self_attn.o_proj.weight", 'D', 'Q'},       {"post_attention_layernorm.weight", 0, 'D'},
-    {"mlp.gate_proj.weight", 'H', 'D'},          {"mlp.up_proj.weight", 'H', 'D'},
-    {"mlp.down_proj.weight", 'D', 'H'},          {"self_attn.q_proj.bias", 0, 'Q'},
-    {"self_attn.k_proj.bias", 0, 'K'},           {"self_attn.v_proj.bias", 0, 'K'},
+    {"input_layernorm.weight", 0, 'D'},    {"self_attn.q_proj.weight", 'Q', 'D'},
+    {"self_attn.k_proj.weight", 'K', 'D'}, {"self_attn.v_proj.weight", 'K', 'D'},
+    {"self_attn.o_proj.weight", 'D', 'Q'}, {"post_attention_layernorm.weight", 0, 'D'},
+    {"mlp.gate_proj.weight", 'H', 'D'},    {"mlp.up_proj.weight", 'H', 'D'},
+    {"mlp.down_proj.weight", 'D', 'H'},    {"self_attn.q_proj.bias", 0, 'Q'},
+    {"self_attn.k_proj.bias", 0, 'K'},     {"self_attn.v_proj.bias", 0, 'K'},
 };
-
 
 /* tensors the files may hold that paradec does not need */
 static int ignorable(const Checkpoint *ck, const char *name) {
@@ -337,8 +340,7 @@ static int parse_config(Hf *h, Config *c, const void *json, size_t n) {
     int rc = 0;
     if (!(h->cfg = json_loadb(json, n, 0, &err))) /* (json_is_* evaluate their argument twice) */
         rc = pd_error("%s: %s (line %d)", h->cfg_path, err.text, err.line);
-    else if (!json_is_object(h->cfg))
-        rc = pd_error("%s: not a JSON object", h->cfg_path);
+    else if (!json_is_object(h->cfg)) rc = pd_error("%s: not a JSON object", h->cfg_path);
     return rc ? rc : read_config(h, c);
 }
 
@@ -401,8 +403,8 @@ int hf_write_dir(const Checkpoint *ck, const char *dir) {
             "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
             "  \"rope_theta\": %.9g,\n  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
             "  \"torch_dtype\": \"float32\",\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n",
-            c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
-            c->seq_len, c->norm_eps, c->rope_theta, c->tied ? "true" : "false");
+            c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->seq_len,
+            c->norm_eps, c->rope_theta, c->tied ? "true" : "false");
     if (atomic_commit(&af)) return -1;
     if (ck->tok) { /* the tokenizer file beside it, as llama2.c ships it */
         snprintf(path, sizeof path, "%s/tokenizer.bin", dir);

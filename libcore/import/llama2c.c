@@ -65,8 +65,15 @@ static int header(Checkpoint *ck, Reader *r, int *shared) {
         h[5] = abs(h[5]);
     }
     Config *c = &ck->c;
-    *c = (Config){.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3], .n_kv_heads = h[4],
-                  .vocab_size = h[5], .seq_len = h[6], .norm_eps = 1e-5f, .rope_theta = 10000.0f,
+    *c = (Config){.dim = h[0],
+                  .hidden_dim = h[1],
+                  .n_layers = h[2],
+                  .n_heads = h[3],
+                  .n_kv_heads = h[4],
+                  .vocab_size = h[5],
+                  .seq_len = h[6],
+                  .norm_eps = 1e-5f,
+                  .rope_theta = 10000.0f,
                   .tied = *shared};
     if (c->n_heads <= 0 || c->dim % c->n_heads)
         return pd_error("%s: not a llama2.c checkpoint (dim %d, %d heads)", r->what, c->dim, c->n_heads);
@@ -101,11 +108,13 @@ int llama2c_read_mem(Checkpoint *ck, const void *bytes, size_t n, const char *wh
     int64_t D = c->dim, H = c->hidden_dim, V = c->vocab_size, Q = (int64_t)c->n_heads * c->head_dim,
             KV = (int64_t)c->n_kv_heads * c->head_dim;
     /* the whole payload is checked against the file size before anything is allocated */
-    size_t need = (size_t)(V * D + c->n_layers * (2 * D + D * Q + 2 * D * KV + Q * D + 3 * D * H) + D +
-                           (shared ? 0 : V * D)) * sizeof(float);
+    size_t need =
+        (size_t)(V * D + c->n_layers * (2 * D + D * Q + 2 * D * KV + Q * D + 3 * D * H) + D + (shared ? 0 : V * D)) *
+        sizeof(float);
     if (!v1) need += (size_t)c->seq_len * c->head_dim * sizeof(float); /* RoPE tables run.c skips */
     if (need > r.left)
-        return pd_error("%s: truncated: the header's shapes need %zu bytes of weights, the file has %zu", what, need, r.left);
+        return pd_error("%s: truncated: the header's shapes need %zu bytes of weights, the file has %zu", what, need,
+                        r.left);
     int rc;
     if (v1)
         rc = take_layers(ck, &r, "input_layernorm.weight", 0, D) ||
@@ -117,11 +126,10 @@ int llama2c_read_mem(Checkpoint *ck, const void *bytes, size_t n, const char *wh
              take_layers(ck, &r, "input_layernorm.weight", 0, D);
     rc = rc || take_layers(ck, &r, "self_attn.q_proj.weight", Q, D) ||
          take_layers(ck, &r, "self_attn.k_proj.weight", KV, D) ||
-         take_layers(ck, &r, "self_attn.v_proj.weight", KV, D) ||
-         take_layers(ck, &r, "self_attn.o_proj.weight", D, Q);
+         take_layers(ck, &r, "self_attn.v_proj.weight", KV, D) || take_layers(ck, &r, "self_attn.o_proj.weight", D, Q);
     if (!v1) rc = rc || take_layers(ck, &r, "post_attention_layernorm.weight", 0, D);
-    rc = rc || take_layers(ck, &r, "mlp.gate_proj.weight", H, D) ||
-         take_layers(ck, &r, "mlp.down_proj.weight", D, H) || take_layers(ck, &r, "mlp.up_proj.weight", H, D);
+    rc = rc || take_layers(ck, &r, "mlp.gate_proj.weight", H, D) || take_layers(ck, &r, "mlp.down_proj.weight", D, H) ||
+         take_layers(ck, &r, "mlp.up_proj.weight", H, D);
     if (!v1 && !rc) {
         rc = take(&r, add(ck, -1, NAME_NORM, 0, D), D, NAME_NORM);
         size_t skip = (size_t)c->seq_len * c->head_dim * sizeof(float);
@@ -176,16 +184,19 @@ static int put(AtomicFile *af, const Checkpoint *ck, int layer, const char *what
 int llama2c_write(const Checkpoint *ck, const char *path) {
     const Config *c = &ck->c;
     if (c->head_dim * c->n_heads != c->dim)
-        return pd_error("%s: llama2.c needs head_dim × heads = dim (%d × %d ≠ %d)", path, c->head_dim, c->n_heads, c->dim);
+        return pd_error("%s: llama2.c needs head_dim × heads = dim (%d × %d ≠ %d)", path, c->head_dim, c->n_heads,
+                        c->dim);
     AtomicFile af;
     if (atomic_open(&af, path)) return -1;
-    int32_t h[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
-                    c->tied ? c->vocab_size : -c->vocab_size, c->seq_len};
+    int32_t h[7] = {c->dim,     c->hidden_dim, c->n_layers,
+                    c->n_heads, c->n_kv_heads, c->tied ? c->vocab_size : -c->vocab_size,
+                    c->seq_len};
     int rc = fwrite(h, sizeof h, 1, af.f) == 1 ? 0 : pd_error("%s: write error", path);
     rc = rc || put(&af, ck, -1, NAME_EMBED, 0);
-    static const char *const per_layer[] = {"input_layernorm.weight", "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-        "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.down_proj.weight", "mlp.up_proj.weight"};
+    static const char *const per_layer[] = {
+        "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",    "mlp.down_proj.weight",    "mlp.up_proj.weight"};
     for (int k = 0; k < 9 && !rc; k++)
         for (int l = 0; l < c->n_layers && !rc; l++)
             rc = put(&af, ck, l, per_layer[k], k == 1 ? c->n_heads : k == 2 ? c->n_kv_heads : 0);

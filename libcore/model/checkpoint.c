@@ -115,7 +115,7 @@ static uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);               /* round to nearest even */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);                /* round to nearest even */
 }
 
 /* canonical tensor order (model_tensor_order): the same weights give the same file
@@ -238,7 +238,10 @@ int ck_read_model(Checkpoint *ck, const char *path) {
         if (!strcmp(t->name, "tokenizer.bytes")) continue;
         int64_t rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->shape[t->ndim - 1];
         float *d = ck_add(ck, t->name, rows, cols);
-        if (!d) { rc = -1; break; }
+        if (!d) {
+            rc = -1;
+            break;
+        }
         for (int64_t r = 0; r < (rows ? rows : 1); r++)
             k_row_to_f32(d + r * cols, t->data, t->dtype == DT_F32 ? WT_F32 : WT_BF16, r, (int)cols);
     }
@@ -249,8 +252,7 @@ int ck_read_model(Checkpoint *ck, const char *path) {
         snprintf(ck->tok_kind, sizeof ck->tok_kind, "%s", tf_meta(&m.tf, "paradec.tokenizer"));
         const char *tmpl = tf_meta(&m.tf, "paradec.chat_template");
         if (tmpl && !(ck->chat_template = pd_strdup(tmpl))) rc = -1;
-    } else
-        rc = -1;
+    } else rc = -1;
     model_free(&m);
     if (rc) ck_free(ck);
     return rc;

@@ -17,10 +17,10 @@ typedef struct {
     Config c;
     int n, cap;
     CkTensor *t;
-    unsigned char *tok;   /* tokenizer file bytes */
+    unsigned char *tok; /* tokenizer file bytes */
     size_t tok_len;
-    char tok_kind[16];    /* "llama2c", "hf-json" (tokenizer.json), "gguf" (vocabulary-only GGUF) */
-    char *chat_template;  /* the source's Jinja chat template, or NULL */
+    char tok_kind[16];   /* "llama2c", "hf-json" (tokenizer.json), "gguf" (vocabulary-only GGUF) */
+    char *chat_template; /* the source's Jinja chat template, or NULL */
 } Checkpoint;
 
 /* a new zeroed tensor (rows == 0 for a vector of cols); NULL + message on failure */

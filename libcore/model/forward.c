@@ -90,11 +90,24 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     }
     k_rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
     size_t lo = (size_t)l * kv->block_size * kv->kv_dim;
-    k_kv_write(kv->k + lo, kv->v + lo, kv_block_stride(kv), kv->block_size, kv->kv_dim, d->table, slot,
-               w->qkv + qd, row, kvd, n);
-    AttnArgs a = {n, c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), w->qkv, row, w->att,
-                  kv_layer_k(kv, l), kv_layer_v(kv, l), kv_block_stride(kv), kv->block_size,
-                  d->table, base, d->vis_off, d->vis};
+    k_kv_write(kv->k + lo, kv->v + lo, kv_block_stride(kv), kv->block_size, kv->kv_dim, d->table, slot, w->qkv + qd,
+               row, kvd, n);
+    AttnArgs a = {n,
+                  c->n_heads,
+                  c->n_kv_heads,
+                  hd,
+                  1.0f / sqrtf((float)hd),
+                  w->qkv,
+                  row,
+                  w->att,
+                  kv_layer_k(kv, l),
+                  kv_layer_v(kv, l),
+                  kv_block_stride(kv),
+                  kv->block_size,
+                  d->table,
+                  base,
+                  d->vis_off,
+                  d->vis};
     k_attention_rel(&a);
     k_matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);
@@ -242,8 +255,7 @@ int logits_argmax(Runner *r, const float *hidden, int n, int32_t *ids) {
     Workspace *w = &r->ws;
     int V = r->m->c.vocab_size;
     if (rows_begin(r, hidden, n, (size_t)n)) return -1;
-    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, V) ||
-        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
+    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, V) || dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
         return pd_error("logits: %s", dev_errmsg());
     return 0;
 }

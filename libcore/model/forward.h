@@ -21,8 +21,7 @@ typedef struct {
 /* runs layers [layer_begin, layer_end) for the batch. hidden[n][dim] is the input
    (ignored and filled from the embedding when layer_begin is 0) and the output.
    Each token's K/V goes to the slots after those already filled in each layer. */
-int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end,
-                   float *hidden);
+int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end, float *hidden);
 /* a captured forward step: the embedding and layer calls of forward_layers over
    [layer_begin, layer_end) on one KV cache and one hidden buffer, recorded once on the
    runner's device; each replay reads the step (token count, tokens, positions, slots,

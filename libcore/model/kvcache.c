@@ -163,7 +163,8 @@ int kv_keep_path(KVCache *kv, int seq, int base, const int *path, int n) {
     if (!list) return pd_error("kv cache: out of memory keeping a path");
     for (int l = 0; l < kv->n_layers; l++)
         for (int i = 0; i < n; i++)
-            if (path[i] != i) *w++ = (int64_t)col(kv, seq, l, base + path[i]), *w++ = (int64_t)col(kv, seq, l, base + i);
+            if (path[i] != i)
+                *w++ = (int64_t)col(kv, seq, l, base + path[i]), *w++ = (int64_t)col(kv, seq, l, base + i);
     int rc = run_moves(kv, list, (int)((w - list) / 2));
     free(list);
     if (rc) return -1;

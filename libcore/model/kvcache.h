@@ -14,14 +14,14 @@
 typedef struct {
     int n_layers, kv_dim, block_size;
     int n_blocks, max_seqs, max_blocks; /* pool size, sequences, blocks per sequence */
-    float *k;          /* [n_blocks][n_layers][kv_dim][block_size] */
-    float *v;          /* [n_blocks][n_layers][kv_dim][block_size] */
-    int *free_blocks;  /* [n_blocks] stack of free block ids */
+    float *k;                           /* [n_blocks][n_layers][kv_dim][block_size] */
+    float *v;                           /* [n_blocks][n_layers][kv_dim][block_size] */
+    int *free_blocks;                   /* [n_blocks] stack of free block ids */
     int n_free;
-    int *table;        /* [max_seqs][max_blocks] block ids */
-    int *n_table;      /* [max_seqs] blocks held */
-    int *len;          /* [max_seqs][n_layers] filled slots per layer */
-    char *live;        /* [max_seqs] */
+    int *table;   /* [max_seqs][max_blocks] block ids */
+    int *n_table; /* [max_seqs] blocks held */
+    int *len;     /* [max_seqs][n_layers] filled slots per layer */
+    char *live;   /* [max_seqs] */
     Arena arena;
     /* the storage as device buffers (on the CPU k and v wrapped in place) and the
        slot moves' list, {src, dst} float indices, grown on demand */
@@ -34,14 +34,14 @@ typedef struct {
    seq_len slots (the model's context) */
 int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size);
 void kv_free(KVCache *kv);
-int kv_seq_new(KVCache *kv);                 /* a sequence id, or -1 when none is free */
-void kv_seq_free(KVCache *kv, int seq);      /* its blocks go back to the pool */
+int kv_seq_new(KVCache *kv);            /* a sequence id, or -1 when none is free */
+void kv_seq_free(KVCache *kv, int seq); /* its blocks go back to the pool */
 int kv_len(const KVCache *kv, int seq, int layer);
 int kv_reserve(KVCache *kv, int seq, int slots); /* blocks for slots [0, slots) */
 void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v); /* [kv_dim] each */
 void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v);
-const int *kv_table(const KVCache *kv, int seq);     /* the sequence's block ids */
-size_t kv_block_stride(const KVCache *kv);           /* floats between blocks of one layer */
+const int *kv_table(const KVCache *kv, int seq);       /* the sequence's block ids */
+size_t kv_block_stride(const KVCache *kv);             /* floats between blocks of one layer */
 const float *kv_layer_k(const KVCache *kv, int layer); /* block 0's keys of this layer */
 const float *kv_layer_v(const KVCache *kv, int layer);
 void kv_set_len(KVCache *kv, int seq, int layer, int len);

@@ -9,28 +9,27 @@
 
 /* per-layer tensor suffixes, Hugging Face names */
 static const char *const LAYER_NAMES[] = {
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
 
 void layer_tensor_name(char *out, size_t n, int layer, const char *what) {
     snprintf(out, n, "model.layers.%d.%s", layer, what);
 }
 
 char *config_to_json(const Config *c) {
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:b}",
-                          "architecture", "llama", "hidden_size", c->dim, "intermediate_size",
-                          c->hidden_dim, "num_hidden_layers", c->n_layers, "num_attention_heads",
-                          c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim", c->head_dim,
-                          "vocab_size", c->vocab_size, "max_position_embeddings", c->seq_len,
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:b}", "architecture", "llama",
+                          "hidden_size", c->dim, "intermediate_size", c->hidden_dim, "num_hidden_layers", c->n_layers,
+                          "num_attention_heads", c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim",
+                          c->head_dim, "vocab_size", c->vocab_size, "max_position_embeddings", c->seq_len,
                           "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
                           "tie_word_embeddings", c->tied, "attention_bias", c->qkv_bias);
     if (o && c->rope_factor > 0)
         json_object_set_new(o, "rope_scaling",
                             json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
                                       (double)c->rope_factor, "low_freq_factor", (double)c->rope_low_freq,
-                                      "high_freq_factor", (double)c->rope_high_freq,
-                                      "original_max_position_embeddings", c->rope_orig_ctx));
+                                      "high_freq_factor", (double)c->rope_high_freq, "original_max_position_embeddings",
+                                      c->rope_orig_ctx));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);
     if (!s) pd_error("cannot encode the model config as JSON");
@@ -96,7 +95,8 @@ int config_from_json(Config *c, const char *json, const char *what) {
     rc = rc ? rc : get_num(o, "rms_norm_eps", &c->norm_eps, what);
     rc = rc ? rc : get_num(o, "rope_theta", &c->rope_theta, what);
     json_t *tied = json_object_get(o, "tie_word_embeddings");
-    if (!rc && !json_is_boolean(tied)) rc = pd_error("%s: config: 'tie_word_embeddings' missing or not a boolean", what);
+    if (!rc && !json_is_boolean(tied))
+        rc = pd_error("%s: config: 'tie_word_embeddings' missing or not a boolean", what);
     c->tied = json_is_true(tied);
     json_t *bias = json_object_get(o, "attention_bias");
     if (!rc && bias && !json_is_boolean(bias)) rc = pd_error("%s: config: 'attention_bias' is not a boolean", what);
@@ -109,31 +109,39 @@ int config_from_json(Config *c, const char *json, const char *what) {
 
 int64_t config_size(const Config *c, char k) {
     switch (k) {
-    case 'D': return c->dim;
-    case 'H': return c->hidden_dim;
-    case 'Q': return (int64_t)c->n_heads * c->head_dim;
-    case 'K': return (int64_t)c->n_kv_heads * c->head_dim;
-    default: return 0;
+    case 'D':
+        return c->dim;
+    case 'H':
+        return c->hidden_dim;
+    case 'Q':
+        return (int64_t)c->n_heads * c->head_dim;
+    case 'K':
+        return (int64_t)c->n_kv_heads * c->head_dim;
+    default:
+        return 0;
     }
 }
 
 int config_check(const Config *c, const char *what) {
-    if (c->dim < 1 || c->hidden_dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
-        c->head_dim < 2 || c->vocab_size < 1 || c->seq_len < 1)
+    if (c->dim < 1 || c->hidden_dim < 1 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->head_dim < 2 ||
+        c->vocab_size < 1 || c->seq_len < 1)
         return pd_error("%s: config: a size is zero or negative", what);
     if (c->n_heads % c->n_kv_heads)
         return pd_error("%s: config: %d heads are not a multiple of %d kv heads", what, c->n_heads, c->n_kv_heads);
     if (c->head_dim % 2) return pd_error("%s: config: head_dim %d is odd (RoPE needs pairs)", what, c->head_dim);
-    if (!(c->norm_eps >= 0) || !(c->rope_theta > 0)) return pd_error("%s: config: bad rms_norm_eps or rope_theta", what);
-    if (c->seq_len > (1 << 22) || c->n_layers > 4096 || c->dim > (1 << 20) || c->n_heads > 4096 || c->vocab_size > (1 << 24) || (int64_t)c->dim * c->hidden_dim > ((int64_t)1 << 34))
+    if (!(c->norm_eps >= 0) || !(c->rope_theta > 0))
+        return pd_error("%s: config: bad rms_norm_eps or rope_theta", what);
+    if (c->seq_len > (1 << 22) || c->n_layers > 4096 || c->dim > (1 << 20) || c->n_heads > 4096 ||
+        c->vocab_size > (1 << 24) || (int64_t)c->dim * c->hidden_dim > ((int64_t)1 << 34))
         return pd_error("%s: config: sizes beyond what paradec handles", what);
     if (c->head_dim > 4096 || (int64_t)c->n_heads * c->head_dim > (1 << 20))
         return pd_error("%s: config: %d heads of %d: sizes beyond what paradec handles", what, c->n_heads, c->head_dim);
     /* the RoPE tables (seq_len × head_dim floats) are built at load, before any weight
        is read: no file may make them huge */
     if ((int64_t)c->seq_len * c->head_dim > ((int64_t)1 << 28))
-        return pd_error("%s: config: a context of %d × head_dim %d would need %lld MiB of RoPE tables: beyond what paradec handles",
-                        what, c->seq_len, c->head_dim, (long long)c->seq_len * c->head_dim * 4 >> 20);
+        return pd_error(
+            "%s: config: a context of %d × head_dim %d would need %lld MiB of RoPE tables: beyond what paradec handles",
+            what, c->seq_len, c->head_dim, (long long)c->seq_len * c->head_dim * 4 >> 20);
     return 0;
 }
 
@@ -220,8 +228,7 @@ static int load_layers(Model *m) {
         if (load_vec(m, NM(0), c->dim, &L->attn_norm) || load_mat(m, NM(1), q, c->dim, &L->wq) ||
             load_mat(m, NM(2), kvd, c->dim, &L->wk) || load_mat(m, NM(3), kvd, c->dim, &L->wv) ||
             load_mat(m, NM(4), c->dim, q, &L->wo) || load_vec(m, NM(5), c->dim, &L->ffn_norm) ||
-            load_mat(m, NM(6), c->hidden_dim, c->dim, &L->w1) ||
-            load_mat(m, NM(7), c->hidden_dim, c->dim, &L->w3) ||
+            load_mat(m, NM(6), c->hidden_dim, c->dim, &L->w1) || load_mat(m, NM(7), c->hidden_dim, c->dim, &L->w3) ||
             load_mat(m, NM(8), c->dim, c->hidden_dim, &L->w2))
             return -1;
 #undef NM
@@ -299,7 +306,10 @@ static int pack_weights(Model *m) {
         int rows[3] = {0}, n_src = list[i].src[1] ? (list[i].src[2] ? 3 : 2) : 1;
         pack_shape(&list[i], &s, src, rows);
         void *dst = arena_push(&m->packed, k_packed_bytes(s.t, s.rows, s.cols));
-        if (!dst) { rc = -1; break; }
+        if (!dst) {
+            rc = -1;
+            break;
+        }
         k_pack(dst, s.t, s.cols, n_src, src, rows);
         *list[i].dst = (Mat){s.t, n_src == 1 ? s.w : NULL, dst, s.rows, s.cols};
     }
@@ -421,16 +431,17 @@ int model_load(Model *m, const char *path) {
     int rc = 0;
     if (!kind || (strcmp(kind, "model") && strcmp(kind, "bundle")))
         rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", path, kind ? kind : "missing");
-    else if (!cfg)
-        rc = pd_error("%s: paradec.config is missing", path);
+    else if (!cfg) rc = pd_error("%s: paradec.config is missing", path);
     rc = rc ? rc : model_verify(&m->tf);
     rc = rc ? rc : config_from_json(&m->c, cfg, path);
     if (!rc) snprintf(m->digest, sizeof m->digest, "%s", dig ? dig : "");
     size_t rope = pd_mul(pd_mul((size_t)m->c.seq_len, m->c.head_dim), sizeof(float));
-    rc = rc ? rc : arena_init(&m->arena, rope + 2 * sizeof(float) * m->c.dim * (2 * m->c.n_layers + 1) +
-                                             sizeof(Layer) * m->c.n_layers + 64 * 64 * m->c.n_layers + 4096 +
-                                             (m->c.qkv_bias ? sizeof(float) * (size_t)m->c.n_layers *
-                                                                  (m->c.n_heads + 2 * m->c.n_kv_heads) * m->c.head_dim : 0));
+    rc = rc ? rc
+            : arena_init(&m->arena, rope + 2 * sizeof(float) * m->c.dim * (2 * m->c.n_layers + 1) +
+                                        sizeof(Layer) * m->c.n_layers + 64 * 64 * m->c.n_layers + 4096 +
+                                        (m->c.qkv_bias ? sizeof(float) * (size_t)m->c.n_layers *
+                                                             (m->c.n_heads + 2 * m->c.n_kv_heads) * m->c.head_dim
+                                                       : 0));
     rc = rc ? rc : load_mat(m, NAME_EMBED, m->c.vocab_size, m->c.dim, &m->embed);
     rc = rc ? rc : load_layers(m);
     rc = rc ? rc : load_vec(m, NAME_NORM, m->c.dim, &m->final_norm);
@@ -460,8 +471,8 @@ double model_weight_bytes(const Model *m) {
     double b = mat_bytes(&m->lm_head) + mat_bytes(&m->embed) / m->c.vocab_size;
     for (int l = 0; l < m->c.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
-             mat_bytes(&L->w1) + mat_bytes(&L->w2) + mat_bytes(&L->w3);
+        b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) + mat_bytes(&L->w1) +
+             mat_bytes(&L->w2) + mat_bytes(&L->w3);
     }
     return b;
 }

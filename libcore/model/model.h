@@ -13,19 +13,19 @@ typedef struct {
     int hidden_dim; /* SwiGLU width */
     int n_layers, n_heads, n_kv_heads, head_dim;
     int vocab_size;
-    int seq_len;    /* longest context (RoPE table size) */
+    int seq_len; /* longest context (RoPE table size) */
     float norm_eps, rope_theta;
-    int tied;       /* lm_head is the embedding */
-    int qkv_bias;   /* q/k/v projections carry biases (Qwen2) */
+    int tied;     /* lm_head is the embedding */
+    int qkv_bias; /* q/k/v projections carry biases (Qwen2) */
     /* Llama 3.1-style RoPE scaling ("rope_type": "llama3"); rope_factor 0 = none */
     float rope_factor, rope_low_freq, rope_high_freq;
     int rope_orig_ctx;
 } Config;
 
 /* config ↔ the JSON stored as paradec.config (Hugging Face key names) */
-char *config_to_json(const Config *c);                       /* malloc'd */
+char *config_to_json(const Config *c); /* malloc'd */
 int config_from_json(Config *c, const char *json, const char *what);
-int config_check(const Config *c, const char *what);        /* sane sizes */
+int config_check(const Config *c, const char *what); /* sane sizes */
 /* a dimension by letter, for tables of tensor shapes: 'D' dim, 'H' hidden, 'Q' heads ×
    head_dim, 'K' kv heads × head_dim; 0 for anything else */
 int64_t config_size(const Config *c, char k);
@@ -40,31 +40,31 @@ typedef struct {
 } Mat;
 
 typedef struct {
-    const float *attn_norm; /* [dim] */
-    Mat wq;                 /* [n_heads*hd][dim] */
-    Mat wk, wv;             /* [n_kv*hd][dim] */
-    Mat wo;                 /* [dim][n_heads*hd] */
+    const float *attn_norm;    /* [dim] */
+    Mat wq;                    /* [n_heads*hd][dim] */
+    Mat wk, wv;                /* [n_kv*hd][dim] */
+    Mat wo;                    /* [dim][n_heads*hd] */
     const float *bq, *bk, *bv; /* [n_heads*hd], [n_kv*hd] ×2, or NULL */
-    const float *ffn_norm;  /* [dim] */
-    Mat w1, w3;             /* gate, up: [hidden][dim] */
-    Mat w2;                 /* down: [dim][hidden] */
-    Mat qkv;                /* wq, wk, wv stacked: [(n_heads + 2 n_kv)*hd][dim], packed only */
-    Mat gate_up;            /* w1, w3 stacked: [2 hidden][dim], packed only */
+    const float *ffn_norm;     /* [dim] */
+    Mat w1, w3;                /* gate, up: [hidden][dim] */
+    Mat w2;                    /* down: [dim][hidden] */
+    Mat qkv;                   /* wq, wk, wv stacked: [(n_heads + 2 n_kv)*hd][dim], packed only */
+    Mat gate_up;               /* w1, w3 stacked: [2 hidden][dim], packed only */
 } Layer;
 
 typedef struct {
     Config c;
-    Mat embed;              /* [vocab][dim] */
-    Layer *layers;          /* [n_layers] */
-    const float *final_norm;/* [dim] */
-    Mat lm_head;            /* [vocab][dim] (the embedding when tied) */
+    Mat embed;                  /* [vocab][dim] */
+    Layer *layers;              /* [n_layers] */
+    const float *final_norm;    /* [dim] */
+    Mat lm_head;                /* [vocab][dim] (the embedding when tied) */
     float *rope_cos, *rope_sin; /* [seq_len][hd/2] */
     Tokenizer *tok;
     const char *chat_template; /* the model's Jinja chat template (metadata), or NULL */
-    char digest[40];        /* paradec.digest of the tensors */
-    TensorFile tf;          /* the weights point into it */
-    Arena arena;            /* converted norms, rope tables, layer array */
-    Arena packed;           /* every matrix in k_matmul's layout */
+    char digest[40];           /* paradec.digest of the tensors */
+    TensorFile tf;             /* the weights point into it */
+    Arena arena;               /* converted norms, rope tables, layer array */
+    Arena packed;              /* every matrix in k_matmul's layout */
 } Model;
 
 /* load a model file written by convert/widen (validated: config, every tensor's

@@ -54,16 +54,25 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
     size_t cl = (size_t)(w->cap_layers > layers ? w->cap_layers : layers);
     if (cn > (size_t)w->cap_n) {
         size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim, f = sizeof(float);
-        size_t sizes[] = {pd_mul(f * cn, c->dim), pd_mul(f * cn, qd), pd_mul(f * cn, qd + 2 * kvd),
-                          pd_mul(f * cn, 2 * (size_t)c->hidden_dim), pd_mul(f * cn, c->hidden_dim), pd_mul(f * cn, c->dim)};
-        void **dst[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv, (void **)&w->gu, (void **)&w->hb, (void **)&w->out};
+        size_t sizes[] = {pd_mul(f * cn, c->dim),        pd_mul(f * cn, qd),
+                          pd_mul(f * cn, qd + 2 * kvd),  pd_mul(f * cn, 2 * (size_t)c->hidden_dim),
+                          pd_mul(f * cn, c->hidden_dim), pd_mul(f * cn, c->dim)};
+        void **dst[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv,
+                        (void **)&w->gu, (void **)&w->hb,  (void **)&w->out};
         if (carve(r->dev, &w->acts, 6, sizes, dst)) return -1;
     }
     StepDesc *s = &w->desc;
-    size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn, i4 * cn, i4 * cn, i4 * cn, i4 * (cn + 1), i4 * cv, sizeof(int *) * cn,
-                                            pd_mul(i4 * cn, cl), pd_mul(i4 * cn, cl)};
-    void **dst[] = {(void **)&s->token, (void **)&s->pos, (void **)&s->seq, (void **)&s->rank, (void **)&s->vis_off,
-                    (void **)&s->vis, (void **)&s->table, (void **)&s->base, (void **)&s->slot};
+    size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn,
+                                            i4 * cn,
+                                            i4 * cn,
+                                            i4 * cn,
+                                            i4 * (cn + 1),
+                                            i4 * cv,
+                                            sizeof(int *) * cn,
+                                            pd_mul(i4 * cn, cl),
+                                            pd_mul(i4 * cn, cl)};
+    void **dst[] = {(void **)&s->token, (void **)&s->pos,   (void **)&s->seq,  (void **)&s->rank, (void **)&s->vis_off,
+                    (void **)&s->vis,   (void **)&s->table, (void **)&s->base, (void **)&s->slot};
     if (carve(r->dev, &w->desc_buf, 9, sizes, dst)) return -1;
     w->cap_n = (int)cn, w->cap_vis = cv, w->cap_layers = (int)cl;
     return 0;

@@ -23,18 +23,18 @@ typedef struct {
 } StepDesc;
 
 typedef struct Workspace {
-    int cap_n;        /* tokens the buffers hold */
-    size_t cap_vis;   /* visibility entries the descriptor holds */
-    int cap_layers;   /* layers it holds lengths for */
-    float *xb;        /* [n][dim] normed input */
-    float *att;       /* [n][n_heads*hd] attention output */
-    float *qkv;       /* [n][(n_heads + 2 n_kv)*hd] the stacked projection: q | k | v */
-    float *gu;        /* [n][2 hidden] gate | up */
-    float *hb;        /* [n][hidden] */
-    float *out;       /* [n][dim] a branch's output before the residual add */
-    DevBuf acts;         /* the activations above, one device buffer, each 64-byte aligned */
-    DevBuf desc_buf;     /* the step descriptor's arrays, one device buffer */
-    StepDesc desc;    /* its arrays, where the CPU sees them */
+    int cap_n;       /* tokens the buffers hold */
+    size_t cap_vis;  /* visibility entries the descriptor holds */
+    int cap_layers;  /* layers it holds lengths for */
+    float *xb;       /* [n][dim] normed input */
+    float *att;      /* [n][n_heads*hd] attention output */
+    float *qkv;      /* [n][(n_heads + 2 n_kv)*hd] the stacked projection: q | k | v */
+    float *gu;       /* [n][2 hidden] gate | up */
+    float *hb;       /* [n][hidden] */
+    float *out;      /* [n][dim] a branch's output before the residual add */
+    DevBuf acts;     /* the activations above, one device buffer, each 64-byte aligned */
+    DevBuf desc_buf; /* the step descriptor's arrays, one device buffer */
+    StepDesc desc;   /* its arrays, where the CPU sees them */
     /* logits rows and what the row ops give back (logits_argmax, _topk, _softmax) */
     DevBuf lg, ids, probs, rows; /* [cap_rows][vocab], [cap_out], [cap_out], the row count */
     int cap_rows;
@@ -44,7 +44,7 @@ typedef struct Workspace {
 typedef struct Runner {
     const Model *m;
     Device *dev;
-    DevBuf packed;   /* the model's packed matrices, wrapped (the CPU makes no copy) */
+    DevBuf packed; /* the model's packed matrices, wrapped (the CPU makes no copy) */
     Workspace ws;
 } Runner;
 

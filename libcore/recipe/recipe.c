@@ -63,7 +63,8 @@ static const yaml_node_t *key_of(P *p, const yaml_node_t *v) {
     return v;
 }
 
-__attribute__((format(printf, 4, 5))) static int bad(P *p, const yaml_node_t *n, const char *key, const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static int bad(P *p, const yaml_node_t *n, const char *key, const char *fmt,
+                                                     ...) {
     char msg[700], k[64];
     n = key_of(p, n);
     va_list ap;
@@ -95,7 +96,8 @@ static int check_keys(P *p, yaml_node_t *map, const char *section, const char *c
         for (int i = 0; known[i]; i++) found |= slen(k) == strlen(known[i]) && !memcmp(sval(k), known[i], slen(k));
         if (!found) {
             char list[400] = "";
-            for (int i = 0; known[i]; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
+            for (int i = 0; known[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", known[i]);
             return bad(p, k, shown(sval(k), slen(k), buf, sizeof buf), "unknown key in %s (known: %s)", section, list);
         }
         for (yaml_node_pair_t *b = map->data.mapping.pairs.start; b < a; b++) {
@@ -117,7 +119,8 @@ static yaml_node_t *get(P *p, yaml_node_t *map, const char *key) {
 }
 
 static int want_map(P *p, yaml_node_t *v, const char *key) {
-    if (v->type != YAML_MAPPING_NODE) return bad(p, v, key, "must be a mapping (indented keys below it), not %s", type_name(v));
+    if (v->type != YAML_MAPPING_NODE)
+        return bad(p, v, key, "must be a mapping (indented keys below it), not %s", type_name(v));
     return 0;
 }
 
@@ -137,7 +140,8 @@ static int as_int(P *p, yaml_node_t *v, const char *key, long lo, long hi, int *
     char *end;
     long x = strtol(sval(v), &end, 10);
     if (!slen(v) || end != sval(v) + slen(v) || isspace((unsigned char)sval(v)[0]) || x < lo || x > hi)
-        return bad(p, v, key, "'%s' is not a whole number in [%ld, %ld]", shown(sval(v), slen(v), buf, sizeof buf), lo, hi);
+        return bad(p, v, key, "'%s' is not a whole number in [%ld, %ld]", shown(sval(v), slen(v), buf, sizeof buf), lo,
+                   hi);
     *out = (int)x;
     return 0;
 }
@@ -169,7 +173,8 @@ static int as_bool(P *p, yaml_node_t *v, const char *key, int *out) {
             if (!strcmp(sval(v), yes[i])) return *out = 1, 0;
             if (!strcmp(sval(v), no[i])) return *out = 0, 0;
         }
-    return bad(p, v, key, "'%s' is not true or false", is_scalar(v) ? shown(sval(v), slen(v), buf, sizeof buf) : type_name(v));
+    return bad(p, v, key, "'%s' is not true or false",
+               is_scalar(v) ? shown(sval(v), slen(v), buf, sizeof buf) : type_name(v));
 }
 
 /* a list of items, or one scalar holding them comma-separated ("8,16,24"): joined
@@ -210,8 +215,7 @@ static int as_list(P *p, yaml_node_t *v, const char *key, int max, int (*check)(
             snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", n > 1 ? "," : "", sval(x));
         }
         if (!n) return bad(p, v, key, "is an empty list");
-    } else
-        return bad(p, v, key, "must be a list, not %s", type_name(v));
+    } else return bad(p, v, key, "must be a list, not %s", type_name(v));
     if (count) *count = n;
     free(*out);
     return (*out = pd_strdup(buf)) ? 0 : -1;
@@ -244,15 +248,15 @@ static int expand(P *p, yaml_node_t *v, const char *key, char **out) {
     size_t cap = 256, n = 0;
     char *o = pd_alloc(cap);
     if (!o) return -1;
-#define PUT(src, len)                                                           \
-    do {                                                                        \
-        size_t l_ = (len);                                                      \
-        while (n + l_ + 1 > cap) {                                              \
-            char *g_ = pd_realloc(o, cap *= 2);                                 \
-            if (!g_) return free(o), -1;                                        \
-            o = g_;                                                             \
-        }                                                                       \
-        memcpy(o + n, (src), l_), n += l_;                                      \
+#define PUT(src, len)                                                                                                  \
+    do {                                                                                                               \
+        size_t l_ = (len);                                                                                             \
+        while (n + l_ + 1 > cap) {                                                                                     \
+            char *g_ = pd_realloc(o, cap *= 2);                                                                        \
+            if (!g_) return free(o), -1;                                                                               \
+            o = g_;                                                                                                    \
+        }                                                                                                              \
+        memcpy(o + n, (src), l_), n += l_;                                                                             \
     } while (0)
     if (s[0] == '~' && s[1] == '/') {
         const char *home = getenv("HOME");
@@ -274,7 +278,8 @@ static int expand(P *p, yaml_node_t *v, const char *key, char **out) {
             const char *colon = e ? strstr(s + 2, ":-") : NULL;
             if (colon && colon > e) colon = NULL;
             const char *name_end = colon ? colon : e;
-            if (!e || name_end == s + 2 || (size_t)(name_end - s - 2) >= sizeof name || (colon && (size_t)(e - colon - 2) >= sizeof def))
+            if (!e || name_end == s + 2 || (size_t)(name_end - s - 2) >= sizeof name ||
+                (colon && (size_t)(e - colon - 2) >= sizeof def))
                 return free(o), bad(p, v, key, "a ${...} that does not close or names nothing");
             snprintf(name, sizeof name, "%.*s", (int)(name_end - s - 2), s + 2);
             if (colon) has_def = 1, snprintf(def, sizeof def, "%.*s", (int)(e - colon - 2), colon + 2);
@@ -282,11 +287,13 @@ static int expand(P *p, yaml_node_t *v, const char *key, char **out) {
         } else {
             e = s + 1;
             while (isalnum((unsigned char)*e) || *e == '_') e++;
-            if (e == s + 1 || (size_t)(e - s - 1) >= sizeof name) return free(o), bad(p, v, key, "a '$' that names no variable");
+            if (e == s + 1 || (size_t)(e - s - 1) >= sizeof name)
+                return free(o), bad(p, v, key, "a '$' that names no variable");
             snprintf(name, sizeof name, "%.*s", (int)(e - s - 1), s + 1);
         }
         for (const char *c = name; *c; c++)
-            if (!isalnum((unsigned char)*c) && *c != '_') return free(o), bad(p, v, key, "'%s' is not a variable name", name);
+            if (!isalnum((unsigned char)*c) && *c != '_')
+                return free(o), bad(p, v, key, "'%s' is not a variable name", name);
         const char *val = getenv(name);
         if ((!val || !val[0]) && !strcmp(name, "PARADEC_CACHE")) val = pd_cache_dir();
         if ((!val || !val[0]) && has_def) val = def;
@@ -321,16 +328,19 @@ static int as_path(P *p, yaml_node_t *v, const char *key, int kind, char **out) 
     else if (s[0] != '/' && !pd_data_path(s, found, sizeof found) && !stat(found, &st)) ok = 1;
     if (!ok) {
         int rc = bad(p, v, key, "'%s' does not exist%s%s%s", shown(s, strlen(s), buf, sizeof buf),
-                     s[0] == '/' ? "" : " (nor under $PARADEC_DATA, data/, the cache or ../shared/data)", p->hint ? ": " : "",
-                     p->hint ? p->hint : "");
+                     s[0] == '/' ? "" : " (nor under $PARADEC_DATA, data/, the cache or ../shared/data)",
+                     p->hint ? ": " : "", p->hint ? p->hint : "");
         free(s);
         return rc;
     }
     free(s);
-    if (kind == 'f' && S_ISDIR(st.st_mode)) return bad(p, v, key, "'%s' is a directory, not a file", shown(found, strlen(found), buf, sizeof buf));
-    if (kind == 'd' && !S_ISDIR(st.st_mode)) return bad(p, v, key, "'%s' is not a directory", shown(found, strlen(found), buf, sizeof buf));
+    if (kind == 'f' && S_ISDIR(st.st_mode))
+        return bad(p, v, key, "'%s' is a directory, not a file", shown(found, strlen(found), buf, sizeof buf));
+    if (kind == 'd' && !S_ISDIR(st.st_mode))
+        return bad(p, v, key, "'%s' is not a directory", shown(found, strlen(found), buf, sizeof buf));
     if (!make_safe(found))
-        return bad(p, v, key, "'%s' has a space or a character make cannot take (:#$%%;'\"...): link it from a plainer path",
+        return bad(p, v, key,
+                   "'%s' has a space or a character make cannot take (:#$%%;'\"...): link it from a plainer path",
                    shown(found, strlen(found), buf, sizeof buf));
     free(*out);
     return (*out = pd_strdup(found)) ? 0 : -1;
@@ -342,8 +352,14 @@ static int as_path(P *p, yaml_node_t *v, const char *key, int kind, char **out) 
 static const char *template_error(const char *t) {
     int fields = 0;
     for (const char *s = t; *s; s++) {
-        if (s[0] == '{' && s[1] == '{') { s++; continue; }
-        if (s[0] == '}' && s[1] == '}') { s++; continue; }
+        if (s[0] == '{' && s[1] == '{') {
+            s++;
+            continue;
+        }
+        if (s[0] == '}' && s[1] == '}') {
+            s++;
+            continue;
+        }
         if (*s == '}') return "a '}' without its '{' (write '}}' for a brace)";
         if (*s != '{') continue;
         const char *e = strchr(s, '}');
@@ -464,7 +480,8 @@ static int known_dataset(const char *name) {
 static const char *known_names(void) {
     static char buf[256];
     buf[0] = 0;
-    for (int i = 0; i < N_KNOWN; i++) snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "", KNOWN[i].name);
+    for (int i = 0; i < N_KNOWN; i++)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "", KNOWN[i].name);
     return buf;
 }
 
@@ -478,7 +495,8 @@ static void dataset_free(RecipeDataset *d) {
 
 /* one dataset: a name, or a mapping; samples / max_new / chat default to the list's */
 static int read_dataset(P *p, yaml_node_t *v, const RecipeDataset *def, float gamma, RecipeDataset *d) {
-    static const char *const keys[] = {"name", "file", "template", "samples", "max_new", "chat", "system", "gamma", NULL};
+    static const char *const keys[] = {"name", "file",   "template", "samples", "max_new",
+                                       "chat", "system", "gamma",    NULL};
     yaml_node_t *x, *nm = v;
     d->samples = def->samples, d->max_new = def->max_new, d->chat = def->chat, d->line = line_of(v);
     if (v->type == YAML_MAPPING_NODE) {
@@ -500,8 +518,11 @@ static int read_dataset(P *p, yaml_node_t *v, const RecipeDataset *def, float ga
     }
     if (!d->name && !d->file) return bad(p, v, "name", "a dataset needs a name (%s) or a file", known_names());
     if (k < 0 && !d->file)
-        return bad(p, nm, "name", "unknown dataset '%s' (known: %s; for another give 'file' and 'template')", d->name, known_names());
-    if (k < 0 && !d->tmpl) return bad(p, v, "template", "dataset '%s' is not one paradec knows: it needs a template", d->name ? d->name : d->file);
+        return bad(p, nm, "name", "unknown dataset '%s' (known: %s; for another give 'file' and 'template')", d->name,
+                   known_names());
+    if (k < 0 && !d->tmpl)
+        return bad(p, v, "template", "dataset '%s' is not one paradec knows: it needs a template",
+                   d->name ? d->name : d->file);
     if (!d->name) { /* the file's base name, up to its first dot */
         const char *b = strrchr(d->file, '/');
         b = b ? b + 1 : d->file;
@@ -510,8 +531,9 @@ static int read_dataset(P *p, yaml_node_t *v, const RecipeDataset *def, float ga
     if (!d->file) {
         char path[4096];
         if (pd_data_path(KNOWN[k].file, path, sizeof path))
-            return bad(p, nm, "name", "dataset '%s': %s not found under $PARADEC_DATA, data/, the cache or ../shared/data",
-                       d->name, KNOWN[k].file);
+            return bad(p, nm, "name",
+                       "dataset '%s': %s not found under $PARADEC_DATA, data/, the cache or ../shared/data", d->name,
+                       KNOWN[k].file);
         if (!(d->file = pd_strdup(path))) return -1;
     }
     if (!d->tmpl && !(d->tmpl = pd_strdup(KNOWN[k].tmpl))) return -1;
@@ -527,7 +549,8 @@ static int read_datasets(P *p, yaml_node_t *v, const char *key, const RecipeData
         if (*n == RECIPE_MAX_DATASETS) return bad(p, x, key, "more than %d datasets", RECIPE_MAX_DATASETS);
         int rc = read_dataset(p, x, def, gamma, &ds[*n]);
         for (int j = 0; j < *n && !rc; j++)
-            if (!strcmp(ds[j].name, ds[*n].name)) rc = bad(p, x, key, "dataset '%s' twice (first on line %d)", ds[j].name, ds[j].line);
+            if (!strcmp(ds[j].name, ds[*n].name))
+                rc = bad(p, x, key, "dataset '%s' twice (first on line %d)", ds[j].name, ds[j].line);
         if (rc) return dataset_free(&ds[*n]), -1; /* recipe_free frees the first *n */
         (*n)++;
     }
@@ -542,10 +565,12 @@ static json_t *to_json(P *p, yaml_node_t *v, int depth) {
         json_t *o = json_object();
         for (yaml_node_pair_t *a = v->data.mapping.pairs.start; o && a < v->data.mapping.pairs.top; a++) {
             yaml_node_t *k = node(p, a->key);
-            if (!is_scalar(k) || strlen(sval(k)) != slen(k)) return json_decref(o), bad(p, k, "config", "has a key that is not plain text"), NULL;
+            if (!is_scalar(k) || strlen(sval(k)) != slen(k))
+                return json_decref(o), bad(p, k, "config", "has a key that is not plain text"), NULL;
             json_t *x = to_json(p, node(p, a->value), depth + 1);
             if (!x) return json_decref(o), NULL;
-            if (json_object_set_new(o, sval(k), x)) return json_decref(o), bad(p, k, "config", "has a key that is not UTF-8"), NULL;
+            if (json_object_set_new(o, sval(k), x))
+                return json_decref(o), bad(p, k, "config", "has a key that is not UTF-8"), NULL;
         }
         return o;
     }
@@ -594,20 +619,23 @@ static int read_model(P *p, yaml_node_t *v, Recipe *r) {
     if ((x = get(p, v, "tokenizer")) && as_path(p, x, "tokenizer", 'f', &m->tokenizer)) return -1;
     if ((x = get(p, v, "dtype")) && as_str(p, x, "dtype", &m->dtype)) return -1;
     if (!m->dtype && !(m->dtype = pd_strdup("f32"))) return -1;
-    if (strcmp(m->dtype, "f32") && strcmp(m->dtype, "bf16")) return bad(p, x, "dtype", "'%s' is not f32 or bf16", m->dtype);
+    if (strcmp(m->dtype, "f32") && strcmp(m->dtype, "bf16"))
+        return bad(p, x, "dtype", "'%s' is not f32 or bf16", m->dtype);
     if (m->source) { /* a Hugging Face directory has its config.json */
         struct stat st;
         char cfg[4200];
         snprintf(cfg, sizeof cfg, "%s/config.json", m->source);
         if (!stat(m->source, &st) && S_ISDIR(st.st_mode) && access(cfg, R_OK))
-            return bad(p, src, "source", "'%s' is a directory without config.json (not a Hugging Face checkpoint)", m->source);
+            return bad(p, src, "source", "'%s' is a directory without config.json (not a Hugging Face checkpoint)",
+                       m->source);
     }
     if (!rnd) return 0;
     if (want_map(p, rnd, "random") || check_keys(p, rnd, "model.random", rkeys)) return -1;
     if (!m->tokenizer) return bad(p, rnd, "random", "random weights need model.tokenizer (the vocabulary)");
     if ((x = get(p, rnd, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &m->random_seed)) return -1;
     if ((x = get(p, rnd, "chat_template")) && as_path(p, x, "chat_template", 'f', &m->chat_template)) return -1;
-    if (!(x = get(p, rnd, "config"))) return bad(p, rnd, "random", "needs 'config' (the model's shape, Hugging Face key names)");
+    if (!(x = get(p, rnd, "config")))
+        return bad(p, rnd, "random", "needs 'config' (the model's shape, Hugging Face key names)");
     if (want_map(p, x, "config")) return -1;
     json_t *j = to_json(p, x, 0);
     if (!j) return -1;
@@ -664,7 +692,8 @@ static int read_training(P *p, yaml_node_t *v, RecipeExitHeads *h) {
 }
 
 static int read_exit(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"layers", "data", "fields", "special", "steps", "lr", "batch", "seq_len", "norm", "seed", NULL};
+    static const char *const keys[] = {"layers", "data",    "fields", "special", "steps", "lr",
+                                       "batch",  "seq_len", "norm",   "seed",    NULL};
     RecipeExitHeads *e = &r->exit;
     yaml_node_t *x;
     if (want_map(p, v, "exit_heads") || check_keys(p, v, "exit_heads", keys)) return -1;
@@ -682,8 +711,7 @@ static int read_exit(P *p, yaml_node_t *v, Recipe *r) {
                 s += *s == ',';
             }
         }
-    } else
-        e->layers = pd_strdup("auto");
+    } else e->layers = pd_strdup("auto");
     if (!e->layers) return -1;
     if (!(x = get(p, v, "data"))) return bad(p, v, "exit_heads", "needs 'data' (a text or jsonl file, or 'answers')");
     if (read_data(p, x, r, &e->data, &e->from_answers)) return -1;
@@ -698,8 +726,9 @@ static int read_exit(P *p, yaml_node_t *v, Recipe *r) {
 }
 
 static int read_medusa(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"heads", "data", "fields", "special", "own_lm_head", "generate", "targets",
-                                       "loss_weights", "steps", "lr", "lm_lr", "batch", "seq_len", "seed", NULL};
+    static const char *const keys[] = {"heads",    "data",    "fields",       "special", "own_lm_head",
+                                       "generate", "targets", "loss_weights", "steps",   "lr",
+                                       "lm_lr",    "batch",   "seq_len",      "seed",    NULL};
     RecipeMedusa *m = &r->medusa;
     yaml_node_t *x;
     if (want_map(p, v, "medusa") || check_keys(p, v, "medusa", keys)) return -1;
@@ -714,7 +743,8 @@ static int read_medusa(P *p, yaml_node_t *v, Recipe *r) {
     if ((x = get(p, v, "generate")) && as_int(p, x, "generate", 1, 1 << 20, &m->generate)) return -1;
     if ((x = get(p, v, "targets"))) {
         if (as_str(p, x, "targets", &m->targets)) return -1;
-        if (strcmp(m->targets, "self") && strcmp(m->targets, "data")) return bad(p, x, "targets", "'%s' is not self or data", m->targets);
+        if (strcmp(m->targets, "self") && strcmp(m->targets, "data"))
+            return bad(p, x, "targets", "'%s' is not self or data", m->targets);
     }
     int n;
     if ((x = get(p, v, "loss_weights"))) {
@@ -739,8 +769,8 @@ static int has_layer(const char *layers, int l) {
 }
 
 static int read_draft(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"layer", "source", "tokenizer", "data", "fields", "special", "steps", "lr",
-                                       "batch", "seq_len", "seed", NULL};
+    static const char *const keys[] = {"layer", "source", "tokenizer", "data",    "fields", "special",
+                                       "steps", "lr",     "batch",     "seq_len", "seed",   NULL};
     static const char *const train[] = {"data", "fields", "special", "steps", "lr", "batch", "seq_len", "seed"};
     RecipeDraft *d = &r->draft;
     RecipeExitHeads *h = &d->heads;
@@ -748,7 +778,8 @@ static int read_draft(P *p, yaml_node_t *v, Recipe *r) {
     if (want_map(p, v, "draft") || check_keys(p, v, "draft", keys)) return -1;
     lay = get(p, v, "layer");
     src = get(p, v, "source");
-    if (!lay == !src) return bad(p, v, "draft", "needs either 'layer' (the model's first layers + an exit head) or 'source'");
+    if (!lay == !src)
+        return bad(p, v, "draft", "needs either 'layer' (the model's first layers + an exit head) or 'source'");
     d->on = 1;
     if (src) {
         if (as_path(p, src, "source", 'a', &d->source)) return -1;
@@ -761,8 +792,11 @@ static int read_draft(P *p, yaml_node_t *v, Recipe *r) {
     if (as_int(p, lay, "layer", 1, 1 << 20, &d->layer)) return -1;
     int own = 0;
     for (int i = 0; i < 8; i++) own |= get(p, v, train[i]) != NULL;
-    if (!own && r->exit.on && r->exit.norm == 1 && has_layer(r->exit.layers, d->layer)) return 0; /* exit_heads' serves */
-    if (!own && !r->exit.on) return bad(p, lay, "layer", "a draft from layer %d needs its head's 'data' (or an 'exit_heads' section)", d->layer);
+    if (!own && r->exit.on && r->exit.norm == 1 && has_layer(r->exit.layers, d->layer))
+        return 0; /* exit_heads' serves */
+    if (!own && !r->exit.on)
+        return bad(p, lay, "layer", "a draft from layer %d needs its head's 'data' (or an 'exit_heads' section)",
+                   d->layer);
     /* a head of its own at that layer, with the final norm; unset settings from exit_heads */
     d->own_heads = 1;
     h->on = 1, h->norm = 1;
@@ -777,8 +811,10 @@ static int read_draft(P *p, yaml_node_t *v, Recipe *r) {
         if (r->exit.data && !(h->data = pd_strdup(r->exit.data))) return -1;
         if (r->exit.fields && !(h->fields = pd_strdup(r->exit.fields))) return -1;
     }
-    if (!h->data && !h->from_answers) return bad(p, v, "data", "the draft's head at layer %d needs training text ('data')", d->layer);
-    h->steps = r->exit.steps, h->lr = r->exit.lr, h->batch = r->exit.batch, h->seq_len = r->exit.seq_len, h->seed = r->exit.seed;
+    if (!h->data && !h->from_answers)
+        return bad(p, v, "data", "the draft's head at layer %d needs training text ('data')", d->layer);
+    h->steps = r->exit.steps, h->lr = r->exit.lr, h->batch = r->exit.batch, h->seq_len = r->exit.seq_len,
+    h->seed = r->exit.seed;
     if (read_training(p, v, h)) return -1;
     return 0;
 }
@@ -817,10 +853,18 @@ static int read_method_option(P *p, yaml_node_t *x, RecipeDecoding *d, const cha
         int n = 0, rc = 0;
         float f = 0;
         switch (mo->type) {
-        case OPT_INT: rc = as_int(p, x, key, (long)mo->lo, (long)mo->hi, &n), snprintf(val, sizeof val, "%d", n); break;
-        case OPT_FLOAT: rc = as_float(p, x, key, mo->lo, mo->hi, &f), snprintf(val, sizeof val, "%.9g", f); break;
-        case OPT_SWITCH: rc = as_bool(p, x, key, &n), snprintf(val, sizeof val, "%d", n); break;
-        case OPT_STR: rc = as_str(p, x, key, &text); break;
+        case OPT_INT:
+            rc = as_int(p, x, key, (long)mo->lo, (long)mo->hi, &n), snprintf(val, sizeof val, "%d", n);
+            break;
+        case OPT_FLOAT:
+            rc = as_float(p, x, key, mo->lo, mo->hi, &f), snprintf(val, sizeof val, "%.9g", f);
+            break;
+        case OPT_SWITCH:
+            rc = as_bool(p, x, key, &n), snprintf(val, sizeof val, "%d", n);
+            break;
+        case OPT_STR:
+            rc = as_str(p, x, key, &text);
+            break;
         }
         if (rc) return free(text), -1;
     }
@@ -833,11 +877,14 @@ static int read_method_option(P *p, yaml_node_t *x, RecipeDecoding *d, const cha
 static int add_method(P *p, yaml_node_t *at, Recipe *r, const char *name) {
     RecipeDecoding *d = &r->dec;
     for (int i = 0; i < d->n_methods; i++)
-        if (!strcmp(d->methods[i], name)) return strcmp(name, decode_reference()->name) ? bad(p, at, "methods", "'%s' twice", name) : 0;
+        if (!strcmp(d->methods[i], name))
+            return strcmp(name, decode_reference()->name) ? bad(p, at, "methods", "'%s' twice", name) : 0;
     if (!decode_method(name)) return bad(p, at, "methods", "%s", pd_errmsg());
     int need = recipe_method_needs(name);
-    if ((need & RECIPE_NEEDS_EXIT) && !r->exit.on) return bad(p, at, "methods", "'%s' needs an 'exit_heads' section", name);
-    if ((need & RECIPE_NEEDS_MEDUSA) && !r->medusa.on) return bad(p, at, "methods", "'%s' needs a 'medusa' section", name);
+    if ((need & RECIPE_NEEDS_EXIT) && !r->exit.on)
+        return bad(p, at, "methods", "'%s' needs an 'exit_heads' section", name);
+    if ((need & RECIPE_NEEDS_MEDUSA) && !r->medusa.on)
+        return bad(p, at, "methods", "'%s' needs a 'medusa' section", name);
     if ((need & RECIPE_NEEDS_DRAFT) && !r->draft.on) return bad(p, at, "methods", "'%s' needs a 'draft' section", name);
     if (d->n_methods == RECIPE_MAX_METHODS) return bad(p, at, "methods", "more than %d methods", RECIPE_MAX_METHODS);
     return (d->methods[d->n_methods++] = pd_strdup(name)) ? 0 : -1;
@@ -894,7 +941,9 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
     }
     const char *el = recipe_option(d, "exit_layer");
     if (el && r->exit.on && strcmp(r->exit.layers, "auto")) {
-        if (!has_layer(r->exit.layers, atoi(el))) return bad(p, get(p, v, "exit_layer"), "exit_layer", "%s is not one of exit_heads.layers (%s)", el, r->exit.layers);
+        if (!has_layer(r->exit.layers, atoi(el)))
+            return bad(p, get(p, v, "exit_layer"), "exit_layer", "%s is not one of exit_heads.layers (%s)", el,
+                       r->exit.layers);
     }
     return 0;
 }
@@ -902,10 +951,11 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
 /* ---- the whole file ---- */
 
 static int read_root(P *p, yaml_node_t *root, Recipe *r) {
-    static const char *const keys[] = {"about", "threads", "model", "answers", "exit_heads", "medusa", "draft",
-                                       "decoding", "datasets", NULL};
+    static const char *const keys[] = {"about",  "threads", "model",    "answers",  "exit_heads",
+                                       "medusa", "draft",   "decoding", "datasets", NULL};
     yaml_node_t *x;
-    if (root->type != YAML_MAPPING_NODE) return bad(p, root, "(top)", "a recipe is a mapping of sections (model:, datasets:, ...)");
+    if (root->type != YAML_MAPPING_NODE)
+        return bad(p, root, "(top)", "a recipe is a mapping of sections (model:, datasets:, ...)");
     if (check_keys(p, root, "the recipe", keys)) return -1;
     r->threads = 1;
     if ((x = get(p, root, "about")) && as_str(p, x, "about", &r->about)) return -1;
@@ -934,7 +984,9 @@ static int set_name(Recipe *r, const char *name) {
     if (!r->file || !r->name) return pd_error("out of memory");
     for (size_t i = 0; i < n; i++)
         if (!isalnum((unsigned char)b[i]) && !strchr("-_.", b[i]))
-            return pd_error("%s:1: key '(file name)': a recipe's name is letters, digits, '-', '_' and '.' (it names out/NAME/)", name);
+            return pd_error(
+                "%s:1: key '(file name)': a recipe's name is letters, digits, '-', '_' and '.' (it names out/NAME/)",
+                name);
     return 0;
 }
 
@@ -949,8 +1001,9 @@ int recipe_parse(Recipe *r, const char *bytes, size_t n, const char *name) {
     if (!yaml_parser_load(&yp, &p.doc)) {
         char prob[200];
         const char *what = yp.problem ? yp.problem : "not YAML";
-        rc = pd_error("%s:%d: key '(yaml)': %s%s%s", name, (int)yp.problem_mark.line + 1, shown(what, strlen(what), prob, sizeof prob),
-                      yp.context ? " " : "", yp.context ? yp.context : "");
+        rc =
+            pd_error("%s:%d: key '(yaml)': %s%s%s", name, (int)yp.problem_mark.line + 1,
+                     shown(what, strlen(what), prob, sizeof prob), yp.context ? " " : "", yp.context ? yp.context : "");
         yaml_parser_delete(&yp);
         return recipe_free(r), rc;
     }
@@ -961,10 +1014,12 @@ int recipe_parse(Recipe *r, const char *bytes, size_t n, const char *name) {
         yaml_document_t next; /* a second document would be silently ignored: refuse it */
         if (!rc && yaml_parser_load(&yp, &next)) {
             if (yaml_document_get_root_node(&next))
-                rc = pd_error("%s:%d: key '(yaml)': more than one YAML document ('---')", name, (int)next.start_mark.line + 1);
+                rc = pd_error("%s:%d: key '(yaml)': more than one YAML document ('---')", name,
+                              (int)next.start_mark.line + 1);
             yaml_document_delete(&next);
         } else if (!rc)
-            rc = pd_error("%s:%d: key '(yaml)': %s", name, (int)yp.problem_mark.line + 1, yp.problem ? yp.problem : "not YAML");
+            rc = pd_error("%s:%d: key '(yaml)': %s", name, (int)yp.problem_mark.line + 1,
+                          yp.problem ? yp.problem : "not YAML");
     }
     yaml_document_delete(&p.doc);
     yaml_parser_delete(&yp);
@@ -1050,10 +1105,16 @@ static int all_records(const RecipeDataset *ds, char *text, size_t len, char ***
             e = s;
             while (e < text + len) {
                 char *nl = memchr(e, '\n', text + len - e);
-                if (!nl) { e = text + len; break; }
+                if (!nl) {
+                    e = text + len;
+                    break;
+                }
                 char *q = nl + 1;
                 while (q < text + len && *q != '\n' && isspace((unsigned char)*q)) q++;
-                if (q >= text + len || *q == '\n') { e = nl; break; }
+                if (q >= text + len || *q == '\n') {
+                    e = nl;
+                    break;
+                }
                 e = q;
             }
             char save = *e;
@@ -1079,7 +1140,8 @@ int recipe_prompts(const RecipeDataset *ds, char ***prompts, int *n) {
     int rc = all_records(ds, text, len, &all, &n_all);
     free(text);
     if (rc) return -1;
-    if (!n_all) return recipe_prompts_free(all, 0), pd_error("%s: no record gives a prompt through the template", ds->file);
+    if (!n_all)
+        return recipe_prompts_free(all, 0), pd_error("%s: no record gives a prompt through the template", ds->file);
     int take = ds->samples < n_all ? ds->samples : n_all;
     char **out = pd_alloc(sizeof(char *) * take);
     if (!out) return recipe_prompts_free(all, n_all), -1;
@@ -1106,7 +1168,8 @@ int recipe_encode(const Model *m, const RecipeDataset *ds, const char *prompt, i
     int bos;
     char *text = recipe_prompt_text(m, ds, prompt, &bos);
     if (!text) return -1;
-    int rc = tok_encode_flags(m->tok, text, strlen(text), (ds->chat ? TOK_SPECIAL : 0) | (bos ? TOK_ADD_BOS : 0), ids, n);
+    int rc =
+        tok_encode_flags(m->tok, text, strlen(text), (ds->chat ? TOK_SPECIAL : 0) | (bos ? TOK_ADD_BOS : 0), ids, n);
     free(text);
     return rc;
 }

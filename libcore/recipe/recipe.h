@@ -24,18 +24,18 @@
 
 /* prompts from one dataset file */
 typedef struct {
-    char *name;      /* xsum, humaneval, gsm8k, tinystories, spec_bench, mt_bench, or the recipe's own */
-    char *file;      /* resolved path: jsonl (.gz or not) or plain text split at blank lines */
-    char *tmpl;      /* the prompt: "{field}", "{field:N}" (first N bytes), "{field:Nw}"
+    char *name;   /* xsum, humaneval, gsm8k, tinystories, spec_bench, mt_bench, or the recipe's own */
+    char *file;   /* resolved path: jsonl (.gz or not) or plain text split at blank lines */
+    char *tmpl;   /* the prompt: "{field}", "{field:N}" (first N bytes), "{field:Nw}"
                         (first N words), "{{" and "}}" for braces; a field holding an
                         array gives its first element; plain text's field is "text" */
-    int samples;     /* prompts, taken evenly over the file's records */
-    int max_new;     /* tokens to generate per prompt */
-    int chat;        /* wrap in the model's chat format */
-    char *system;    /* chat: the system prompt, or NULL = the template's default */
-    float gamma;     /* adadecode's γ on this dataset (seed guidance: 0.65 creative text,
+    int samples;  /* prompts, taken evenly over the file's records */
+    int max_new;  /* tokens to generate per prompt */
+    int chat;     /* wrap in the model's chat format */
+    char *system; /* chat: the system prompt, or NULL = the template's default */
+    float gamma;  /* adadecode's γ on this dataset (seed guidance: 0.65 creative text,
                         0.85 code, 0.9 maths) */
-    int line;        /* where the recipe names it */
+    int line;     /* where the recipe names it */
 } RecipeDataset;
 
 typedef struct {
@@ -45,7 +45,7 @@ typedef struct {
     char *random_config; /* random weights (bin/randmodel): the config as JSON, HF key names */
     char *chat_template; /* random: a tokenizer_config.json whose chat_template the model gets */
     int random_seed;
-    char *about;         /* what the model is, for the tables */
+    char *about; /* what the model is, for the tables */
 } RecipeModel;
 
 /* the model's own greedy answers to prompts: self-distillation text for the heads */
@@ -57,25 +57,25 @@ typedef struct {
 
 typedef struct {
     int on;
-    char *layers;        /* "8,16,24" or "auto" */
-    char *data;          /* resolved path; NULL when from_answers */
+    char *layers; /* "8,16,24" or "auto" */
+    char *data;   /* resolved path; NULL when from_answers */
     int from_answers;
-    char *fields;        /* jsonl fields "a,b", or NULL = text */
-    int special;         /* control tokens in the text are tokens (chat-formatted data) */
+    char *fields;                    /* jsonl fields "a,b", or NULL = text */
+    int special;                     /* control tokens in the text are tokens (chat-formatted data) */
     int steps, batch, seq_len, seed; /* 0 = the tool's default */
-    double lr;           /* 0 = the tool's default */
-    int norm;            /* -1 auto, 0, 1 */
+    double lr;                       /* 0 = the tool's default */
+    int norm;                        /* -1 auto, 0, 1 */
 } RecipeExitHeads;
 
 typedef struct {
     int on;
-    int heads;           /* K */
+    int heads; /* K */
     char *data;
     int from_answers;
     char *fields;
     int special, own_lm_head, generate;
-    char *targets;       /* "self", "data" or NULL = default */
-    char *loss_weights;  /* "1,0.8,0.6" or NULL */
+    char *targets;      /* "self", "data" or NULL = default */
+    char *loss_weights; /* "1,0.8,0.6" or NULL */
     int steps, batch, seq_len, seed;
     double lr, lm_lr;
 } RecipeMedusa;
@@ -88,7 +88,7 @@ typedef struct {
 typedef struct {
     int on;
     int layer;
-    int own_heads;        /* layer: a head of its own (heads.on), not exit_heads' */
+    int own_heads; /* layer: a head of its own (heads.on), not exit_heads' */
     RecipeExitHeads heads;
     char *source;
     char *tokenizer;
@@ -97,21 +97,21 @@ typedef struct {
 typedef struct {
     int n_methods;
     char *methods[RECIPE_MAX_METHODS]; /* "standard" first, always */
-    float gamma;         /* adadecode's γ where a dataset gives none (0: the dataset's guidance) */
+    float gamma;                       /* adadecode's γ where a dataset gives none (0: the dataset's guidance) */
     /* the methods' own options (decode_option_by_key: confidence, max_pending,
        draft_max, ...), as written, each checked against every listed method that reads it */
     int n_opts;
     char *opt_key[RECIPE_MAX_OPTS], *opt_val[RECIPE_MAX_OPTS];
     int n_oracle;
     float oracle[RECIPE_MAX_ORACLE]; /* oracle acceptance rates for the headroom plot */
-    int oracle_samples;  /* prompts of the first dataset the sweep runs */
-    int repeat;          /* runs of each method on each prompt; the shortest time is kept (1) */
+    int oracle_samples;              /* prompts of the first dataset the sweep runs */
+    int repeat;                      /* runs of each method on each prompt; the shortest time is kept (1) */
 } RecipeDecoding;
 
 typedef struct {
-    char *file;          /* the recipe's path */
-    char *name;          /* the file's base name without .yaml: out/NAME/ */
-    char *about;         /* one line for the tables */
+    char *file;  /* the recipe's path */
+    char *name;  /* the file's base name without .yaml: out/NAME/ */
+    char *about; /* one line for the tables */
     int threads;
     RecipeModel model;
     RecipeAnswers answers;

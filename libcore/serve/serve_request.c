@@ -376,7 +376,8 @@ static int parse_fields(ServeRequest *r, json_t *o) {
         return pd_error("'n' × the prompts is %d choices, %d at most", r->n_prompts * r->n, REQ_MAX_CHOICES);
     json_t *me = json_object_get(o, "method");
     if (!absent(me)) {
-        if (!json_is_string(me) || json_string_length(me) >= sizeof r->method) return pd_error("'method' must be a method's name");
+        if (!json_is_string(me) || json_string_length(me) >= sizeof r->method)
+            return pd_error("'method' must be a method's name");
         strcpy(r->method, json_string_value(me));
     }
     return 0;

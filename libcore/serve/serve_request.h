@@ -12,8 +12,8 @@
 
 typedef enum { REQ_COMPLETION, REQ_CHAT } RequestKind;
 
-#define REQ_MAX_STOP 4    /* stop strings at most (OpenAI's limit) */
-#define REQ_MAX_TURNS 256 /* chat messages at most */
+#define REQ_MAX_STOP 4      /* stop strings at most (OpenAI's limit) */
+#define REQ_MAX_TURNS 256   /* chat messages at most */
 #define REQ_MAX_CHOICES 128 /* choices an answer holds at most: prompts × n (OpenAI's n ≤ 128) */
 
 #define REQ_MAX_LOGPROBS 5      /* completions' "logprobs" at most (OpenAI's limit) */
@@ -42,7 +42,7 @@ typedef struct {
                                  "logprobs" 0..5, chat's "top_logprobs" 0..20 with "logprobs": true) */
     int echo;                  /* completions: the prompt before the answer */
     int stream, include_usage; /* stream_options.include_usage: a last chunk with the usage */
-    char method[32];          /* "standard" unless given */
+    char method[32];           /* "standard" unless given */
     char *stop[REQ_MAX_STOP];
     int n_stop;
 } ServeRequest;
@@ -53,6 +53,5 @@ void serve_request_free(ServeRequest *r);
 
 /* an error answer's JSON object (malloc'd); the others are serve_gen's */
 char *serve_error(const char *message, const char *type);
-
 
 #endif

@@ -103,7 +103,8 @@ char *chat_apply_turns(ChatFormat f, const char *tmpl, const ChatTurn *t, int n,
         out = pd_strdup("<|begin_of_text|>");
         for (int i = 0; out && i < n; i++) {
             char *c = trimmed(t[i].content);
-            out = c ? add(out, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", t[i].role, c) : (free(out), NULL);
+            out = c ? add(out, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", t[i].role, c)
+                    : (free(out), NULL);
             free(c);
         }
         out = add(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");

@@ -5,9 +5,9 @@
 
 typedef enum { CHAT_LLAMA3, CHAT_LLAMA2, CHAT_CHATML, CHAT_COUNT } ChatFormat;
 
-const char *chat_format_name(ChatFormat f);  /* "llama3", "llama2", "chatml" */
-const char *chat_format_names(void);         /* "llama3, llama2, chatml" */
-int chat_format_parse(const char *name);     /* -1 + message when unknown */
+const char *chat_format_name(ChatFormat f); /* "llama3", "llama2", "chatml" */
+const char *chat_format_names(void);        /* "llama3, llama2, chatml" */
+int chat_format_parse(const char *name);    /* -1 + message when unknown */
 /* the format a chat_template (Jinja text from tokenizer_config.json or GGUF) uses;
    -1 + message naming what was seen when it is not one paradec knows */
 int chat_format_detect(const char *tmpl);

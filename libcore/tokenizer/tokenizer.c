@@ -51,7 +51,7 @@ Tokenizer *tok_new(TokKind kind, int n_vocab, size_t text_budget) {
         return NULL;
     }
     memset(t->type, PIECE_UNUSED, (size_t)n_vocab); /* ids no source names stay unused */
-    t->text_used = 1; /* offset 0 is the empty piece every unused id points at */
+    t->text_used = 1;                               /* offset 0 is the empty piece every unused id points at */
     t->unk = t->bos = t->eos = t->unk_sym = -1;
     for (int b = 0; b < 256; b++) {
         t->byte_id[b] = t->unit_id[b] = -1;
@@ -71,8 +71,7 @@ int tok_convert(const Tokenizer *t, const char *s, size_t n, char *out) {
             else if ((p[i] & 0xE0) == 0xC0 && i + 1 < n && (p[i + 1] & 0xC0) == 0x80) {
                 cp = (p[i] & 0x1Fu) << 6 | (p[i + 1] & 0x3Fu);
                 i += 2;
-            } else
-                return -1; /* three bytes and more are beyond the alphabet's U+0143 */
+            } else return -1; /* three bytes and more are beyond the alphabet's U+0143 */
             if (cp >= 324 || t->bl_byte[cp] < 0) return -1;
             out[k++] = (char)t->bl_byte[cp];
         }
@@ -82,18 +81,15 @@ int tok_convert(const Tokenizer *t, const char *s, size_t n, char *out) {
         if (t->form == FORM_SPACE && n - i >= 3 && !memcmp(s + i, "\xe2\x96\x81", 3)) {
             out[k++] = ' ';
             i += 3;
-        } else
-            out[k++] = s[i++];
+        } else out[k++] = s[i++];
     }
     return (int)k;
 }
 
-int tok_put_piece(Tokenizer *t, int id, const char *s, size_t n, int type, int convert,
-                  const char *what) {
+int tok_put_piece(Tokenizer *t, int id, const char *s, size_t n, int type, int convert, const char *what) {
     if (id < 0 || id >= t->n_vocab)
         return pd_error("%s: piece id %d outside the vocabulary of %d", what, id, t->n_vocab);
-    if (n > t->text_cap - t->text_used - 1)
-        return pd_error("%s: piece %d does not fit the text budget", what, id);
+    if (n > t->text_cap - t->text_used - 1) return pd_error("%s: piece %d does not fit the text budget", what, id);
     char *dst = t->text + t->text_used;
     int k = convert ? tok_convert(t, s, n, dst) : -1;
     if (k < 0) { /* raw, or outside the byte-level alphabet: kept as written */
@@ -201,8 +197,8 @@ int tok_index(Tokenizer *t, const char *what) {
         if (t->type[id] != PIECE_BYTE) continue;
         int b = tok_byte_piece_value(t->text + t->off[id], t->len[id]);
         if (b < 0)
-            return pd_error("%s: piece %d ('%.*s') is typed as a byte but is not <0xXX>", what,
-                            id, (int)(t->len[id] > 40 ? 40 : t->len[id]), t->text + t->off[id]);
+            return pd_error("%s: piece %d ('%.*s') is typed as a byte but is not <0xXX>", what, id,
+                            (int)(t->len[id] > 40 ? 40 : t->len[id]), t->text + t->off[id]);
         if (t->byte_id[b] < 0) t->byte_id[b] = id;
     }
     if (build_map(t) || build_specials(t)) return pd_error_prefix(what);
@@ -248,29 +244,27 @@ static int merge_piece(const Tokenizer *t, const char *s, size_t n, char *buf) {
     return k < 0 ? tok_lookup(t, s, n) : tok_lookup(t, buf, (size_t)k);
 }
 
-int tok_add_merge(Tokenizer *t, const char *a, size_t na, const char *b, size_t nb, int rank,
-                  const char *what) {
+int tok_add_merge(Tokenizer *t, const char *a, size_t na, const char *b, size_t nb, int rank, const char *what) {
     char stack[256];
     char *buf = na + nb <= sizeof stack ? stack : pd_alloc(na + nb);
     if (!buf) return -1;
     int l = merge_piece(t, a, na, buf), r = merge_piece(t, b, nb, buf);
     int rc = 0, id = -1;
     if (l < 0 || r < 0) {
-        rc = pd_error("%s: merge %d ('%.*s %.*s') names a piece not in the vocabulary", what,
-                      rank, (int)(na > 40 ? 40 : na), a, (int)(nb > 40 ? 40 : nb), b);
+        rc = pd_error("%s: merge %d ('%.*s %.*s') names a piece not in the vocabulary", what, rank,
+                      (int)(na > 40 ? 40 : na), a, (int)(nb > 40 ? 40 : nb), b);
     } else {
         size_t ll = t->len[l], rl = t->len[r];
         memcpy(buf, t->text + t->off[l], ll);
         memcpy(buf + ll, t->text + t->off[r], rl);
         id = tok_lookup(t, buf, ll + rl);
         if (id < 0)
-            rc = pd_error("%s: merge %d ('%.*s %.*s') makes a piece not in the vocabulary", what,
-                          rank, (int)(na > 40 ? 40 : na), a, (int)(nb > 40 ? 40 : nb), b);
+            rc = pd_error("%s: merge %d ('%.*s %.*s') makes a piece not in the vocabulary", what, rank,
+                          (int)(na > 40 ? 40 : na), a, (int)(nb > 40 ? 40 : nb), b);
     }
     if (buf != stack) free(buf);
     if (rc) return rc;
-    if ((size_t)t->n_merges * 2 >= (size_t)t->merge_mask + 1)
-        return pd_error("%s: more merges than announced", what);
+    if ((size_t)t->n_merges * 2 >= (size_t)t->merge_mask + 1) return pd_error("%s: more merges than announced", what);
     uint32_t h = pair_hash(l, r) & t->merge_mask;
     for (; t->merge[h].left >= 0; h = (h + 1) & t->merge_mask)
         if (t->merge[h].left == l && t->merge[h].right == r) return 0; /* the first rank wins */
@@ -281,10 +275,8 @@ int tok_add_merge(Tokenizer *t, const char *a, size_t na, const char *b, size_t 
 
 /* ---- pre-tokenizer steps ---- */
 
-int tok_add_regex(Tokenizer *t, const char *pattern, size_t n, int literal, int removed,
-                  const char *what) {
-    if (t->n_pre == TOK_MAX_PRE)
-        return pd_error("%s: more than %d pre-tokenizer steps", what, TOK_MAX_PRE);
+int tok_add_regex(Tokenizer *t, const char *pattern, size_t n, int literal, int removed, const char *what) {
+    if (t->n_pre == TOK_MAX_PRE) return pd_error("%s: more than %d pre-tokenizer steps", what, TOK_MAX_PRE);
     /* MATCH_INVALID_UTF: text that is not UTF-8 is matched (invalid bytes never match,
        so they end up between matches, pieces of their own) without a whole-subject
        validity check on every call; UCP: \s, \d, \w follow Unicode as HF's onig does */
@@ -295,8 +287,8 @@ int tok_add_regex(Tokenizer *t, const char *pattern, size_t n, int literal, int 
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return pd_error("%s: the pre-tokenizer regex '%.*s' does not compile (at offset %zu): %s",
-                        what, (int)(n > 60 ? 60 : n), pattern, (size_t)at, (char *)msg);
+        return pd_error("%s: the pre-tokenizer regex '%.*s' does not compile (at offset %zu): %s", what,
+                        (int)(n > 60 ? 60 : n), pattern, (size_t)at, (char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* when JIT is missing the interpreter runs */
     t->pre[t->n_pre++] = (PreStep){PRE_REGEX, removed, re};
@@ -304,24 +296,22 @@ int tok_add_regex(Tokenizer *t, const char *pattern, size_t n, int literal, int 
 }
 
 int tok_add_step(Tokenizer *t, int kind, const char *what) {
-    if (t->n_pre == TOK_MAX_PRE)
-        return pd_error("%s: more than %d pre-tokenizer steps", what, TOK_MAX_PRE);
+    if (t->n_pre == TOK_MAX_PRE) return pd_error("%s: more than %d pre-tokenizer steps", what, TOK_MAX_PRE);
     t->pre[t->n_pre++] = (PreStep){kind, 0, NULL};
     return 0;
 }
 
 static int find_exact(const Tokenizer *t, const char *s, size_t n) {
     for (int id = 0; id < t->n_vocab; id++)
-        if (t->len[id] == n && t->type[id] != PIECE_UNUSED && !memcmp(t->text + t->off[id], s, n))
-            return id;
+        if (t->len[id] == n && t->type[id] != PIECE_UNUSED && !memcmp(t->text + t->off[id], s, n)) return id;
     return -1;
 }
 
 void tok_set_eog(Tokenizer *t, const int *extra, int n_extra) {
     /* the turn and text ends of the chat formats paradec knows (Llama 3, ChatML, Gemma,
        Phi-3, SentencePiece, GPT-2) */
-    static const char *names[] = {"<|eot_id|>", "<|eom_id|>",  "<|end_of_text|>", "<|im_end|>",
-                                  "<|endoftext|>", "<end_of_turn>", "<|end|>",   "</s>"};
+    static const char *names[] = {"<|eot_id|>",    "<|eom_id|>",    "<|end_of_text|>", "<|im_end|>",
+                                  "<|endoftext|>", "<end_of_turn>", "<|end|>",         "</s>"};
     t->n_eog = 0;
     int cand[TOK_MAX_EOG];
     int nc = 0;
@@ -381,21 +371,18 @@ static int llama2c_scan(const unsigned char *p, size_t n, const char *what, int 
     if (n > (size_t)INT32_MAX) /* piece offsets are 32-bit */
         return pd_error("%s: %zu bytes is too large for a tokenizer", what, n);
     int32_t mtl = rd_i32(p);
-    if (mtl <= 0 || mtl > (1 << 20))
-        return pd_error("%s: max_token_length %d is not plausible", what, (int)mtl);
+    if (mtl <= 0 || mtl > (1 << 20)) return pd_error("%s: max_token_length %d is not plausible", what, (int)mtl);
     size_t at = 4;
     int k = 0;
     while (at < n) {
-        if (k >= TOK_MAX_VOCAB)
-            return pd_error("%s: more than %d entries: not a tokenizer", what, TOK_MAX_VOCAB);
+        if (k >= TOK_MAX_VOCAB) return pd_error("%s: more than %d entries: not a tokenizer", what, TOK_MAX_VOCAB);
         if (n - at < 8) return pd_error("%s: entry %d is truncated (header)", what, k);
         float score = rd_f32(p + at);
         int32_t len = rd_i32(p + at + 4);
         if (!isfinite(score)) return pd_error("%s: entry %d has a non-finite score", what, k);
         if (len < 0) return pd_error("%s: entry %d has negative length %d", what, k, (int)len);
         if ((size_t)len > n - at - 8)
-            return pd_error("%s: entry %d is truncated (length %d, %zu bytes left)", what, k,
-                            (int)len, n - at - 8);
+            return pd_error("%s: entry %d is truncated (length %d, %zu bytes left)", what, k, (int)len, n - at - 8);
         at += 8 + (size_t)len;
         k++;
     }
@@ -455,8 +442,7 @@ static int load_gguf_bytes(Tokenizer **out, const void *bytes, size_t n, const c
     return rc;
 }
 
-int tok_load_bytes(Tokenizer **out, const void *bytes, size_t n, const char *kind,
-                   const char *what) {
+int tok_load_bytes(Tokenizer **out, const void *bytes, size_t n, const char *kind, const char *what) {
     *out = NULL;
     const unsigned char *p = bytes;
     if (kind) {
@@ -596,11 +582,11 @@ static Bigram heap_pop(Heap *h) {
 /* one encode call's scratch, sized for its longest fragment (n bytes + the prefix) */
 typedef struct {
     const Tokenizer *t;
-    char *buf;                  /* [n+1] the fragment with its prefix space */
-    Sym *sym;                   /* [n+1] */
-    Heap heap;                  /* room for 3(n+1): n-1 pairs, then two per merge */
+    char *buf; /* [n+1] the fragment with its prefix space */
+    Sym *sym;  /* [n+1] */
+    Heap heap; /* room for 3(n+1): n-1 pairs, then two per merge */
     pcre2_match_data *md[TOK_MAX_PRE];
-    int32_t *out;               /* the ids so far */
+    int32_t *out; /* the ids so far */
     int k;
 } Work;
 
@@ -690,8 +676,7 @@ static int bpe_symbols(Work *w, const char *s, int n, int *ns) {
             int ok = t->byte_fallback;
             for (int i = 0; i < u && ok; i++) ok = t->byte_id[(unsigned char)s[at + i]] >= 0;
             if (ok) {
-                for (int i = 0; i < u; i++)
-                    push_sym(w, ns, at + i, 1, t->byte_id[(unsigned char)s[at + i]]);
+                for (int i = 0; i < u; i++) push_sym(w, ns, at + i, 1, t->byte_id[(unsigned char)s[at + i]]);
             } else if (t->unk_sym >= 0) {
                 Sym *last = *ns > 0 ? &w->sym[*ns - 1] : NULL;
                 if (t->fuse_unk && last && last->id == t->unk_sym) last->n += u;
@@ -808,8 +793,7 @@ static int special_at(const Tokenizer *t, const char *text, size_t n, int flags)
     return -1;
 }
 
-int tok_encode_flags(const Tokenizer *t, const char *text, size_t len, int flags,
-                     int32_t **ids, int *n) {
+int tok_encode_flags(const Tokenizer *t, const char *text, size_t len, int flags, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
     if (len > (size_t)INT_MAX / 8) return pd_error("text of %zu bytes is too long to encode", len);
@@ -859,8 +843,7 @@ done:
     return 0;
 }
 
-int tok_encode(const Tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids,
-               int *n) {
+int tok_encode(const Tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids, int *n) {
     return tok_encode_flags(t, text, len, add_bos ? TOK_ADD_BOS : 0, ids, n);
 }
 
@@ -903,15 +886,13 @@ const char *tok_piece(const Tokenizer *t, int prev, int id, size_t *len) {
     return p;
 }
 
-int tok_decode_flags(const Tokenizer *t, const int32_t *ids, int n, int flags, char **text,
-                     size_t *len) {
+int tok_decode_flags(const Tokenizer *t, const int32_t *ids, int n, int flags, char **text, size_t *len) {
     *text = NULL;
     *len = 0;
     size_t total = 0, plen;
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab)
-            return pd_error("token id %d out of range (vocabulary of %d)", (int)ids[i],
-                            t->n_vocab);
+            return pd_error("token id %d out of range (vocabulary of %d)", (int)ids[i], t->n_vocab);
         piece_bytes(t, ids[i], flags, &plen);
         total += plen;
     }

@@ -37,8 +37,7 @@ int tok_load_hf_json(Tokenizer **out, const void *bytes, size_t n, const char *w
 int tok_load_gguf(Tokenizer **out, const Gguf *g, const char *what);
 /* from bytes of a known kind: "llama2c", "hf-json" or "gguf" (a vocab-only GGUF);
    NULL: recognised from the content */
-int tok_load_bytes(Tokenizer **out, const void *bytes, size_t n, const char *kind,
-                   const char *what);
+int tok_load_bytes(Tokenizer **out, const void *bytes, size_t n, const char *kind, const char *what);
 /* from a file: tokenizer.bin, tokenizer.json, tokenizer.json.gz, *.gguf (by content;
    .gz by name) */
 int tok_load_file(Tokenizer **out, const char *path);
@@ -62,15 +61,12 @@ TokKind tok_kind(const Tokenizer *t);
 int tok_same_vocab(const Tokenizer *a, const Tokenizer *b, char *why, size_t n);
 
 /* encode len bytes of text; *ids is malloc'd (caller frees), *n its length */
-int tok_encode(const Tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids,
-               int *n);
-int tok_encode_flags(const Tokenizer *t, const char *text, size_t len, int flags,
-                     int32_t **ids, int *n);
+int tok_encode(const Tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids, int *n);
+int tok_encode_flags(const Tokenizer *t, const char *text, size_t len, int flags, int32_t **ids, int *n);
 /* decode a whole sequence (the dummy-prefix space of the first piece is dropped,
    control tokens print nothing); *text malloc'd and NUL-terminated */
 int tok_decode(const Tokenizer *t, const int32_t *ids, int n, char **text, size_t *len);
-int tok_decode_flags(const Tokenizer *t, const int32_t *ids, int n, int flags, char **text,
-                     size_t *len);
+int tok_decode_flags(const Tokenizer *t, const int32_t *ids, int n, int flags, char **text, size_t *len);
 /* the bytes one token adds when it follows `prev` (streaming output, as run.c does:
    after BOS the leading space is dropped); *len bytes, not NUL-terminated. A byte-level
    token may end inside a UTF-8 character: the caller prints bytes, not characters. */

@@ -22,11 +22,11 @@
    each splitting the pieces the previous one made */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RE_LLAMA3                                                                             \
-    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+#define RE_LLAMA3                                                                                                      \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"                       \
                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2                                                                           \
-    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+#define RE_QWEN2                                                                                                       \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"                            \
                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 typedef struct {
@@ -54,8 +54,8 @@ static const PreSpec *pre_spec(const char *name, size_t n) {
 }
 
 /* an optional array of n elements of one of the given types; NULL when absent */
-static const GgufKV *array_of(const Gguf *g, const char *key, int n, GgufType a, GgufType b,
-                              const char *what, int *bad) {
+static const GgufKV *array_of(const Gguf *g, const char *key, int n, GgufType a, GgufType b, const char *what,
+                              int *bad) {
     const GgufKV *kv = gguf_find(g, key);
     if (!kv) return NULL;
     if (kv->type != GGUF_ARRAY || (kv->elem != a && kv->elem != b)) {
@@ -63,8 +63,7 @@ static const GgufKV *array_of(const Gguf *g, const char *key, int n, GgufType a,
         return NULL;
     }
     if (n >= 0 && kv->n != (uint64_t)n) {
-        *bad = pd_error("%s: %s has %llu entries for %d tokens", what, key,
-                        (unsigned long long)kv->n, n);
+        *bad = pd_error("%s: %s has %llu entries for %d tokens", what, key, (unsigned long long)kv->n, n);
         return NULL;
     }
     return kv;
@@ -77,8 +76,7 @@ static int rd_i32_at(const GgufKV *kv, int i) {
 }
 
 /* an optional token id: dflt when absent, -1 when out of range */
-static int token_id(const Gguf *g, const char *key, int dflt, int n_vocab, const char *what,
-                    int *bad) {
+static int token_id(const Gguf *g, const char *key, int dflt, int n_vocab, const char *what, int *bad) {
     if (!gguf_find(g, key)) return dflt;
     int64_t v;
     if (gguf_get_int(g, key, &v)) {
@@ -86,8 +84,7 @@ static int token_id(const Gguf *g, const char *key, int dflt, int n_vocab, const
         return -1;
     }
     if (v < 0 || v >= n_vocab) {
-        *bad = pd_error("%s: %s = %lld is outside the vocabulary of %d", what, key, (long long)v,
-                        n_vocab);
+        *bad = pd_error("%s: %s = %lld is outside the vocabulary of %d", what, key, (long long)v, n_vocab);
         return -1;
     }
     return (int)v;
@@ -101,12 +98,18 @@ static int opt_bool(const Gguf *g, const char *key, int dflt, int *bad) {
 
 static int piece_type(int gguf_type) {
     switch (gguf_type) {
-    case 2: return PIECE_UNKNOWN;
-    case 3: return PIECE_CONTROL;
-    case 4: return PIECE_USER;
-    case 5: return PIECE_UNUSED;
-    case 6: return PIECE_BYTE;
-    default: return PIECE_NORMAL; /* 1, and 0 "undefined", as llama.cpp treats it */
+    case 2:
+        return PIECE_UNKNOWN;
+    case 3:
+        return PIECE_CONTROL;
+    case 4:
+        return PIECE_USER;
+    case 5:
+        return PIECE_UNUSED;
+    case 6:
+        return PIECE_BYTE;
+    default:
+        return PIECE_NORMAL; /* 1, and 0 "undefined", as llama.cpp treats it */
     }
 }
 
@@ -123,8 +126,7 @@ static int put_merges(Tokenizer *t, const Gguf *g, const char *what) {
         /* "a b", split at the first space after the first byte, as llama.cpp does */
         const char *sp = s->len > 1 ? memchr(s->s + 1, ' ', s->len - 1) : NULL;
         if (!sp)
-            return pd_error("%s: merge %d ('%.*s') is not two pieces", what, i,
-                            (int)(s->len > 60 ? 60 : s->len), s->s);
+            return pd_error("%s: merge %d ('%.*s') is not two pieces", what, i, (int)(s->len > 60 ? 60 : s->len), s->s);
         size_t na = (size_t)(sp - s->s);
         if (tok_add_merge(t, s->s, na, sp + 1, s->len - na - 1, i, what)) return -1;
     }
@@ -144,23 +146,20 @@ int tok_load_gguf(Tokenizer **out, const Gguf *g, const char *what) {
     const PreSpec *pre = NULL;
     if (bpe) {
         GgufStr name = {"default", 7};
-        if (gguf_find(g, "tokenizer.ggml.pre") && gguf_get_str(g, "tokenizer.ggml.pre", &name))
-            return -1;
+        if (gguf_find(g, "tokenizer.ggml.pre") && gguf_get_str(g, "tokenizer.ggml.pre", &name)) return -1;
         if (!(pre = pre_spec(name.s, name.len)))
             return pd_error("%s: GGUF pre-tokenizer '%.*s' is not supported", what,
                             (int)(name.len > 40 ? 40 : name.len), name.s);
     }
     int bad = 0;
-    const GgufKV *tokens =
-        array_of(g, "tokenizer.ggml.tokens", -1, GGUF_STRING, GGUF_STRING, what, &bad);
+    const GgufKV *tokens = array_of(g, "tokenizer.ggml.tokens", -1, GGUF_STRING, GGUF_STRING, what, &bad);
     if (bad) return -1;
     if (!tokens || tokens->n == 0) return pd_error("%s: tokenizer.ggml.tokens is missing", what);
     if (tokens->n > TOK_MAX_VOCAB)
         return pd_error("%s: %llu tokens is not plausible", what, (unsigned long long)tokens->n);
     int n = (int)tokens->n;
     const GgufKV *scores = array_of(g, "tokenizer.ggml.scores", n, GGUF_F32, GGUF_F32, what, &bad);
-    const GgufKV *types =
-        array_of(g, "tokenizer.ggml.token_type", n, GGUF_I32, GGUF_U32, what, &bad);
+    const GgufKV *types = array_of(g, "tokenizer.ggml.token_type", n, GGUF_I32, GGUF_U32, what, &bad);
     if (bad) return -1;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += tokens->strs[i].len;
@@ -175,8 +174,7 @@ int tok_load_gguf(Tokenizer **out, const Gguf *g, const char *what) {
         if (scores) memcpy(&t->score[i], (const char *)scores->data + 4 * (size_t)i, 4);
         /* only normal pieces are written in the vocabulary's form (llama.cpp decodes
            control and user-defined ones as they are) */
-        rc = tok_put_piece(t, i, tokens->strs[i].s, tokens->strs[i].len, type,
-                           type == PIECE_NORMAL, what);
+        rc = tok_put_piece(t, i, tokens->strs[i].s, tokens->strs[i].len, type, type == PIECE_NORMAL, what);
     }
     rc = rc ? rc : tok_index(t, what);
     if (!rc && bpe) {
@@ -188,8 +186,7 @@ int tok_load_gguf(Tokenizer **out, const Gguf *g, const char *what) {
     }
     if (!rc && spm) {
         t->byte_fallback = 1;
-        t->prefix = opt_bool(g, "tokenizer.ggml.add_space_prefix", 1, &bad) ? PREFIX_EVERY
-                                                                            : PREFIX_NONE;
+        t->prefix = opt_bool(g, "tokenizer.ggml.add_space_prefix", 1, &bad) ? PREFIX_EVERY : PREFIX_NONE;
         t->strip_space = t->prefix != PREFIX_NONE;
     }
     if (!rc) {

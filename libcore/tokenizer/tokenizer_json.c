@@ -31,8 +31,7 @@
 #define META "\xe2\x96\x81" /* "▁", SentencePiece's space */
 
 /* GPT-2's pre-tokenizer regex, which ByteLevel(use_regex: true) applies */
-static const char GPT2_REGEX[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_REGEX[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 typedef struct {
     int kind, literal, removed;
@@ -65,8 +64,7 @@ static const char *type_of(json_t *o) {
 }
 
 static int add_step(Pipe *p, int kind, const char *pat, size_t plen, int literal, int removed) {
-    if (p->n_step == TOK_MAX_PRE)
-        return pd_error("%s: more than %d pre-tokenizer steps", p->what, TOK_MAX_PRE);
+    if (p->n_step == TOK_MAX_PRE) return pd_error("%s: more than %d pre-tokenizer steps", p->what, TOK_MAX_PRE);
     p->step[p->n_step++] = (Step){kind, literal, removed, pat, plen};
     return 0;
 }
@@ -86,8 +84,7 @@ static int normalizer(Pipe *p, json_t *n) {
     if (!strcmp(ty, "Prepend")) {
         const char *s = str_of(n, "prepend");
         if (!s || strcmp(s, META))
-            return pd_error("%s: normalizer Prepend('%s') is not supported (only \"" META "\")",
-                            p->what, s ? s : "?");
+            return pd_error("%s: normalizer Prepend('%s') is not supported (only \"" META "\")", p->what, s ? s : "?");
         p->prepend = 1;
         return 0;
     }
@@ -97,7 +94,8 @@ static int normalizer(Pipe *p, json_t *n) {
         const char *to = str_of(n, "content");
         if (!from || !to || strcmp(from, " ") || strcmp(to, META))
             return pd_error("%s: normalizer Replace('%s' -> '%s') is not supported (only "
-                            "' ' -> '" META "')", p->what, from ? from : "?", to ? to : "?");
+                            "' ' -> '" META "')",
+                            p->what, from ? from : "?", to ? to : "?");
         p->space_meta = 1;
         return 0;
     }
@@ -110,7 +108,8 @@ static int set_prefix(Pipe *p, int prefix, const char *who) {
     if (prefix == PREFIX_NONE) return 0;
     if (p->n_step > 0 || p->prefix != PREFIX_NONE)
         return pd_error("%s: %s with a prefix space after another pre-tokenizer step is not "
-                        "supported", p->what, who);
+                        "supported",
+                        p->what, who);
     p->prefix = prefix;
     p->prefix_unless_space = 1;
     return 0;
@@ -123,18 +122,14 @@ static int pre_tokenizer(Pipe *p, json_t *n) {
     if (!strcmp(ty, "Sequence")) {
         json_t *list = json_object_get(n, "pretokenizers"), *e;
         size_t i;
-        if (!json_is_array(list))
-            return pd_error("%s: Sequence pre-tokenizer without a list", p->what);
+        if (!json_is_array(list)) return pd_error("%s: Sequence pre-tokenizer without a list", p->what);
         json_array_foreach(list, i, e) if (pre_tokenizer(p, e)) return -1;
         return 0;
     }
     if (!strcmp(ty, "ByteLevel")) {
         p->bytelevel = 1;
-        if (set_prefix(p, bool_of(n, "add_prefix_space", 0) ? PREFIX_EVERY : PREFIX_NONE,
-                       "ByteLevel"))
-            return -1;
-        if (bool_of(n, "use_regex", 1))
-            return add_step(p, PRE_REGEX, GPT2_REGEX, sizeof GPT2_REGEX - 1, 0, 0);
+        if (set_prefix(p, bool_of(n, "add_prefix_space", 0) ? PREFIX_EVERY : PREFIX_NONE, "ByteLevel")) return -1;
+        if (bool_of(n, "use_regex", 1)) return add_step(p, PRE_REGEX, GPT2_REGEX, sizeof GPT2_REGEX - 1, 0, 0);
         return 0;
     }
     if (!strcmp(ty, "Split")) {
@@ -147,8 +142,7 @@ static int pre_tokenizer(Pipe *p, json_t *n) {
             return pd_error("%s: Split pre-tokenizer with invert: true is not supported", p->what);
         int removed = beh && !strcmp(beh, "Removed");
         if (!beh || (!removed && strcmp(beh, "Isolated")))
-            return pd_error("%s: Split behavior '%s' is not supported (Isolated, Removed)",
-                            p->what, beh ? beh : "?");
+            return pd_error("%s: Split behavior '%s' is not supported (Isolated, Removed)", p->what, beh ? beh : "?");
         const char *s = re ? re : lit;
         json_t *v = json_object_get(pat, re ? "Regex" : "String");
         return add_step(p, PRE_REGEX, s, json_string_length(v), !re, removed);
@@ -160,8 +154,7 @@ static int pre_tokenizer(Pipe *p, json_t *n) {
     if (!strcmp(ty, "Metaspace")) {
         const char *r = str_of(n, "replacement");
         if (r && strcmp(r, META))
-            return pd_error("%s: Metaspace replacement '%s' is not supported (only \"" META "\")",
-                            p->what, r);
+            return pd_error("%s: Metaspace replacement '%s' is not supported (only \"" META "\")", p->what, r);
         const char *scheme = str_of(n, "prepend_scheme");
         int prefix = bool_of(n, "add_prefix_space", 1) ? PREFIX_EVERY : PREFIX_NONE;
         if (scheme) {
@@ -180,11 +173,9 @@ static int pre_tokenizer(Pipe *p, json_t *n) {
 /* the model's options paradec does not implement, refused rather than ignored */
 static int check_model(json_t *model, const char *what) {
     const char *ty = str_of(model, "type");
-    if (!ty && !json_object_get(model, "merges"))
-        return pd_error("%s: the model has no type and no merges", what);
+    if (!ty && !json_object_get(model, "merges")) return pd_error("%s: the model has no type and no merges", what);
     if (ty && strcmp(ty, "BPE"))
-        return pd_error("%s: tokenizer model type '%s' is not supported (paradec reads BPE)", what,
-                        ty);
+        return pd_error("%s: tokenizer model type '%s' is not supported (paradec reads BPE)", what, ty);
     static const char *affix[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const char *s = str_of(model, affix[i]);
@@ -193,10 +184,8 @@ static int check_model(json_t *model, const char *what) {
     json_t *d = json_object_get(model, "dropout");
     if (json_is_number(d) && json_number_value(d) != 0)
         return pd_error("%s: BPE dropout %g is not supported", what, json_number_value(d));
-    if (!json_is_object(json_object_get(model, "vocab")))
-        return pd_error("%s: the model has no vocab object", what);
-    if (!json_is_array(json_object_get(model, "merges")))
-        return pd_error("%s: the model has no merges list", what);
+    if (!json_is_object(json_object_get(model, "vocab"))) return pd_error("%s: the model has no vocab object", what);
+    if (!json_is_array(json_object_get(model, "merges"))) return pd_error("%s: the model has no merges list", what);
     return 0;
 }
 
@@ -241,8 +230,7 @@ static int measure(json_t *vocab, json_t *added, const char *what, int *n_vocab,
     return 0;
 }
 
-static int put_vocab(Tokenizer *t, json_t *vocab, json_t *added, int byte_fallback,
-                     const char *unk, const char *what) {
+static int put_vocab(Tokenizer *t, json_t *vocab, json_t *added, int byte_fallback, const char *unk, const char *what) {
     uint8_t *seen = pd_alloc((size_t)t->n_vocab);
     if (!seen) return -1;
     const char *key;
@@ -251,15 +239,14 @@ static int put_vocab(Tokenizer *t, json_t *vocab, json_t *added, int byte_fallba
     json_object_foreach(vocab, key, v) {
         int id = (int)json_integer_value(v);
         if (seen[id]) {
-            rc = pd_error("%s: vocab gives id %d to two pieces ('%.40s' and '%.40s')", what, id,
-                          t->text + t->off[id], key);
+            rc = pd_error("%s: vocab gives id %d to two pieces ('%.40s' and '%.40s')", what, id, t->text + t->off[id],
+                          key);
             break;
         }
         seen[id] = 1;
         size_t n = strlen(key);
         int type = PIECE_NORMAL;
-        if (byte_fallback && !t->byte_units && tok_byte_piece_value(key, (uint32_t)n) >= 0)
-            type = PIECE_BYTE;
+        if (byte_fallback && !t->byte_units && tok_byte_piece_value(key, (uint32_t)n) >= 0) type = PIECE_BYTE;
         if (unk && !strcmp(key, unk)) type = PIECE_UNKNOWN;
         if ((rc = tok_put_piece(t, id, key, n, type, 1, what))) break;
     }
@@ -296,8 +283,8 @@ static int put_merges(Tokenizer *t, json_t *merges, const char *what) {
             na = (size_t)(sp - a);
             b = sp + 1;
             nb = n - na - 1;
-        } else if (json_is_array(m) && json_array_size(m) == 2 &&
-                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
             a = json_string_value(json_array_get(m, 0));
             na = json_string_length(json_array_get(m, 0));
             b = json_string_value(json_array_get(m, 1));
@@ -360,8 +347,7 @@ static int post_processor(Tokenizer *t, json_t *pp) {
         if (!seen_text) {
             t->bos = id;
             t->add_bos = 1;
-        } else
-            t->eos = id;
+        } else t->eos = id;
     }
     return 1;
 }
@@ -391,21 +377,20 @@ static int from_json(Tokenizer **out, json_t *root, const char *what) {
     if (check_model(model, what)) return -1;
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     json_t *added = json_object_get(root, "added_tokens");
-    if (added && !json_is_array(added) && !json_is_null(added))
-        return pd_error("%s: added_tokens is not a list", what);
+    if (added && !json_is_array(added) && !json_is_null(added)) return pd_error("%s: added_tokens is not a list", what);
     Pipe p = {.what = what};
     if (normalizer(&p, json_object_get(root, "normalizer")) ||
         pre_tokenizer(&p, json_object_get(root, "pre_tokenizer")))
         return -1;
     if (p.bytelevel && (p.metaspace || p.space_meta || p.prepend))
         return pd_error("%s: a byte-level pre-tokenizer together with '" META "' spaces is not "
-                        "supported", what);
+                        "supported",
+                        what);
     if (p.prepend && !p.space_meta && !p.metaspace)
-        return pd_error("%s: normalizer Prepend('" META "') without spaces written as '" META
-                        "' is not supported", what);
+        return pd_error("%s: normalizer Prepend('" META "') without spaces written as '" META "' is not supported",
+                        what);
     if (p.prepend) {
-        if (p.prefix != PREFIX_NONE)
-            return pd_error("%s: both a Prepend normalizer and a Metaspace prefix", what);
+        if (p.prefix != PREFIX_NONE) return pd_error("%s: both a Prepend normalizer and a Metaspace prefix", what);
         p.prefix = PREFIX_EVERY; /* Prepend adds "▁" to every non-empty fragment */
         p.prefix_unless_space = 0;
     }
@@ -449,9 +434,7 @@ int tok_load_hf_json(Tokenizer **out, const void *bytes, size_t n, const char *w
     *out = NULL;
     json_error_t err;
     json_t *root = json_loadb(bytes, n, JSON_ALLOW_NUL, &err);
-    if (!root)
-        return pd_error("%s: not valid JSON (line %d, column %d: %s)", what, err.line, err.column,
-                        err.text);
+    if (!root) return pd_error("%s: not valid JSON (line %d, column %d: %s)", what, err.line, err.column, err.text);
     int rc = from_json(out, root, what);
     json_decref(root);
     return rc;

@@ -137,9 +137,9 @@ int dataset_parse(TextSet *ds, const void *bytes, size_t n, const char *fields, 
     else if (i < n && s[i] == '{') rc = parse_jsonl(ds, s, n, fields ? fields : "text", what);
     else rc = parse_plain(ds, s, n, what);
     if (!rc && ds->n == 0)
-        rc = i < n && s[i] == '{' ? pd_error("%s: no usable text: no record has text in field(s) '%s'", what,
-                                             fields ? fields : "text")
-                                  : pd_error("%s: no usable text", what);
+        rc = i < n && s[i] == '{'
+                 ? pd_error("%s: no usable text: no record has text in field(s) '%s'", what, fields ? fields : "text")
+                 : pd_error("%s: no usable text", what);
     if (!rc) {
         XXH128_hash_t d = XXH3_128bits(s, n);
         snprintf(ds->digest, sizeof ds->digest, "%016llx%016llx", (unsigned long long)d.high64,
@@ -264,8 +264,8 @@ int dataset_sequences(const TextSet *ds, const Tokenizer *tok, int seq_len, doub
     }
     if (!rc) p.off[p.n_seq] = p.n;
     if (!rc && p.n_seq < 2)
-        rc = pd_error("%s: too little text: %lld tokens make %d sequence(s) of up to %d; need two (one held out)",
-                      what, (long long)p.n, p.n_seq, seq_len);
+        rc = pd_error("%s: too little text: %lld tokens make %d sequence(s) of up to %d; need two (one held out)", what,
+                      (long long)p.n, p.n_seq, seq_len);
     char *held = rc ? NULL : pd_alloc(p.n_seq);
     if (held) {
         /* every stride-th sequence, spread over the whole text: a text's regions differ
@@ -276,8 +276,7 @@ int dataset_sequences(const TextSet *ds, const Tokenizer *tok, int seq_len, doub
         if (!n_held) held[p.n_seq - 1] = 1;
         rc = seqs_pick(train, &p, held, 0) || seqs_pick(heldout, &p, held, 1);
         if (rc) seqs_free(train);
-    } else
-        rc = -1;
+    } else rc = -1;
     free(held);
     free(p.tok);
     free(p.off);

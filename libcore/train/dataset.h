@@ -37,10 +37,10 @@ int dataset_read(TextSet *ds, const char *path, const char *fields);
 void dataset_free(TextSet *ds);
 
 typedef struct {
-    int n;            /* sequences */
-    int32_t *tok;     /* all their tokens, one after another */
-    int64_t *off;     /* [n+1]: sequence i is tok[off[i] .. off[i+1]) */
-    int max_len;      /* longest sequence */
+    int n;        /* sequences */
+    int32_t *tok; /* all their tokens, one after another */
+    int64_t *off; /* [n+1]: sequence i is tok[off[i] .. off[i+1]) */
+    int max_len;  /* longest sequence */
 } Sequences;
 
 static inline int seq_len_of(const Sequences *s, int i) { return (int)(s->off[i + 1] - s->off[i]); }

@@ -10,7 +10,6 @@
 
 #include "model/forward.h"
 
-
 /* sixteen partial sums: the compiler turns the inner loop into one vector FMA */
 static float dot(const float *a, const float *b, int n) {
     float acc[16] = {0}, s = 0;
@@ -82,8 +81,8 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
         d->xTp_buf = pd_alloc(k_packed_bytes(WT_F32, (int)D, (int)N) + 64);
         d->dT = pd_alloc(dd);
         d->exited = pd_alloc(N * EXIT_N_GAMMA);
-        rc = !d->exited || !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL || !d->pos || !d->x || !d->z ||
-             !d->dz || !d->xT || !d->dzT || !d->xTp_buf || !d->dT;
+        rc = !d->exited || !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL || !d->pos || !d->x ||
+             !d->z || !d->dz || !d->xT || !d->dzT || !d->xTp_buf || !d->dT;
     }
     if (rc) {
         distill_free(d);
@@ -100,8 +99,22 @@ void distill_free(Distill *d) {
         free(d->adam_v[k]);
         free(d->grad[k]);
     }
-    free(d->Et); free(d->hid); free(d->hl); free(d->pL); free(d->logits); free(d->negH); free(d->argL);
-    free(d->pos); free(d->x); free(d->z); free(d->dz); free(d->xT); free(d->dzT); free(d->xTp_buf); free(d->dT); free(d->exited);
+    free(d->Et);
+    free(d->hid);
+    free(d->hl);
+    free(d->pL);
+    free(d->logits);
+    free(d->negH);
+    free(d->argL);
+    free(d->pos);
+    free(d->x);
+    free(d->z);
+    free(d->dz);
+    free(d->xT);
+    free(d->dzT);
+    free(d->xTp_buf);
+    free(d->dT);
+    free(d->exited);
     if (d->kv.arena.base) kv_free(&d->kv);
     runner_free(d->run);
     memset(d, 0, sizeof *d);

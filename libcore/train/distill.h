@@ -20,13 +20,12 @@
 #include "model/runner.h"
 #include "train/dataset.h"
 
-
 /* a head against the final layer, over held-out positions */
 typedef struct {
-    double kl;                       /* mean KL(p_L || p_l), nats */
-    double top1;                     /* share of positions where argmax p_l = argmax p_L */
-    double cover[EXIT_N_GAMMA];   /* share of positions with max p_l ≥ γ (would exit) */
-    double prec[EXIT_N_GAMMA];    /* top-1 agreement among those (1 when none) */
+    double kl;                  /* mean KL(p_L || p_l), nats */
+    double top1;                /* share of positions where argmax p_l = argmax p_L */
+    double cover[EXIT_N_GAMMA]; /* share of positions with max p_l ≥ γ (would exit) */
+    double prec[EXIT_N_GAMMA];  /* top-1 agreement among those (1 when none) */
 } HeadStats;
 
 /* AdaDecode's rule over all heads: a token exits at the first head whose max p_l ≥ γ */
@@ -39,26 +38,26 @@ typedef struct {
 
 typedef struct {
     Model *m;
-    ExitHeads *h;          /* the heads trained: T in h's arena, repacked each step */
-    Runner *run;           /* the model's forward workspace */
-    KVCache kv;            /* one sequence, refilled for every training sequence */
+    ExitHeads *h; /* the heads trained: T in h's arena, repacked each step */
+    Runner *run;  /* the model's forward workspace */
+    KVCache kv;   /* one sequence, refilled for every training sequence */
     float lr;
-    int t;                 /* Adam steps taken */
-    int cap;               /* longest sequence the scratch holds */
+    int t;   /* Adam steps taken */
+    int cap; /* longest sequence the scratch holds */
     float *adam_m[MAX_EXIT_HEADS], *adam_v[MAX_EXIT_HEADS], *grad[MAX_EXIT_HEADS]; /* [dim][dim] */
-    void *Et, *Et_packed;  /* E^T [dim][vocab], packed (aligned inside Et), in lm_head's weight type */
-    float *hid;            /* [cap][dim] the residual stream */
-    float *hl;             /* [n_heads][cap][dim] it, after each head's layer */
-    float *pL;             /* [cap][vocab] the final distribution */
-    float *negH;           /* [cap] Σ p_L log p_L */
-    int *argL;             /* [cap] its argmax */
-    int32_t *pos;          /* [cap] 0, 1, 2, ... */
-    float *x, *z, *dz;     /* [cap][dim] a head's input, T x, dKL/dz */
-    float *logits;         /* [cap][vocab] a head's logits, then p_l - p_L */
-    float *xT, *dzT;       /* [dim][cap] transposes for the outer-product sum */
-    void *xTp, *xTp_buf;   /* xT packed (aligned inside xTp_buf) */
-    float *dT;             /* [dim][dim] one sequence's gradient */
-    signed char *exited;   /* [cap][N_GAMMA] eval: -1 not yet, else 0/1 = the exit agreed */
+    void *Et, *Et_packed; /* E^T [dim][vocab], packed (aligned inside Et), in lm_head's weight type */
+    float *hid;           /* [cap][dim] the residual stream */
+    float *hl;            /* [n_heads][cap][dim] it, after each head's layer */
+    float *pL;            /* [cap][vocab] the final distribution */
+    float *negH;          /* [cap] Σ p_L log p_L */
+    int *argL;            /* [cap] its argmax */
+    int32_t *pos;         /* [cap] 0, 1, 2, ... */
+    float *x, *z, *dz;    /* [cap][dim] a head's input, T x, dKL/dz */
+    float *logits;        /* [cap][vocab] a head's logits, then p_l - p_L */
+    float *xT, *dzT;      /* [dim][cap] transposes for the outer-product sum */
+    void *xTp, *xTp_buf;  /* xT packed (aligned inside xTp_buf) */
+    float *dT;            /* [dim][dim] one sequence's gradient */
+    signed char *exited;  /* [cap][N_GAMMA] eval: -1 not yet, else 0/1 = the exit agreed */
 } Distill;
 
 /* scratch for sequences of up to max_len tokens; E^T packed; Adam state zero */

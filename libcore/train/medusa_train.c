@@ -56,8 +56,8 @@ static int alloc_all(MedusaTrain *t) {
     t->pos = pd_alloc(N * sizeof(int32_t));
     t->tgt = pd_alloc(N * sizeof(int32_t));
     t->pk_buf = pd_alloc(k_packed_bytes(WT_F32, (int)D, (int)N) + 64);
-    if (!t->Et_buf[MODEL_ET] || !t->Et_tmp || (own && !t->dE) || !t->dW || !t->hid || !t->x || !t->z || !t->r || !t->dr ||
-        !t->aT || !t->bT || !t->logits || !t->gT || !t->arg || !t->pos || !t->tgt || !t->pk_buf)
+    if (!t->Et_buf[MODEL_ET] || !t->Et_tmp || (own && !t->dE) || !t->dW || !t->hid || !t->x || !t->z || !t->r ||
+        !t->dr || !t->aT || !t->bT || !t->logits || !t->gT || !t->arg || !t->pos || !t->tgt || !t->pk_buf)
         return -1;
     for (int k = 0; k <= MAX_MEDUSA; k++) t->Et[k] = t->Et_buf[k] ? align64(t->Et_buf[k]) : NULL;
     t->pk = align64(t->pk_buf);
@@ -93,13 +93,33 @@ int medusa_train_init(MedusaTrain *t, Model *m, MedusaHeads *h, int max_len, flo
 
 void medusa_train_free(MedusaTrain *t) {
     for (int k = 0; k < MAX_MEDUSA; k++) {
-        free(t->mW[k]); free(t->vW[k]); free(t->gW[k]);
-        free(t->mb[k]); free(t->vb[k]); free(t->gb[k]);
-        free(t->mE[k]); free(t->vE[k]); free(t->gE[k]);
+        free(t->mW[k]);
+        free(t->vW[k]);
+        free(t->gW[k]);
+        free(t->mb[k]);
+        free(t->vb[k]);
+        free(t->gb[k]);
+        free(t->mE[k]);
+        free(t->vE[k]);
+        free(t->gE[k]);
     }
     for (int k = 0; k <= MAX_MEDUSA; k++) free(t->Et_buf[k]);
-    free(t->Et_tmp); free(t->dE); free(t->dW); free(t->hid); free(t->x); free(t->z); free(t->r); free(t->dr);
-    free(t->aT); free(t->bT); free(t->logits); free(t->gT); free(t->arg); free(t->pos); free(t->tgt); free(t->pk_buf);
+    free(t->Et_tmp);
+    free(t->dE);
+    free(t->dW);
+    free(t->hid);
+    free(t->x);
+    free(t->z);
+    free(t->r);
+    free(t->dr);
+    free(t->aT);
+    free(t->bT);
+    free(t->logits);
+    free(t->gT);
+    free(t->arg);
+    free(t->pos);
+    free(t->tgt);
+    free(t->pk_buf);
     if (t->kv.arena.base) kv_free(&t->kv);
     runner_free(t->run);
     memset(t, 0, sizeof *t);
@@ -222,7 +242,8 @@ static int forward_seq(MedusaTrain *t, const int32_t *tok, int n, float *x, int3
 }
 
 /* sequence i's x and arg: the cache's, or computed into t->x and t->arg */
-static int features(MedusaTrain *t, const Sequences *s, const MedusaCache *c, int i, const float **x, const int32_t **arg) {
+static int features(MedusaTrain *t, const Sequences *s, const MedusaCache *c, int i, const float **x,
+                    const int32_t **arg) {
     if (c && c->s == s) {
         *x = c->x + (size_t)s->off[i] * t->h->dim;
         *arg = c->arg + s->off[i];
@@ -310,8 +331,7 @@ int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
         if (!count[k]) continue;
         adam_update(h->W[k], t->gW[k], t->mW[k], t->vW[k], DD, t->t, t->lr);
         adam_update(h->b[k], t->gb[k], t->mb[k], t->vb[k], h->dim, t->t, t->lr);
-        if (h->lm[k])
-            adam_update(h->lm[k], t->gE[k], t->mE[k], t->vE[k], VD, t->t, t->lr_lm);
+        if (h->lm[k]) adam_update(h->lm[k], t->gE[k], t->mE[k], t->vE[k], VD, t->t, t->lr_lm);
         medusa_set(h, k, h->W[k], h->b[k], h->lm[k]);
     }
     return 0;
@@ -333,7 +353,8 @@ int medusa_train_eval(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
         for (int k = 0; k < H; k++) {
             int rows = targets(t, k, MEDUSA_TARGETS_SELF, tok, arg, n) - from;
             if (rows > 0)
-                head_pass(t, k, x + (size_t)from * t->h->dim, t->tgt + from, rows, 0, &sum[k], &tally[k], NULL, NULL, NULL);
+                head_pass(t, k, x + (size_t)from * t->h->dim, t->tgt + from, rows, 0, &sum[k], &tally[k], NULL, NULL,
+                          NULL);
         }
     }
     for (int k = 0; k < H; k++) {
@@ -359,11 +380,11 @@ typedef struct {
     Model *m;
     Runner *run;
     KVCache kv;
-    int len;                   /* the length outputs grow to */
-    int32_t *tok, *seq, *pos;  /* [group × prefix] the prefill batch, then a token per live row */
+    int len;                    /* the length outputs grow to */
+    int32_t *tok, *seq, *pos;   /* [group × prefix] the prefill batch, then a token per live row */
     int *out, *n, *kvid, *last; /* [group] each row's output sequence, its length so far, its
                                   KV sequence, its last prefill row */
-    float *hid, *logits;       /* [group × prefix][dim], [group][vocab] */
+    float *hid, *logits;        /* [group × prefix][dim], [group][vocab] */
 } Gen;
 
 /* rows 0..g-1 hold their prefixes (o's tokens at out[j], n[j] of them): each grows
@@ -417,9 +438,11 @@ static int gen_group(Gen *gn, Sequences *o, int g, int *final, Progress *pg, int
 int medusa_generate(Model *m, const Sequences *in, int prefix, int len, int group, Sequences *out, Progress *pg) {
     memset(out, 0, sizeof *out);
     if (prefix < 1 || len > m->c.seq_len || group < 1)
-        return pd_error("medusa: generate: prefix %d, length %d (context %d), group %d", prefix, len, m->c.seq_len, group);
+        return pd_error("medusa: generate: prefix %d, length %d (context %d), group %d", prefix, len, m->c.seq_len,
+                        group);
     if (prefix >= len)
-        return pd_error("medusa: generate: a prefix of %d tokens leaves nothing to generate in sequences of %d", prefix, len);
+        return pd_error("medusa: generate: a prefix of %d tokens leaves nothing to generate in sequences of %d", prefix,
+                        len);
     Gen g = {.m = m, .len = len};
     int D = m->c.dim, rc = 0, *final = pd_alloc(sizeof(int) * (in->n + 1));
     size_t rows = (size_t)group * prefix;

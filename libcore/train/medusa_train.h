@@ -30,9 +30,9 @@ typedef enum { MEDUSA_TARGETS_SELF, MEDUSA_TARGETS_DATA } MedusaTargets;
 /* a head on held-out positions, against the model's own greedy choice y = a_{t+k+1}
    whatever the training targets: what a lossless decoder accepts */
 typedef struct {
-    double loss;                /* mean CE, nats */
-    double top1, top5;          /* share of positions whose target is among the head's 1 / 5 best */
-    double rank[MEDUSA_RANKS];  /* share whose target is the head's rank-r candidate (ties: lower id first) */
+    double loss;               /* mean CE, nats */
+    double top1, top5;         /* share of positions whose target is among the head's 1 / 5 best */
+    double rank[MEDUSA_RANKS]; /* share whose target is the head's rank-r candidate (ties: lower id first) */
     int64_t positions;
 } MedusaStats;
 
@@ -46,31 +46,31 @@ typedef struct {
 
 typedef struct {
     Model *m;
-    MedusaHeads *h;      /* the heads trained, repacked after each step */
-    Runner *run;         /* the model's forward workspace */
-    KVCache kv;          /* one sequence, refilled for every sequence not cached */
+    MedusaHeads *h; /* the heads trained, repacked after each step */
+    Runner *run;    /* the model's forward workspace */
+    KVCache kv;     /* one sequence, refilled for every sequence not cached */
     MedusaTargets targets;
-    float lr, lr_lm;     /* W and b; an own lm_head */
+    float lr, lr_lm; /* W and b; an own lm_head */
     float weight[MAX_MEDUSA];
-    int eval_from;       /* evaluation skips positions before it (a generated text's prompt:
+    int eval_from; /* evaluation skips positions before it (a generated text's prompt:
                             decoding runs the heads on the model's own tokens only) */
-    int t;               /* Adam steps taken */
-    int cap;             /* longest sequence the scratch holds */
+    int t;         /* Adam steps taken */
+    int cap;       /* longest sequence the scratch holds */
     float *mW[MAX_MEDUSA], *vW[MAX_MEDUSA], *gW[MAX_MEDUSA]; /* [dim][dim] */
     float *mb[MAX_MEDUSA], *vb[MAX_MEDUSA], *gb[MAX_MEDUSA]; /* [dim] */
     float *mE[MAX_MEDUSA], *vE[MAX_MEDUSA], *gE[MAX_MEDUSA]; /* [vocab][dim], own lm_head only */
-    void *Et_buf[MAX_MEDUSA + 1], *Et[MAX_MEDUSA + 1]; /* Eᵀ packed (aligned inside Et_buf): the
+    void *Et_buf[MAX_MEDUSA + 1], *Et[MAX_MEDUSA + 1];       /* Eᵀ packed (aligned inside Et_buf): the
                                                           model's [MAX_MEDUSA], own heads' [k] */
-    float *Et_tmp;       /* [dim][vocab] the transpose before packing (own heads) */
-    float *hid, *x;      /* [cap][dim] the last hidden states, normed */
-    int32_t *arg, *pos, *tgt; /* [cap] */
-    float *logits;       /* [cap][vocab] a head's logits, then dCE/dl */
-    float *z, *r, *dr;   /* [cap][dim] */
-    float *gT;           /* [vocab][cap] dl transposed */
-    float *aT;           /* [dim][cap] a transpose (r, dz) */
-    float *bT;           /* [dim][cap] u transposed */
-    void *pk_buf, *pk;   /* a [dim][cap] transpose packed (aligned inside pk_buf) */
-    float *dW, *dE;      /* [dim][dim], [vocab][dim] one sequence's products */
+    float *Et_tmp;                                           /* [dim][vocab] the transpose before packing (own heads) */
+    float *hid, *x;                                          /* [cap][dim] the last hidden states, normed */
+    int32_t *arg, *pos, *tgt;                                /* [cap] */
+    float *logits;                                           /* [cap][vocab] a head's logits, then dCE/dl */
+    float *z, *r, *dr;                                       /* [cap][dim] */
+    float *gT;                                               /* [vocab][cap] dl transposed */
+    float *aT;                                               /* [dim][cap] a transpose (r, dz) */
+    float *bT;                                               /* [dim][cap] u transposed */
+    void *pk_buf, *pk;                                       /* a [dim][cap] transpose packed (aligned inside pk_buf) */
+    float *dW, *dE;                                          /* [dim][dim], [vocab][dim] one sequence's products */
 } MedusaTrain;
 
 /* scratch for sequences of up to max_len tokens; weights NULL: 0.8^k; Adam state zero */

@@ -64,7 +64,8 @@ static int map_heads(Plan *p, const char *what) {
         if (w >= p->b.n_heads)
             return pd_error("%s: its %d kv heads cannot hold the model's %d", what, p->b.n_kv_heads, p->a.n_kv_heads);
         if (p->kv_of[w / G2] >= 0 && p->kv_of[w / G2] != g) /* never: the mapping above avoids it */
-            return pd_error("%s: wide kv head %d would hold real kv heads %d and %d", what, w / G2, p->kv_of[w / G2], g);
+            return pd_error("%s: wide kv head %d would hold real kv heads %d and %d", what, w / G2, p->kv_of[w / G2],
+                            g);
         p->kv_of[w / G2] = g;
         p->qhead[h] = w;
     }
@@ -83,16 +84,22 @@ static int check_rope(const Config *a, const Config *b, const char *what) {
 
 int widen_check(const Config *a, const Config *b, const char *what) {
     if (config_check(a, "widen: the model") || config_check(b, what)) return -1;
-    struct { const char *name; int wide, real; } need[] = {
-        {"dim", b->dim, a->dim}, {"hidden_dim", b->hidden_dim, a->hidden_dim},
-        {"layers", b->n_layers, a->n_layers}, {"heads", b->n_heads, a->n_heads},
-        {"kv heads", b->n_kv_heads, a->n_kv_heads}, {"head_dim", b->head_dim, a->head_dim}};
+    struct {
+        const char *name;
+        int wide, real;
+    } need[] = {{"dim", b->dim, a->dim},
+                {"hidden_dim", b->hidden_dim, a->hidden_dim},
+                {"layers", b->n_layers, a->n_layers},
+                {"heads", b->n_heads, a->n_heads},
+                {"kv heads", b->n_kv_heads, a->n_kv_heads},
+                {"head_dim", b->head_dim, a->head_dim}};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].wide < need[i].real)
-            return pd_error("%s: cannot hold the model: %s %d < the model's %d", what, need[i].name,
-                            need[i].wide, need[i].real);
+            return pd_error("%s: cannot hold the model: %s %d < the model's %d", what, need[i].name, need[i].wide,
+                            need[i].real);
     if (b->head_dim % a->head_dim)
-        return pd_error("%s: head_dim %d is not a multiple of the model's %d (RoPE pairs)", what, b->head_dim, a->head_dim);
+        return pd_error("%s: head_dim %d is not a multiple of the model's %d (RoPE pairs)", what, b->head_dim,
+                        a->head_dim);
     /* map_heads: wide groups hold whole real groups, or split them evenly */
     int G = a->n_heads / a->n_kv_heads, G2 = b->n_heads / b->n_kv_heads;
     if (G2 < G && G % G2)
@@ -112,9 +119,9 @@ static void plan_free(Plan *p) {
 /* by name: ck_write_model's canonical order within a layer, which the streamed
    writer must follow to write the same bytes */
 static const char *const LAYER_PART[] = {
-    "input_layernorm.weight", "mlp.down_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-    "post_attention_layernorm.weight", "self_attn.k_proj.weight", "self_attn.o_proj.weight",
-    "self_attn.q_proj.weight", "self_attn.v_proj.weight"};
+    "input_layernorm.weight",          "mlp.down_proj.weight",    "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+    "post_attention_layernorm.weight", "self_attn.k_proj.weight", "self_attn.o_proj.weight", "self_attn.q_proj.weight",
+    "self_attn.v_proj.weight"};
 enum { P_NORM_IN, P_DOWN, P_GATE, P_UP, P_NORM_POST, P_K, P_O, P_Q, P_V, N_PART };
 
 /* shape[2] = [rows][cols] of a layer part in shape c (rows 0: a vector of cols) */
@@ -167,8 +174,7 @@ static int plan_init(Plan *p, const Checkpoint *src, const Config *dst, uint64_t
     }
     /* real layer r at floor(r·L'/L): strictly increasing since L' ≥ L */
     for (int l = 0; l < p->b.n_layers; l++) p->real_layer[l] = -1;
-    for (int r = 0; r < p->a.n_layers; r++)
-        p->real_layer[(int)((int64_t)r * p->b.n_layers / p->a.n_layers)] = r;
+    for (int r = 0; r < p->a.n_layers; r++) p->real_layer[(int)((int64_t)r * p->b.n_layers / p->a.n_layers)] = r;
     return 0;
 }
 
@@ -177,7 +183,7 @@ static int plan_init(Plan *p, const Checkpoint *src, const Config *dst, uint64_t
 
 typedef struct {
     char name[128];
-    int layer, part; /* wide layer and LAYER_PART index; layer -1 for the global ones */
+    int layer, part;    /* wide layer and LAYER_PART index; layer -1 for the global ones */
     int64_t rows, cols; /* rows 0: a vector of cols */
 } Slot;
 
@@ -234,20 +240,19 @@ static void build_norm(const Plan *p, const float *g /*[d] or NULL*/, double sca
 
 /* q or k [heads'*HD][D]: real head `real` into wide head `wide`, pair i to pair i*step.
    zero_rest zeroes the wide head's other rows (q: they must add nothing to scores) */
-static void build_rope_head(const Plan *p, const float *src /*[heads*hd][d]*/, int real, int wide,
-                            double scale, int zero_rest, float *w /*[heads'*HD][D]*/) {
+static void build_rope_head(const Plan *p, const float *src /*[heads*hd][d]*/, int real, int wide, double scale,
+                            int zero_rest, float *w /*[heads'*HD][D]*/) {
     int hd = p->a.head_dim, HD = p->b.head_dim, d = p->a.dim, D = p->b.dim;
     float *head = w + (size_t)wide * HD * D;
     if (zero_rest) memset(head, 0, sizeof(float) * HD * D);
-    for (int c = 0; c < 2; c++)        /* the pair's first and second half */
+    for (int c = 0; c < 2; c++)          /* the pair's first and second half */
         for (int i = 0; i < hd / 2; i++) /* (j, j+HD/2) ← (i, i+hd/2) */
-            copy_scaled(head + (size_t)(c * HD / 2 + i * p->step) * D,
-                        src + ((size_t)real * hd + c * hd / 2 + i) * d, d, scale);
+            copy_scaled(head + (size_t)(c * HD / 2 + i * p->step) * D, src + ((size_t)real * hd + c * hd / 2 + i) * d,
+                        d, scale);
 }
 
 /* v [kv'*HD][D]: real kv head's rows into the first hd rows of the wide one */
-static void build_v_head(const Plan *p, const float *src /*[kv*hd][d]*/, int real, int wide,
-                         float *w /*[kv'*HD][D]*/) {
+static void build_v_head(const Plan *p, const float *src /*[kv*hd][d]*/, int real, int wide, float *w /*[kv'*HD][D]*/) {
     int hd = p->a.head_dim;
     for (int t = 0; t < hd; t++)
         copy_scaled(w + ((size_t)wide * p->b.head_dim + t) * p->b.dim, src + ((size_t)real * hd + t) * p->a.dim,
@@ -260,7 +265,8 @@ static void build_o(const Plan *p, const float *src /*[d][H*hd]*/, float *w /*[D
     memset(w, 0, sizeof(float) * p->b.dim * Q);
     for (int r = 0; r < p->a.dim; r++)
         for (int h = 0; h < p->a.n_heads; h++)
-            copy_scaled(w + (size_t)r * Q + (size_t)p->qhead[h] * p->b.head_dim, src + (size_t)r * q + h * hd, hd, p->s);
+            copy_scaled(w + (size_t)r * Q + (size_t)p->qhead[h] * p->b.head_dim, src + (size_t)r * q + h * hd, hd,
+                        p->s);
 }
 
 /* [rows'][cols'] ← real [rows][cols] in the top-left corner, × scale */
@@ -336,8 +342,7 @@ static int copy_tokenizer(const Checkpoint *src, Checkpoint *out) {
     return 0;
 }
 
-int widen_checkpoint(const Checkpoint *src, const Config *dst, uint64_t seed, Checkpoint *out,
-                     Progress *pg) {
+int widen_checkpoint(const Checkpoint *src, const Config *dst, uint64_t seed, Checkpoint *out, Progress *pg) {
     Plan p;
     memset(out, 0, sizeof *out);
     if (plan_init(&p, src, dst, seed)) return -1;
@@ -381,8 +386,8 @@ static size_t largest_slot(const Plan *p) {
     return m;
 }
 
-int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, const char *path,
-                      DType dt, Progress *pg) {
+int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, const char *path, DType dt,
+                      Progress *pg) {
     if (!src->tok) return pd_error("%s: the model has no tokenizer", path);
     Plan p;
     if (plan_init(&p, src, dst, seed)) return -1;

@@ -37,13 +37,12 @@ int widen_check(const Config *src, const Config *dst, const char *what);
 
 /* the whole wide model as an f32 checkpoint (with src's tokenizer); progress may be
    NULL. out is empty on failure. */
-int widen_checkpoint(const Checkpoint *src, const Config *dst, uint64_t seed, Checkpoint *out,
-                     Progress *progress);
+int widen_checkpoint(const Checkpoint *src, const Config *dst, uint64_t seed, Checkpoint *out, Progress *progress);
 /* the same model written straight to a paradec model file, one tensor built at a
    time: memory is the output's size (bf16: half of widen_checkpoint's f32). The file
    is byte for byte what ck_write_model writes for widen_checkpoint's result. */
-int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, const char *path,
-                      DType dt, Progress *progress);
+int widen_write_model(const Checkpoint *src, const Config *dst, uint64_t seed, const char *path, DType dt,
+                      Progress *progress);
 
 /* exit heads trained for small_model, carried over to wide_model (written by widen
    from it): each head moves to the wide layer right after the one that runs its real

@@ -23,9 +23,9 @@
 #include "tokenizer/tokenizer.h"
 #include "train/dataset.h"
 
-#define EXPECT(cond) \
-    do {             \
-        if (!(cond)) abort(); \
+#define EXPECT(cond)                                                                                                   \
+    do {                                                                                                               \
+        if (!(cond)) abort();                                                                                          \
     } while (0)
 
 /* a refusal must say something, on one line */
@@ -68,8 +68,7 @@ static void use_tensors(const TensorFile *tf) {
     (void)sum;
 }
 
-static int tensorfile(int (*open)(TensorFile *, const void *, size_t, const char *), const uint8_t *data,
-                      size_t n) {
+static int tensorfile(int (*open)(TensorFile *, const void *, size_t, const char *), const uint8_t *data, size_t n) {
     TensorFile tf;
     if (open(&tf, data, n, "fuzz")) return refused();
     use_tensors(&tf);
@@ -122,7 +121,8 @@ static void use_tokenizer(Tokenizer *t) {
 }
 
 /* a tokenizer from either loader, then used */
-static int fuzz_tokenizer(int (*load)(Tokenizer **, const void *, size_t, const char *), const uint8_t *data, size_t n) {
+static int fuzz_tokenizer(int (*load)(Tokenizer **, const void *, size_t, const char *), const uint8_t *data,
+                          size_t n) {
     Tokenizer *t;
     if (load(&t, data, n, "fuzz")) return refused();
     use_tokenizer(t);
@@ -157,8 +157,7 @@ int fuzz_gguf(const uint8_t *data, size_t n) {
     if (tok_load_gguf(&t, &g, "fuzz") == 0) {
         use_tokenizer(t);
         tok_free(t);
-    } else
-        refused();
+    } else refused();
     gguf_close(&g);
     Checkpoint ck; /* a vocabulary-only file is no model: still accepted as a GGUF */
     if (gguf_read_model_mem(&ck, data, n, "fuzz")) return refused() + 1;
@@ -285,8 +284,8 @@ static void gen_fixture(void) {
         fprintf(stderr, "fuzz_serve_generate: %s (set PARADEC_FUZZ_MODEL to a small model)\n", pd_errmsg());
         abort();
     }
-    EngineOptions o = {.parallel = 4, .ctx = GEN_CTX, .block_size = 16, .prefill_chunk = 16, .continuous = 1,
-                       .spec_max_batch = 2};
+    EngineOptions o = {
+        .parallel = 4, .ctx = GEN_CTX, .block_size = 16, .prefill_chunk = 16, .continuous = 1, .spec_max_batch = 2};
     o.kv_blocks = 8 * (GEN_CTX + 2 * MAX_TREE) / 16;
     EXPECT(k_init(1) == 0 && (FG.e = engine_new(&FG.m, &o)));
     FG.gm = (GenModel){&FG.m, FG.e, CHAT_CHATML, "", "fuzz"};
@@ -295,7 +294,7 @@ static void gen_fixture(void) {
 }
 
 typedef struct {
-    int n;                 /* choices */
+    int n;                       /* choices */
     char *text[REQ_MAX_CHOICES]; /* (a model may say U+0000) */
     size_t len[REQ_MAX_CHOICES];
     int n_lp[REQ_MAX_CHOICES]; /* tokens the logprobs list */
@@ -321,8 +320,9 @@ static void seen_choice(GenSeen *s, const Gen *g, json_t *c, int chunk) {
     json_t *ix = json_object_get(c, "index"), *fin = json_object_get(c, "finish_reason");
     EXPECT(json_is_integer(ix) && json_integer_value(ix) >= 0 && json_integer_value(ix) < g->n_c);
     int i = (int)json_integer_value(ix);
-    json_t *t = g->req.kind == REQ_COMPLETION ? json_object_get(c, "text")
-                                              : json_object_get(json_object_get(c, chunk ? "delta" : "message"), "content");
+    json_t *t = g->req.kind == REQ_COMPLETION
+                    ? json_object_get(c, "text")
+                    : json_object_get(json_object_get(c, chunk ? "delta" : "message"), "content");
     EXPECT(t ? json_is_string(t) : chunk);
     if (t) append_text(s, i, t);
     json_t *lp = json_object_get(c, "logprobs");
@@ -335,8 +335,7 @@ static void seen_choice(GenSeen *s, const Gen *g, json_t *c, int chunk) {
     if (json_is_string(fin)) {
         EXPECT(!s->finish[i][0]); /* a choice ends once */
         snprintf(s->finish[i], sizeof s->finish[i], "%s", json_string_value(fin));
-    } else
-        EXPECT(json_is_null(fin));
+    } else EXPECT(json_is_null(fin));
 }
 
 static void seen_answer(GenSeen *s, const Gen *g, const char *text, int chunk) {
@@ -364,8 +363,7 @@ static void gen_run(Gen *g, int stream, GenSeen *s) {
         else if (status) {
             EXPECT(status == 500);
             s->failed = 1;
-        } else
-            s->cancelled = 1;
+        } else s->cancelled = 1;
         free(a);
     } else {
         size_t n;
@@ -388,7 +386,8 @@ static void gen_run(Gen *g, int stream, GenSeen *s) {
         EXPECT(!strcmp(s->finish[i], "stop") || !strcmp(s->finish[i], "length"));
         EXPECT(g->req.max_tokens < 0 || c->n_gen <= g->req.max_tokens);
         EXPECT(g->req.logprobs < 0 || s->n_lp[i] == c->n_gen + (g->req.echo ? g->p[c->prompt].n : 0));
-        for (int k = 0; k < g->req.n_stop; k++) EXPECT(!s->len[i] || !memmem(s->text[i], s->len[i], g->req.stop[k], strlen(g->req.stop[k])));
+        for (int k = 0; k < g->req.n_stop; k++)
+            EXPECT(!s->len[i] || !memmem(s->text[i], s->len[i], g->req.stop[k], strlen(g->req.stop[k])));
     }
 }
 

@@ -27,12 +27,18 @@ typedef struct {
 } FuzzTarget;
 
 static const FuzzTarget FUZZ_TARGETS[] = {
-    {"safetensors", fuzz_safetensors},   {"safetensors_zst", fuzz_safetensors_zst},
-    {"llama2c", fuzz_llama2c},           {"tokenizer_bin", fuzz_tokenizer_bin},
-    {"tokenizer_json", fuzz_tokenizer_json}, {"hf_config", fuzz_hf_config},
-    {"gguf", fuzz_gguf},                 {"dataset", fuzz_dataset},
-    {"recipe", fuzz_recipe},             {"medusa_tree", fuzz_medusa_tree},
-    {"serve_request", fuzz_serve_request}, {"serve_generate", fuzz_serve_generate},
+    {"safetensors", fuzz_safetensors},
+    {"safetensors_zst", fuzz_safetensors_zst},
+    {"llama2c", fuzz_llama2c},
+    {"tokenizer_bin", fuzz_tokenizer_bin},
+    {"tokenizer_json", fuzz_tokenizer_json},
+    {"hf_config", fuzz_hf_config},
+    {"gguf", fuzz_gguf},
+    {"dataset", fuzz_dataset},
+    {"recipe", fuzz_recipe},
+    {"medusa_tree", fuzz_medusa_tree},
+    {"serve_request", fuzz_serve_request},
+    {"serve_generate", fuzz_serve_generate},
 };
 #define N_FUZZ_TARGETS ((int)(sizeof FUZZ_TARGETS / sizeof *FUZZ_TARGETS))
 #endif
