@@ -633,7 +633,7 @@ int main(int argc, char **argv) {
         snprintf(R.command + strlen(R.command), sizeof R.command - strlen(R.command), " %s", argv[i]);
     R.threads = a.threads ? a.threads : r.threads;
     R.repeat = r.dec.repeat;
-    if (k_init(R.threads)) die("cannot start %d threads", R.threads);
+    if (model_threads(R.threads)) die("cannot start %d threads", R.threads);
     Prompt *ps[RECIPE_MAX_DATASETS];
     R.n_ds = r.n_datasets;
     int64_t total = 0;

@@ -614,7 +614,7 @@ int main(int argc, char **argv) {
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     if (a.conversation) pthread_sigmask(SIG_BLOCK, &mask, &old);
-    if (k_init(a.threads)) die("cannot start %d threads", a.threads);
+    if (model_threads(a.threads)) die("cannot start %d threads", a.threads);
     if (a.conversation) pthread_sigmask(SIG_SETMASK, &old, NULL);
     KVCache kv;
     Sampler s;

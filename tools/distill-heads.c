@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
 
     Model m;
     tool_model_load(&m, model);
-    if (k_init((int)threads)) die("cannot start %ld threads", threads);
+    if (model_threads((int)threads)) die("cannot start %ld threads", threads);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */
         if (layer_arg || norm_given)

@@ -1,7 +1,6 @@
 /* membw — the memory read bandwidth the benchmarks compare against: every thread
    streams an array larger than the last-level cache; the best of several passes.
    bin/membw [-t THREADS] [--mib SIZE] prints GB/s. */
-#include "backend.h"
 #include "tool.h"
 
 int main(int argc, char **argv) {
@@ -19,11 +18,11 @@ int main(int argc, char **argv) {
     if (arena_init(&a, n * sizeof(float))) die_lib();
     float *x = arena_push(&a, n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7); /* touch every page */
-    if (k_init((int)threads)) die("cannot start %ld threads", threads);
+    if (model_threads((int)threads)) die("cannot start %ld threads", threads);
     double best = 1e30, sink = 0;
     for (int pass = 0; pass < 5; pass++) {
         double t0 = pd_now();
-        sink += k_stream_sum(x, n);
+        sink += model_stream_sum(x, n);
         double dt = pd_now() - t0;
         best = dt < best ? dt : best;
     }

@@ -224,7 +224,7 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
     if (!r->answers.on) die("%s: the recipe has no 'answers' section", r->file);
     Model m;
     tool_model_load(&m, model);
-    if (k_init(threads)) die("cannot start %d threads", threads);
+    if (model_threads(threads)) die("cannot start %d threads", threads);
     char **prompts[RECIPE_MAX_DATASETS];
     int n[RECIPE_MAX_DATASETS], total = 0, written = 0;
     for (int i = 0; i < r->answers.n; i++) {

@@ -781,7 +781,7 @@ int main(int argc, char **argv) {
     atomic_store(&S.next_id, (long)(r >> 2)); /* ids differ across restarts; the counter never overflows */
     load_methods(&o, model, draft);
     chat_setup(format);
-    if (k_init(threads)) die("cannot start %d threads", threads);
+    if (model_threads(threads)) die("cannot start %d threads", threads);
     int ctx = o.ctx >= 2 ? o.ctx : S.m.c.seq_len;
     o.kv_blocks = kv_blocks ? kv_blocks : (o.parallel * ctx + o.block_size - 1) / o.block_size;
     pthread_mutex_init(&S.mu, NULL);

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "base/util.h"
+#include "model/linear.h"
 #include "model/model.h"
 
 static const char *tool_name = "paradec";
@@ -42,7 +42,7 @@ __attribute__((noreturn)) static inline void usage(const char *missing) {
    the CPU features the kernels were built for */
 __attribute__((noreturn)) static inline void version_exit(void) {
     printf("%s (paradec) %s, commit %s\nbackends: %s\ncpu features: %s\n", tool_name, PD_VERSION, PD_COMMIT,
-           k_backends(), k_cpu_features());
+           model_backends(), model_cpu_features());
     exit(0);
 }
 

@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
 
     Model m;
     tool_model_load(&m, a.model);
-    if (k_init((int)a.threads)) die("cannot start %ld threads", a.threads);
+    if (model_threads((int)a.threads)) die("cannot start %ld threads", a.threads);
     MedusaHeads h;
     if (a.init) { /* go on from trained heads (with --steps 0: evaluate them) */
         if (medusa_load(&h, a.init, &m)) die_lib();

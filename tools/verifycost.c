@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
     Model m;
     KVCache kv;
     tool_model_load(&m, model);
-    if (k_init(threads)) die_lib();
+    if (model_threads(threads)) die_lib();
     int most = 0;
     for (int i = 0; i < k; i++) most = n[i] > most ? n[i] : most;
     if (ctx + most > m.c.seq_len)

@@ -1,6 +1,6 @@
 /* exit_heads.c — see exit_heads.h. Every T lives in the arena as an aligned f32 copy
-   (a mapped file's data need not be aligned) and packed for k_matmul, so
-   head_logits is three batch-invariant kernels: rmsnorm, matmul by T, matmul by E. */
+   (a mapped file's data need not be aligned) and packed (model/linear), so
+   head_logits is three batch-invariant steps: final norm, product by T, LM head. */
 #include "heads/exit_heads.h"
 
 #include "heads/bundle.h"
@@ -37,7 +37,7 @@ static int check_layers(const Model *m, const int *layers, int n, const char *wh
 static int heads_alloc(ExitHeads *h, const Model *m, const int *layers, int n, int norm, const char *what) {
     if (check_layers(m, layers, n, what)) return -1;
     int d = m->c.dim;
-    size_t per = pd_mul(pd_mul(sizeof(float), d), d) + k_packed_bytes(WT_F32, d, d) + 128;
+    size_t per = pd_mul(pd_mul(sizeof(float), d), d) + linear_bytes(LINEAR_F32, d, d) + 128;
     if (arena_init(&h->arena, pd_mul(per, n))) return pd_error_prefix(what);
     h->n = n;
     h->dim = d;
@@ -46,7 +46,7 @@ static int heads_alloc(ExitHeads *h, const Model *m, const int *layers, int n, i
     for (int k = 0; k < n; k++) {
         h->layer[k] = layers[k];
         h->T[k] = arena_push(&h->arena, sizeof(float) * d * d);
-        h->Tp[k] = arena_push(&h->arena, k_packed_bytes(WT_F32, d, d));
+        h->Tp[k].p = arena_push(&h->arena, linear_bytes(LINEAR_F32, d, d));
     }
     return 0;
 }
@@ -56,10 +56,7 @@ int heads_set_T(ExitHeads *h, int k, const float *T) {
     int d = h->dim;
     float *own = (float *)h->T[k]; /* the arena's copy: ours to write */
     if (own != T) memcpy(own, T, sizeof(float) * d * d);
-    const void *src[1] = {own};
-    int rows[1] = {d};
-    k_pack((void *)h->Tp[k], WT_F32, d, 1, src, rows);
-    return 0;
+    return linear_pack(&h->Tp[k], h->Tp[k].p, LINEAR_F32, own, d, d);
 }
 
 int heads_identity(ExitHeads *h, const Model *m, const int *layers, int n, int norm) {
@@ -163,10 +160,10 @@ int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n,
         *buf = 2 * (size_t)n * d <= 2 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d));
     if (!buf) return -1;
     float *x = buf, *z = buf + (size_t)n * d;
-    if (h->norm) k_rmsnorm(x, hidden, m->final_norm, n, d, m->c.norm_eps);
+    if (h->norm) model_final_norm(m, x, hidden, n);
     else memcpy(x, hidden, sizeof(float) * n * d);
-    k_matmul(z, x, h->Tp[k], WT_F32, n, d, d);
-    k_matmul(logits, z, m->lm_head.p, m->lm_head.t, n, d, m->c.vocab_size);
+    linear_apply(&h->Tp[k], z, x, n);
+    model_lm_head(m, logits, z, n);
     if (buf != small) free(buf);
     return 0;
 }

@@ -6,6 +6,7 @@
    model they were trained for. */
 #ifndef PD_EXIT_HEADS_H
 #define PD_EXIT_HEADS_H
+#include "model/linear.h"
 #include "model/model.h"
 
 #define MAX_EXIT_HEADS 16
@@ -14,7 +15,7 @@ typedef struct {
     int n;                          /* heads, by increasing layer */
     int layer[MAX_EXIT_HEADS];      /* 1 .. n_layers-1 */
     const float *T[MAX_EXIT_HEADS]; /* [dim][dim] row-major, f32 (in tf or owned) */
-    const void *Tp[MAX_EXIT_HEADS]; /* the same, packed for k_matmul */
+    Linear Tp[MAX_EXIT_HEADS];      /* the same, packed (f32) */
     int norm;                       /* apply the final RMSNorm (with its gain) before T */
     int dim;
     char model_digest[40];

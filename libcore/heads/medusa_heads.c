@@ -1,7 +1,7 @@
 /* medusa_heads.c — see medusa_heads.h. Every W, b and own lm_head lives in the arena as an aligned
-   f32 copy (a mapped file's data need not be aligned) with a packed copy for k_matmul,
-   so medusa_logits is batch-invariant kernels and element-wise steps only: rmsnorm,
-   matmul by W, bias and SiLU, matmul by the LM head. */
+   f32 copy (a mapped file's data need not be aligned) with a packed copy (model/linear),
+   so medusa_logits is batch-invariant steps only: final norm, product by W, bias and
+   SiLU, product by the LM head. */
 #include "heads/medusa_heads.h"
 
 #include <jansson.h>
@@ -16,8 +16,8 @@ static int medusa_alloc(MedusaHeads *h, const Model *m, int K, const int *own, c
     if (K < 1 || K > MAX_MEDUSA) return pd_error("%s: %d Medusa heads; 1 to %d are allowed", what, K, MAX_MEDUSA);
     size_t D = m->c.dim, V = m->c.vocab_size, total = 0;
     size_t head =
-        pd_mul(pd_mul(D, D), sizeof(float)) + D * sizeof(float) + k_packed_bytes(WT_F32, (int)D, (int)D) + 3 * 64;
-    size_t lm = pd_mul(pd_mul(V, D), sizeof(float)) + k_packed_bytes(WT_F32, (int)V, (int)D) + 2 * 64;
+        pd_mul(pd_mul(D, D), sizeof(float)) + D * sizeof(float) + linear_bytes(LINEAR_F32, (int)D, (int)D) + 3 * 64;
+    size_t lm = pd_mul(pd_mul(V, D), sizeof(float)) + linear_bytes(LINEAR_F32, (int)V, (int)D) + 2 * 64;
     for (int k = 0; k < K; k++) total += head + (own[k] ? lm : 0);
     if (arena_init(&h->arena, total)) return pd_error_prefix(what);
     h->n = K;
@@ -28,32 +28,26 @@ static int medusa_alloc(MedusaHeads *h, const Model *m, int K, const int *own, c
     for (int k = 0; k < K; k++) {
         h->W[k] = arena_push(&h->arena, D * D * sizeof(float));
         h->b[k] = arena_push(&h->arena, D * sizeof(float));
-        h->Wp[k] = arena_push(&h->arena, k_packed_bytes(WT_F32, (int)D, (int)D));
+        h->Wp[k].p = arena_push(&h->arena, linear_bytes(LINEAR_F32, (int)D, (int)D));
         if (!own[k]) continue;
         h->lm[k] = arena_push(&h->arena, V * D * sizeof(float));
-        h->lmp[k] = arena_push(&h->arena, k_packed_bytes(WT_F32, (int)V, (int)D));
+        h->lmp[k].p = arena_push(&h->arena, linear_bytes(LINEAR_F32, (int)V, (int)D));
     }
     return 0;
 }
 
-static void pack(void *dst, const float *w, int rows, int cols) {
-    const void *src[1] = {w};
-    int r[1] = {rows};
-    k_pack(dst, WT_F32, cols, 1, src, r);
-}
-
-/* head k's matrices packed: in f32, or in 8 bits after medusa_use_int8 */
+/* head k's matrices packed in place: in f32, or in 8 bits after medusa_use_int8 (which
+   checked that the 8-bit form fits in the f32 form's room) */
 static void pack_head(MedusaHeads *h, int k) {
-    if (h->q8) k_q8_pack(h->Wp[k], h->W[k], h->dim, h->dim);
-    else pack(h->Wp[k], h->W[k], h->dim, h->dim);
-    if (!h->lm[k]) return;
-    if (h->q8) k_q8_pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
-    else pack(h->lmp[k], h->lm[k], h->vocab, h->dim);
+    LinearForm f = h->q8 ? LINEAR_Q8 : LINEAR_F32;
+    linear_pack(&h->Wp[k], h->Wp[k].p, f, h->W[k], h->dim, h->dim);
+    if (h->lm[k]) linear_pack(&h->lmp[k], h->lmp[k].p, f, h->lm[k], h->vocab, h->dim);
 }
 
 void medusa_use_int8(MedusaHeads *h) {
-    if (h->dim > 4096 || k_q8_bytes(h->vocab, h->dim) > k_packed_bytes(WT_F32, h->vocab, h->dim) ||
-        k_q8_bytes(h->dim, h->dim) > k_packed_bytes(WT_F32, h->dim, h->dim))
+    size_t q_lm = linear_bytes(LINEAR_Q8, h->vocab, h->dim), q_w = linear_bytes(LINEAR_Q8, h->dim, h->dim);
+    if (h->dim > 4096 || !q_lm || !q_w || q_lm > linear_bytes(LINEAR_F32, h->vocab, h->dim) ||
+        q_w > linear_bytes(LINEAR_F32, h->dim, h->dim))
         return; /* tiny heads: 8 bits' padding would need more room than f32, and nothing is gained */
     h->q8 = 1;
     for (int k = 0; k < h->n; k++) pack_head(h, k);
@@ -81,7 +75,7 @@ int medusa_init(MedusaHeads *h, const Model *m, int K, int own_lm) {
         /* the arena is zeroed: W = 0, b = 0, so every head starts as the model's own
            next-token prediction */
         for (int v = 0; own_lm && v < h->vocab; v++)
-            k_row_to_f32(h->lm[k] + (size_t)v * h->dim, m->lm_head.w, m->lm_head.t, v, h->dim);
+            model_lm_head_row(m, v, h->lm[k] + (size_t)v * h->dim);
         medusa_set(h, k, h->W[k], h->b[k], h->lm[k]);
     }
     return 0;
@@ -94,26 +88,16 @@ void medusa_free(MedusaHeads *h) {
 
 /* ---- the forward ---- */
 
-/* y[n][rows] = x[n][cols] · M^T for a head's packed matrix M: in 8 bits after
-   medusa_use_int8 (a row at a time, so a row's result never depends on n) */
-static void head_matmul(const MedusaHeads *h, float *y, const float *x, const void *M, int n, int cols, int rows) {
-    if (!h->q8) {
-        k_matmul(y, x, M, WT_F32, n, cols, rows);
-        return;
-    }
-    for (int t = 0; t < n; t++) k_q8_matvec(y + (size_t)t * rows, x + (size_t)t * cols, M, rows, cols);
-}
-
 void medusa_resblock(const MedusaHeads *h, int k, const float *x, int n, float *z, float *r) {
     size_t D = h->dim, nd = (size_t)n * D;
     float s = h->input_scale, sz[256];               /* SiLU(z), a stretch at a time */
     for (size_t i = 0; i < nd; i++) r[i] = s * x[i]; /* u = s x (exact when s = 1) */
-    head_matmul(h, z, r, h->Wp[k], n, (int)D, (int)D);
-    for (int t = 0; t < n; t++) k_add(z + t * D, h->b[k], D);
+    linear_apply(&h->Wp[k], z, r, n);
+    for (int t = 0; t < n; t++) vec_add(z + t * D, h->b[k], D);
     for (size_t i0 = 0; i0 < nd; i0 += 256) {
         size_t m = nd - i0 < 256 ? nd - i0 : 256;
-        k_silu(sz, z + i0, m);
-        k_add(r + i0, sz, m);
+        vec_silu(sz, z + i0, m);
+        vec_add(r + i0, sz, m);
         for (size_t i = 0; s != 1 && i < m; i++) r[i0 + i] /= s;
     }
 }
@@ -130,10 +114,10 @@ int medusa_logits(Model *m, const MedusaHeads *h, int k, const float *hidden, in
         *buf = 3 * (size_t)n * D <= 3 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 3 * (size_t)n), D));
     if (!buf) return -1;
     float *x = buf, *z = buf + (size_t)n * D, *r = z + (size_t)n * D;
-    k_rmsnorm(x, hidden, m->final_norm, n, D, m->c.norm_eps);
+    model_final_norm(m, x, hidden, n);
     medusa_resblock(h, k, x, n, z, r);
-    if (h->lmp[k]) head_matmul(h, logits, r, h->lmp[k], n, D, h->vocab);
-    else k_matmul(logits, r, m->lm_head.p, m->lm_head.t, n, D, h->vocab);
+    if (h->lmp[k].p) linear_apply(&h->lmp[k], logits, r, n);
+    else model_lm_head(m, logits, r, n);
     if (buf != small) free(buf);
     return 0;
 }

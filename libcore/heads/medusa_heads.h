@@ -20,6 +20,7 @@
 #ifndef PD_MEDUSA_H
 #define PD_MEDUSA_H
 #include "formats/tensorfile.h"
+#include "model/linear.h"
 #include "model/model.h"
 
 #define MAX_MEDUSA 8    /* heads at most */
@@ -32,9 +33,9 @@ typedef struct {
     float *W[MAX_MEDUSA];  /* [dim][dim] row-major (owned, in the arena) */
     float *b[MAX_MEDUSA];  /* [dim] */
     float *lm[MAX_MEDUSA]; /* [vocab][dim] own LM head, or NULL = the model's */
-    void *Wp[MAX_MEDUSA];  /* W packed (for k_matmul, or in 8 bits: q8) */
-    void *lmp[MAX_MEDUSA]; /* lm packed, or NULL */
-    int q8;                /* 1: Wp and lmp hold W and lm in 8 bits (k_q8_pack), for drafting */
+    Linear Wp[MAX_MEDUSA];  /* W packed (f32, or in 8 bits: q8) */
+    Linear lmp[MAX_MEDUSA]; /* lm packed; .p NULL when the head reads the model's */
+    int q8;                 /* 1: Wp and lmp hold W and lm in 8 bits (LINEAR_Q8), for drafting */
     int has_acc;           /* rank_acc known (from the file or training) */
     float rank_acc[MAX_MEDUSA][MEDUSA_RANKS];
     char model_digest[40];

@@ -148,7 +148,7 @@ static void head_pass(Distill *d, int k, const float *h, int n, double *loss, Ta
     int D = m->c.dim, V = m->c.vocab_size;
     if (d->h->norm) k_rmsnorm(d->x, h, m->final_norm, n, D, m->c.norm_eps);
     else memcpy(d->x, h, sizeof(float) * n * D);
-    k_matmul(d->z, d->x, d->h->Tp[k], WT_F32, n, D, D);
+    linear_apply(&d->h->Tp[k], d->z, d->x, n);
     k_matmul(d->logits, d->z, m->lm_head.p, m->lm_head.t, n, D, V);
     double sum = 0;
     for (int t = 0; t < n; t++) {

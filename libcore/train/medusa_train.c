@@ -164,7 +164,7 @@ static void head_pass(MedusaTrain *t, int k, const float *x, const int32_t *tgt,
     int D = h->dim, V = h->vocab;
     float s = h->input_scale;
     medusa_resblock(h, k, x, n, t->z, t->r);
-    if (h->lmp[k]) k_matmul(t->logits, t->r, h->lmp[k], WT_F32, n, D, V);
+    if (h->lmp[k].p) linear_apply(&h->lmp[k], t->logits, t->r, n);
     else k_matmul(t->logits, t->r, m->lm_head.p, m->lm_head.t, n, D, V);
     int grad = gW || gb || gE;
     double sum = 0;

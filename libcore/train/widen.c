@@ -531,7 +531,7 @@ int widen_medusa(const char *heads_in, const char *small_model, const char *wide
             memcpy(W + (size_t)i * D, src.W[k] + (size_t)i * d, sizeof(float) * d);
             bias[i] = src.b[k][i];
         }
-        if (!src.lm[k]) dst.lm[k] = NULL, dst.lmp[k] = NULL; /* this head reads the model's */
+        if (!src.lm[k]) dst.lm[k] = NULL, dst.lmp[k].p = NULL; /* this head reads the model's */
         else {
             memset(lm, 0, sizeof(float) * V * D);
             for (int v = 0; v < V; v++) copy_scaled(lm + (size_t)v * D, src.lm[k] + (size_t)v * d, d, s);
