@@ -11,10 +11,16 @@
 #   - folders include each other in a cycle;
 #   - kernels/ includes a libcore header;
 #   - an object in $BUILD/obj/libcore/F/ uses a symbol defined in a folder above F (what
-#     an extern declaration could hide from the include check; skipped without objects).
+#     an extern declaration could hide from the include check; skipped without objects);
+#   - only model/ (and train/) reach the kernels: a libcore file elsewhere or a tool
+#     that includes kernels' backend.h or device.h, or whose object (libcore's in
+#     $BUILD/obj, the tools' compiled here) references a kernel symbol (k_*, or one the
+#     kernels' objects define). decode/'s remaining calls (k_argmax ...) are printed as
+#     SKIP lines until its conversion lands; everywhere else they fail.
 # Then it proves it can fail: on a copy of the tree with an upward include, flat
-# includes, a header cycle, a module cycle, a folder cycle, a stray file and an upward
-# symbol, every one must be caught (LAYERS_DEBUG=1 prints what each case reported).
+# includes, a header cycle, a module cycle, a folder cycle, a stray file, an upward
+# symbol, kernel includes and kernel calls outside model/, every one must be caught
+# (LAYERS_DEBUG=1 prints what each case reported).
 . tests/lib.sh
 
 python3 - "$TMP" <<'EOF'
@@ -24,6 +30,9 @@ TMP = sys.argv[1]
 BUILD = os.environ.get('BUILD', 'build')
 INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 SRC = ('.c', '.h')
+KERNEL_USERS = ('model', 'train')  # the folders that may call kernels (issue 22 point 5)
+KERNEL_HDRS = ('backend.h', 'device.h')
+PENDING = ('decode',)  # still converting: its kernel calls are SKIP lines, not failures
 
 
 def read_layers(root):
@@ -73,9 +82,22 @@ def sccs(nodes, edges):
     return out
 
 
-def check_tree(root, objdir=None):
-    """(passed, failures): failures are 'path:line: what' lines"""
+def nm_symbols(o):
+    """(defined, undefined) symbol names of an object"""
+    r = subprocess.run(['nm', o], capture_output=True, text=True)
+    defs, uses = set(), set()
+    for l in r.stdout.splitlines():
+        w = l.split()
+        if len(w) == 3 and w[1] in 'TDBRGSVWC': defs.add(w[2])
+        elif len(w) == 2 and w[0] == 'U': uses.add(w[1])
+    return defs, uses
+
+
+def check_tree(root, objdir=None, tool_objs=None, skips=None):
+    """(passed, failures): failures are 'path:line: what' lines; skips (a list) gets the
+    PENDING folders' kernel calls. tool_objs: {tools/x.c: its object}"""
     fails, passed = [], 0
+    skips = [] if skips is None else skips
     order = read_layers(root)
     rank = {f: i for i, f in enumerate(order)}
     chain = ' < '.join(order)
@@ -116,7 +138,10 @@ def check_tree(root, objdir=None):
                 file_edges.setdefault(p, set()).add(h)
                 where.setdefault((p, h), at)
             elif '/' not in name and exists('kernels/' + name):
-                pass  # the device interface (kernels/backend.h) keeps its own -Ikernels name
+                # the device interface keeps its own -Ikernels name; model/ (and train/) alone use it
+                if name in KERNEL_HDRS and f not in KERNEL_USERS:
+                    fails.append('%s: includes "%s": only model/ (and train/) call kernels' % (at, name))
+                    ok = False
             elif g in rank and name.endswith('.c'):
                 fails.append('%s: includes a .c file "%s"' % (at, name))
                 ok = False
@@ -140,6 +165,10 @@ def check_tree(root, objdir=None):
             local = any(exists(os.path.normpath(os.path.join(d, name))) and
                         not os.path.normpath(os.path.join(d, name)).startswith('libcore/') for d in dirs)
             g = name.split('/')[0] if '/' in name else None
+            if p.startswith('tools/') and name in KERNEL_HDRS and exists('kernels/' + name):
+                fails.append('%s: includes "%s": a tool calls kernels through model/, never directly' % (at, name))
+                ok = False
+                continue
             if local or exists('kernels/' + name):
                 continue
             if g in rank and exists('libcore/' + name):
@@ -236,6 +265,30 @@ def check_tree(root, objdir=None):
                 fails.append('%s: uses %s, defined in %s: %s/ is above %s/' % (p, s, d, folder_of(d), folder_of(p)))
                 ok = False
         passed += ok
+
+    # kernel symbols: referenced only from model/ and train/ (and tests)
+    if objdir or tool_objs:
+        kern = set()
+        for d, _, fs in os.walk(os.path.join(objdir, 'kernels')) if objdir else ():
+            for f in fs:
+                if f.endswith('.o'): kern |= nm_symbols(os.path.join(d, f))[0]
+        is_kernel = lambda s: s.startswith('k_') or s in kern
+        objs = []
+        for p in lib if objdir else ():
+            o = os.path.join(objdir, p[:-2] + '.o')
+            if p.endswith('.c') and folder_of(p) in rank and folder_of(p) not in KERNEL_USERS and os.path.isfile(o):
+                objs.append((p, o))
+        objs += sorted((tool_objs or {}).items())
+        ok = True
+        for p, o in objs:
+            calls = sorted(s for s in nm_symbols(o)[1] if is_kernel(s))
+            if not calls: continue
+            if folder_of(p) in PENDING:
+                skips.append('%s/ still calls kernels: %s: %s' % (folder_of(p), p, ' '.join(calls)))
+            else:
+                fails.append('%s: calls the kernels %s: only model/ (and train/) call kernels' % (p, ' '.join(calls)))
+                ok = False
+        passed += ok
     return passed, fails
 
 
@@ -244,7 +297,26 @@ objdir = os.path.join(BUILD, 'obj')
 has_objs = os.path.isdir(os.path.join(objdir, 'libcore')) and shutil.which('nm')
 if not has_objs:
     print('SKIP test_layers: symbols: no objects in %s/obj/libcore (run make first)' % BUILD)
-passed, fails = check_tree('.', objdir if has_objs else None)
+
+def compile_objs(root, sources, out):  # {source: object}, compiled into out (for nm)
+    objs = {}
+    for s in sources:
+        o = os.path.join(out, s[:-2] + '.o')
+        os.makedirs(os.path.dirname(o), exist_ok=True)
+        r = subprocess.run([os.environ.get('CC', 'cc'), '-std=c11', '-O0', '-w', '-D_GNU_SOURCE', '-I' + os.path.join(root, 'libcore'),
+                            '-I' + os.path.join(root, 'kernels'), '-c', os.path.join(root, s), '-o', o], capture_output=True, text=True)
+        if r.returncode: return None, '%s: does not compile: %s' % (s, r.stderr.strip().splitlines()[-1:] or '?')
+        objs[s] = o
+    return objs, None
+
+
+tool_objs = None
+if shutil.which('nm'):
+    tool_objs, why = compile_objs('.', files_under('.', 'tools', ('.c',)), os.path.join(TMP, 'toolobj'))
+    if why: print('SKIP test_layers: tools\' kernel symbols: ' + why)
+skips = []
+passed, fails = check_tree('.', objdir if has_objs else None, tool_objs, skips)
+for s in skips: print('SKIP test_layers: ' + s)
 for f in fails: print('FAIL: ' + f)
 
 # ---- it can fail: each defect on its own copy of the tree must be caught ----
@@ -333,17 +405,61 @@ def symbol(c):  # base/ calls into model/ through an extern: no include shows it
     return 'libcore/base/sym_low.c: uses sym_high, defined in libcore/model/sym_high.c: model/ is above base/'
 
 
+def kernel_include_lib(c):
+    return 'libcore/heads/bundle.c:%d: includes "backend.h": only model/ (and train/) call kernels' % append(c, 'libcore/heads/bundle.c', '#include "backend.h"\n')
+
+
+def kernel_include_tool(c):
+    return 'tools/decode.c:%d: includes "device.h": a tool calls kernels through model/' % append(c, 'tools/decode.c', '#include "device.h"\n')
+
+
+def kernel_call_lib(c):  # an extern declaration: no include shows it
+    append(c, 'libcore/heads/kcall.c', 'void k_matmul(void);\nvoid heads_kcall(void) { k_matmul(); }\n')
+    return 'libcore/heads/kcall.c: calls the kernels k_matmul: only model/'
+
+
+def kernel_call_tool(c):
+    append(c, 'tools/kcall.c', 'int k_init(int);\nint main(void) { return k_init(1); }\n')
+    return 'tools/kcall.c: calls the kernels k_init: only model/'
+
+
+def kernel_call_model(c):  # model/ may: nothing reported (the case's text is found in no line)
+    append(c, 'libcore/model/kcall.c', 'void k_matmul(void);\nvoid model_kcall(void) { k_matmul(); }\n')
+    return None
+
+
+def kernel_call_decode(c):  # decode/ (PENDING): a SKIP line, not a failure
+    append(c, 'libcore/decode/kcall.c', 'int k_argmax(void);\nint decode_kcall(void) { return k_argmax(); }\n')
+    return None
+
+
 cases = [('an upward include', upward), ('a flat include in libcore', flat_lib), ('a flat include in a tool', flat_tool),
          ('a flat include in a fuzz target', flat_test), ('a relative include', relative), ('a header cycle', header_cycle),
          ('a module cycle', module_cycle), ('a folder cycle', folder_cycle), ('kernels/ including libcore', kernels_up),
-         ('a file outside the folders', stray), ('a folder not in LAYERS', unlisted), ('an upward symbol', symbol)]
+         ('a file outside the folders', stray), ('a folder not in LAYERS', unlisted), ('an upward symbol', symbol),
+         ('backend.h included in heads/', kernel_include_lib), ('device.h included in a tool', kernel_include_tool),
+         ('a kernel called from heads/', kernel_call_lib), ('a kernel called from a tool', kernel_call_tool),
+         ('a kernel called from model/ (allowed)', kernel_call_model),
+         ('a kernel called from decode/ (a SKIP until it is converted)', kernel_call_decode)]
+compiled = {symbol: ('libcore/base/sym_low.c', 'libcore/model/sym_high.c'), kernel_call_lib: ('libcore/heads/kcall.c',),
+            kernel_call_model: ('libcore/model/kcall.c',), kernel_call_decode: ('libcore/decode/kcall.c',)}
 for n, (what, make) in enumerate(cases):
     copy = fresh_copy(n)
     text = make(copy)
-    obj = objects(copy, 'libcore/base/sym_low.c', 'libcore/model/sym_high.c') if make is symbol else None
-    _, bad = check_tree(copy, obj)
-    if os.environ.get('LAYERS_DEBUG'): print('%s:\n  %s' % (what, '\n  '.join(bad)))
-    if any(text in b for b in bad): passed += 1
+    obj = objects(copy, *compiled[make]) if make in compiled else None
+    tobj = compile_objs(copy, ['tools/kcall.c'], os.path.join(copy, 'toolobj'))[0] if make is kernel_call_tool else None
+    warned = []
+    _, bad = check_tree(copy, obj, tobj, warned)
+    if os.environ.get('LAYERS_DEBUG'): print('%s:\n  %s' % (what, '\n  '.join(bad + warned)))
+    if make is kernel_call_decode and 'decode/ still calls kernels: libcore/decode/kcall.c: k_argmax' not in warned:
+        fails.append('self-test: %s was not warned' % what)
+        print('FAIL: self-test: %s was not warned (got: %s)' % (what, warned))
+    elif text is None:  # an allowed case: it must add no failure about kernels
+        if not any('kernel' in b for b in bad): passed += 1
+        else:
+            fails.append('self-test: %s was reported' % what)
+            print('FAIL: self-test: %s was reported: %s' % (what, bad))
+    elif any(text in b for b in bad): passed += 1
     else:
         fails.append('self-test: %s was not caught' % what)
         print('FAIL: self-test: %s was not caught (no line with: %s; got: %s)' % (what, text, bad))
