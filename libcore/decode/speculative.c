@@ -92,7 +92,7 @@ static int push_pending(Spec *s, int32_t tok) {
 }
 
 /* the draft at depth j+1 from the draft's logits: the oracle's token (a point mass),
-   the argmax, or a sample from q (row node of t->q) */
+   the argmax, or a sample from q (row node of t->q); -1 on error */
 static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
     int V = d->m->c.vocab_size, at = d->n_out + j;
     t->sampled[node] = 0;
@@ -100,10 +100,13 @@ static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
         int tok = s->oracle[at];
         if (tok >= 0 && tok < V) return tok; /* past the standard text's end: the draft's own */
     }
-    if (d->sampler->temp == 0) return k_argmax(s->lg, V);
+    if (d->sampler->temp == 0) {
+        int32_t id;
+        return rows_argmax(s->run, s->lg, 1, V, &id) ? -1 : id;
+    }
     float *q = t->q + (size_t)node * V;
-    memcpy(q, s->lg, sizeof(float) * V);
-    sampler_probs(d->sampler, q);
+    if (rows_softmax(s->run, s->lg, 1, V, d->sampler->temp, q)) return -1;
+    sampler_truncate(d->sampler, q);
     t->sampled[node] = 1;
     return sampler_pick(d->sampler, q, V, 1);
 }
@@ -122,7 +125,7 @@ static int spec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, 
     s->n_pend = 0;
     for (int j = 0; !rc && j < k; j++) {
         int node = j + 1;
-        t->token[node] = pick(s, d, t, node, j);
+        if ((t->token[node] = pick(s, d, t, node, j)) < 0) return -1;
         t->parent[node] = j;
         if (j + 1 < k) rc = draft_run(s, &t->token[node], 1, 1); /* the last draft is not run */
     }
@@ -159,8 +162,8 @@ static int spec_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_pr
 }
 
 static int spec_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                         const float *hidden, const float *logits) {
-    (void)d, (void)path, (void)next, (void)hidden, (void)logits;
+                         const float *hidden, const int32_t *ids) {
+    (void)d, (void)path, (void)next, (void)hidden, (void)ids;
     Spec *s = dr->self;
     if (s->off) return 0;
     int k = s->proposed, kept = n_path - 1;
