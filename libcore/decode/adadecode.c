@@ -278,7 +278,8 @@ static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **s
     s->hl = pd_alloc(sizeof(float) * s->vocab);
     const float *raw;
     int next;
-    if (!s->h || !s->q || !s->hl || decode_prefill_hidden(d, prompt, n_prompt) || decode_choose(d, d->hidden, &raw, &next))
+    if (!s->h || !s->q || !s->hl || decode_prefill_hidden(d, prompt, n_prompt) ||
+        decode_choose(d, d->hidden, &raw, &next))
         return -1;
     if (!ada_commit(s, prompt[n_prompt - 1], next, raw)) ada_push(s, next, n_prompt);
     return 0;

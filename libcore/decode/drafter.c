@@ -281,12 +281,12 @@ static void shadows_settle(Shadows *sh, Sizer *z, const DecodeCtx *d) {
 
 typedef struct {
     DraftTree t;
-    float *hid;    /* [2*MAX_TREE][dim] tree nodes, then side nodes */
-    float *lg;     /* [2*MAX_TREE][vocab] logits or probabilities (sampling, logprobs: decode_rows) */
+    float *hid;                /* [2*MAX_TREE][dim] tree nodes, then side nodes */
+    float *lg;                 /* [2*MAX_TREE][vocab] logits or probabilities (sampling, logprobs: decode_rows) */
     int32_t ids[2 * MAX_TREE]; /* every node's argmax (greedy; sampling with side nodes) */
     int lg_probs;              /* lg holds softmax(logits / temp) already */
-    float *res;    /* [vocab] the residual distribution */
-    uint8_t *mask; /* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
+    float *res;                /* [vocab] the residual distribution */
+    uint8_t *mask;             /* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
     int32_t tok[2 * MAX_TREE], pos[2 * MAX_TREE], seq[2 * MAX_TREE];
     int path[MAX_TREE];
     const float *kept[MAX_TREE]; /* logprobs: the raw logits each path node's successor came from */

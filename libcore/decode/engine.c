@@ -228,7 +228,7 @@ static int step(Engine *e) {
             continue;
         }
         const float *raw = x;
-        if (j->sampler.temp > 0) { /* the argmax row op gave greedy rows their token */
+        if (j->sampler.temp > 0) {                                 /* the argmax row op gave greedy rows their token */
             if (j->lp) raw = memcpy(e->raw, x, sizeof(float) * V); /* sampling changes x */
             if (rows_softmax(e->fwd, x, 1, V, j->sampler.temp, x)) return -1;
             e->row_tok[r] = sampler_draw(&j->sampler, x);

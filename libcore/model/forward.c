@@ -313,7 +313,8 @@ int logits_softmax_temp(Runner *r, const float *hidden, int n, float temp, float
 int rows_argmax(Runner *r, const float *x, int n, int cols, int32_t *ids) {
     Workspace *w = &r->ws;
     if (rows_put(r, x, n, cols, (size_t)n)) return -1;
-    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, cols) || dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
+    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, cols) ||
+        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
         return pd_error("rows: %s", dev_errmsg());
     return 0;
 }
