@@ -74,6 +74,9 @@ int dev_graph_calls(const DevGraph *g); /* calls it holds */
    first, lower index first among equals; p may be a NULL buffer (ids only) */
 int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_rows, int cols);
 int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols);
+/* y[r] = softmax(x[r] / temp), each x divided by temp (an IEEE division, as a sampler's
+   temperature) before the softmax's own arithmetic; temp > 0 */
+int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols, float temp);
 int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k);
 
 /* a host function as a stream call (CPU only: how model/ runs its CPU kernels in

@@ -188,6 +188,8 @@ static void batch_forms(void) {
         put("argmax", ids, sizeof(int32_t) * n * k), put("softmax", p, sizeof(float) * n * k);
         if (dev_softmax_rows(d, Y, X, R, n, cols)) fprintf(stderr, "%s\n", dev_errmsg()), exit(1);
         put("softmax", h, sizeof(float) * n * cols);
+        if (dev_softmax_temp_rows(d, Y, X, R, n, cols, 0.7f)) fprintf(stderr, "%s\n", dev_errmsg()), exit(1);
+        put("softmax", h, sizeof(float) * n * cols); /* a sampler's temperature divides first */
         dev_free(d, X), dev_free(d, Y), dev_free(d, I), dev_free(d, P), dev_free(d, R);
         free(y), free(x), free(gu), free(h);
     }

@@ -2,8 +2,10 @@
    its own thread with its own KV cache, give the same bits as one runner doing both
    jobs in turn (a prompt, a token tree over it, greedy steps), with the kernels on one
    thread and on two (the second caller then runs its kernels alone). The Model's bytes
-   are unchanged by the forward passes. Also: logits_argmax / _topk / _softmax (the
-   device's row ops) against final_logits' rows read on the host and plain loops; the KV
+   are unchanged by the forward passes. Also: logits_argmax / _topk / _softmax /
+   _softmax_temp and rows_argmax / rows_softmax (the device's row ops) against
+   final_logits' rows read on the host and plain loops, and sampler_truncate of the
+   device's probabilities against sampler_probs of the logits; the KV
    cache's device moves (keep a path, fork) against slot-by-slot reads; a captured
    forward graph replayed with each step's batch against forward_layers. */
 #include <pthread.h>
@@ -13,6 +15,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "model/forward.h"
+#include "model/sampler.h"
 
 static Model M;
 
@@ -159,6 +162,55 @@ static void row_ops(void) {
     }
     CHECK(ok, "logits_topk differs from repeated selection over the softmax");
     CHECK(logits_topk(r, h, N, V + 1, &tk[0][0], NULL) == -1, "top-k past the vocabulary accepted");
+    /* a sampler's temperature: each logit divided, then k_softmax; then its truncation */
+    CHECK(logits_softmax_temp(r, h, N, 0.8f, sm) == 0, "%s", pd_errmsg());
+    Sampler smp;
+    CHECK(sampler_init(&smp, V, 0.8f, 20, 0.9f, 1) == 0, "%s", pd_errmsg());
+    int trunc_ok = 1;
+    ok = 1;
+    for (int i = 0; i < N; i++) {
+        float row[V], probs[V];
+        memcpy(row, lg + (size_t)i * V, sizeof row);
+        for (int v = 0; v < V; v++) row[v] /= 0.8f;
+        k_softmax(row, V);
+        ok &= !memcmp(row, sm + (size_t)i * V, sizeof row);
+        memcpy(row, lg + (size_t)i * V, sizeof row);
+        sampler_probs(&smp, row);
+        memcpy(probs, sm + (size_t)i * V, sizeof probs);
+        sampler_truncate(&smp, probs);
+        trunc_ok &= !memcmp(row, probs, sizeof row);
+    }
+    sampler_free(&smp);
+    CHECK(ok, "logits_softmax_temp is not k_softmax of final_logits' rows / temp");
+    CHECK(trunc_ok, "sampler_truncate of logits_softmax_temp differs from sampler_probs of the logits");
+    CHECK(logits_softmax_temp(r, h, N, 0, sm) == -1, "a temperature of 0 accepted by logits_softmax_temp");
+    /* the row ops over rows the caller holds, of the vocabulary's width and of others */
+    int32_t rid[N * 7];
+    CHECK(rows_argmax(r, lg, N, V, rid) == 0, "%s", pd_errmsg());
+    ok = 1;
+    for (int i = 0; i < N; i++) ok &= rid[i] == ref_argmax(lg + (size_t)i * V, V);
+    CHECK(ok, "rows_argmax differs from the argmax of the rows");
+    CHECK(rows_argmax(r, lg, N * 7, 11, rid) == 0, "%s", pd_errmsg());
+    ok = 1;
+    for (int i = 0; i < N * 7; i++) ok &= rid[i] == ref_argmax(lg + (size_t)i * 11, 11);
+    CHECK(ok, "rows_argmax over rows of 11 differs from the argmax of the rows");
+    CHECK(rows_argmax(r, lg, 1, N * V, rid) == 0 && rid[0] == ref_argmax(lg, N * V),
+          "rows_argmax over one row wider than the vocabulary");
+    ok = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        float temp = pass ? 1.3f : 1;
+        CHECK(rows_softmax(r, lg, N, V, temp, sm) == 0, "%s", pd_errmsg());
+        for (int i = 0; i < N; i++) {
+            float row[V];
+            memcpy(row, lg + (size_t)i * V, sizeof row);
+            if (pass)
+                for (int v = 0; v < V; v++) row[v] /= temp;
+            k_softmax(row, V);
+            ok &= !memcmp(row, sm + (size_t)i * V, sizeof row);
+        }
+    }
+    CHECK(ok, "rows_softmax is not k_softmax of the rows / temp");
+    CHECK(rows_argmax(r, lg, 0, V, rid) == -1, "rows_argmax of no rows accepted");
     kv_free(&kv);
     runner_free(r);
     free(h), free(lg), free(sm);

@@ -277,6 +277,7 @@ int dev_graph_calls(const DevGraph *g) { return g ? g->n : 0; }
 typedef struct {
     DevBuf ids, p, x, rows;
     int max_rows, cols, k;
+    float temp; /* softmax of x / temp; 0 = of x itself */
 } RowArgs;
 
 static int n_rows(const RowArgs *a) {
@@ -299,6 +300,8 @@ static void run_softmax(const void *v) {
     for (int r = 0, n = n_rows(a); r < n; r++) {
         float *yr = y + (size_t)r * a->cols;
         memmove(yr, row_x(a, r), sizeof(float) * a->cols);
+        if (a->temp != 0)
+            for (int c = 0; c < a->cols; c++) yr[c] /= a->temp;
         k_softmax(yr, a->cols);
     }
 }
@@ -346,7 +349,7 @@ static int rows_check(DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
 int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * (size_t)max_rows, "argmax ids"))
         return -1;
-    RowArgs a = {ids, {0}, x, rows_buf, max_rows, cols, 1};
+    RowArgs a = {ids, {0}, x, rows_buf, max_rows, cols, 1, 0};
     return submit(d, run_argmax, &a, sizeof a);
 }
 
@@ -354,7 +357,16 @@ int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_row
     if (rows_check(x, rows_buf, max_rows, cols) ||
         in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
-    RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0};
+    RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0, 0};
+    return submit(d, run_softmax, &a, sizeof a);
+}
+
+int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols, float temp) {
+    if (!(temp > 0)) return fail("device: softmax: temperature %g", temp);
+    if (rows_check(x, rows_buf, max_rows, cols) ||
+        in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
+        return -1;
+    RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0, temp};
     return submit(d, run_softmax, &a, sizeof a);
 }
 
@@ -364,6 +376,6 @@ int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, in
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * out, "top-k ids") ||
         (p.mem && in_bounds(p, sizeof(float) * out, "top-k probabilities")))
         return -1;
-    RowArgs a = {ids, p, x, rows_buf, max_rows, cols, k};
+    RowArgs a = {ids, p, x, rows_buf, max_rows, cols, k, 0};
     return submit(d, run_topk, &a, sizeof a);
 }

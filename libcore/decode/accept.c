@@ -26,12 +26,11 @@ void accept_residual(float *res, float *total, const float *q, int tok, const fl
     *total = sum;
 }
 
-int accept_walk_greedy(const int32_t *parent, const int32_t *token, int n, const float *logits, int V, int *path,
-                       int *next) {
+int accept_walk_greedy(const int32_t *parent, const int32_t *token, int n, const int32_t *ids, int *path, int *next) {
     int node = 0, k = 1;
     path[0] = 0;
     for (;;) {
-        int want = k_argmax(logits + (size_t)node * V, V), child = accept_child(parent, token, n, node, want);
+        int want = ids[node], child = accept_child(parent, token, n, node, want);
         if (child < 0) {
             *next = want;
             return k;
@@ -41,14 +40,15 @@ int accept_walk_greedy(const int32_t *parent, const int32_t *token, int n, const
 }
 
 int accept_walk_sample(DecodeCtx *d, const int32_t *parent, const int32_t *token, const uint8_t *sampled,
-                       const float *q, int n, float *logits, float *res, int *path, const float **kept, int *next) {
+                       const float *q, int n, float *logits, int is_probs, float *res, int *path, const float **kept,
+                       int *next) {
     Sampler *s = d->sampler;
     int V = d->m->c.vocab_size, node = 0, k = 1;
     path[0] = 0;
     for (;;) {
         float *p = logits + (size_t)node * V, total = 1;
         kept[k - 1] = decode_keep(d, k - 1, p);
-        sampler_probs(s, p);
+        if (decode_row_probs(d, p, is_probs)) return -1;
         memcpy(res, p, sizeof(float) * V);
         int child = -1;
         for (int c = node + 1; c < n && child < 0; c++) {

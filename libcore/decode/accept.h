@@ -25,18 +25,19 @@ int accept_draft(Sampler *s, const float *res, float total, const float *q, int 
    falls back on p itself (total 1) */
 void accept_residual(float *res, float *total, const float *q, int tok, const float *p, int V);
 
-/* a tree of n nodes (parent[], token[]), logits[n][V] the model's at every node.
-   Greedy: follows the argmax child from the root; path[0..ret) the kept nodes (path[0]
-   = 0), *next the argmax after the last. */
-int accept_walk_greedy(const int32_t *parent, const int32_t *token, int n, const float *logits, int V, int *path,
-                       int *next);
+/* a tree of n nodes (parent[], token[]), ids[n] the model's argmax at every node (the
+   row op's). Greedy: follows the argmax child from the root; path[0..ret) the kept
+   nodes (path[0] = 0), *next the argmax after the last. */
+int accept_walk_greedy(const int32_t *parent, const int32_t *token, int n, const int32_t *ids, int *path, int *next);
 
 /* sampling: rejection sampling down the tree. Node c's draft came from q + c·V when
-   sampled[c], else a point mass. logits[n][V] become probabilities along the path;
+   sampled[c], else a point mass. logits[n][V] (decode_rows': softmax(logits / temp)
+   when is_probs, else raw logits) become the sampler's probabilities along the path;
    res[V] is scratch. kept[i] (logprobs, decode_keep) gets the raw logits the path's
-   (i+1)-th token came from. */
+   (i+1)-th token came from. -1 on error. */
 int accept_walk_sample(DecodeCtx *d, const int32_t *parent, const int32_t *token, const uint8_t *sampled,
-                       const float *q, int n, float *logits, float *res, int *path, const float **kept, int *next);
+                       const float *q, int n, float *logits, int is_probs, float *res, int *path, const float **kept,
+                       int *next);
 
 /* one draft tok (drawn from q[V], NULL: a point mass) against the model's p[V]
    (probabilities): returns tok when kept, else the token drawn from the residual;

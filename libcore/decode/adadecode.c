@@ -152,40 +152,40 @@ static int ada_try_exit(Ada *s, int layer) {
     s->stat[k].checks++;
     if (head_logits(d->m, s->heads, k, ada_slot_h(s, y), 1, s->hl)) return -2;
     float *q = ada_slot_q(s, y);
-    memcpy(q, s->hl, sizeof(float) * s->vocab);
-    k_softmax(q, s->vocab); /* confidence: the head's own distribution */
-    int tok = k_argmax(q, s->vocab);
+    int32_t tok; /* confidence: the head's own distribution */
+    if (rows_softmax(d->run, s->hl, 1, s->vocab, 1, q) || rows_argmax(d->run, q, 1, s->vocab, &tok)) return -2;
     if (q[tok] < s->gamma || decode_is_end(d, tok)) return -1;
     if (d->sampler->temp > 0) { /* sampling: draw from q = the head's distribution as sampled */
-        memcpy(q, s->hl, sizeof(float) * s->vocab);
-        tok = sampler_sample(d->sampler, q);
-        memcpy(q, s->hl, sizeof(float) * s->vocab);
-        sampler_probs(d->sampler, q);
+        if (rows_softmax(d->run, s->hl, 1, s->vocab, d->sampler->temp, q)) return -2;
+        tok = sampler_draw(d->sampler, q);
+        if (rows_softmax(d->run, s->hl, 1, s->vocab, d->sampler->temp, q)) return -2;
+        sampler_truncate(d->sampler, q);
     }
     s->a[y].head = k;
     s->stat[k].exits++;
     return tok;
 }
 
-/* position i reached the last layer with final logits lg: verify the token emitted
-   early from it (if any) or sample its successor. 1: a rejection rolled back */
-static int ada_settle(Ada *s, int i, float *lg) {
+/* position i reached the last layer: id its argmax (greedy), lg its decode_rows row
+   (probabilities when is_probs): verify the token emitted early from it (if any) or
+   sample its successor. 1: a rejection rolled back, -1 an error */
+static int ada_settle(Ada *s, int i, float *lg, int is_probs, int id) {
     DecodeCtx *d = s->d;
     AdaSlot *sl = &s->a[i];
     int greedy = d->sampler->temp == 0, next;
     const float *raw = decode_keep(d, 0, lg);
+    if (!greedy && decode_row_probs(d, lg, is_probs)) return -1;
     if (sl->head < 0) { /* no early token: the successor comes from the final distribution */
-        next = sampler_sample(d->sampler, lg);
+        next = greedy ? id : sampler_pick(d->sampler, lg, s->vocab, 1);
         if (!ada_commit(s, sl->token, next, raw)) ada_push(s, next, sl->pos + 1);
         return 0;
     }
     int early = s->a[i + 1].token, ok;
     d->drafted++;
     if (greedy) {
-        next = k_argmax(lg, s->vocab);
+        next = id;
         ok = next == early;
     } else {
-        sampler_probs(d->sampler, lg);
         /* a rejection draws from norm(max(0, p − q)), or from p should rounding leave nothing */
         next = accept_one(d->sampler, lg, ada_slot_q(s, i), early, s->hl, s->vocab, &ok);
     }
@@ -221,9 +221,12 @@ static int ada_step(Ada *s) {
     d->pending_sum += ada_pending(s);
     d->pending_n++;
     if (e == s->L) {
-        if (final_logits(d->run, ada_slot_h(s, g0), g, d->logits)) return -1;
+        int32_t ids[MAX_ACTIVE];
+        int probs = decode_rows(d, ada_slot_h(s, g0), g, d->logits, ids, 0);
+        if (probs < 0) return -1;
         for (int i = 0; i < g && !s->done; i++) {
-            int rolled = ada_settle(s, g0, d->logits + (size_t)i * s->vocab);
+            int rolled = ada_settle(s, g0, d->logits + (size_t)i * s->vocab, probs, ids[i]);
+            if (rolled < 0) return -1;
             ada_drop(s, g0, 1); /* position done: its KV is complete */
             if (rolled) break;
         }
@@ -273,9 +276,11 @@ static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **s
     s->h = pd_alloc(sizeof(float) * MAX_ACTIVE * s->dim);
     s->q = pd_alloc(sizeof(float) * MAX_ACTIVE * s->vocab);
     s->hl = pd_alloc(sizeof(float) * s->vocab);
-    if (!s->h || !s->q || !s->hl || decode_prefill(d, prompt, n_prompt)) return -1;
-    const float *raw = decode_keep(d, 0, d->logits);
-    int next = sampler_sample(d->sampler, d->logits);
+    const float *raw;
+    int next;
+    if (!s->h || !s->q || !s->hl || decode_prefill_hidden(d, prompt, n_prompt) ||
+        decode_choose(d, d->hidden, &raw, &next))
+        return -1;
     if (!ada_commit(s, prompt[n_prompt - 1], next, raw)) ada_push(s, next, n_prompt);
     return 0;
 }

@@ -281,10 +281,12 @@ static void shadows_settle(Shadows *sh, Sizer *z, const DecodeCtx *d) {
 
 typedef struct {
     DraftTree t;
-    float *hid;    /* [2*MAX_TREE][dim] tree nodes, then side nodes */
-    float *lg;     /* [2*MAX_TREE][vocab] logits, then probabilities (sampling) */
-    float *res;    /* [vocab] the residual distribution */
-    uint8_t *mask; /* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
+    float *hid;                /* [2*MAX_TREE][dim] tree nodes, then side nodes */
+    float *lg;                 /* [2*MAX_TREE][vocab] logits or probabilities (sampling, logprobs: decode_rows) */
+    int32_t ids[2 * MAX_TREE]; /* every node's argmax (greedy; sampling with side nodes) */
+    int lg_probs;              /* lg holds softmax(logits / temp) already */
+    float *res;                /* [vocab] the residual distribution */
+    uint8_t *mask;             /* [2*MAX_TREE]^2 the explicit mask when there are side nodes */
     int32_t tok[2 * MAX_TREE], pos[2 * MAX_TREE], seq[2 * MAX_TREE];
     int path[MAX_TREE];
     const float *kept[MAX_TREE]; /* logprobs: the raw logits each path node's successor came from */
@@ -335,7 +337,8 @@ static void side_mask(Round *r) {
         for (int j = 0; j < t->n + i; j++) r->mask[(size_t)(t->n + i) * N + j] = t->side_mask[i][j];
 }
 
-/* runs the tree's nodes (and side nodes) through the whole model: logits into r->lg */
+/* runs the tree's nodes (and side nodes) through the whole model: decode_rows into
+   r->ids and r->lg (side nodes' argmax whatever the mode: lookahead's Jacobi step) */
 static int verify(DecodeCtx *d, Round *r, int P) {
     DraftTree *t = &r->t;
     int N = t->n + t->n_side;
@@ -345,7 +348,9 @@ static int verify(DecodeCtx *d, Round *r, int P) {
     Batch b = {N, r->tok, r->seq, r->pos, t->n_side ? NULL : t->parent, t->n_side ? r->mask : NULL};
     if (decode_forward(d, &b, t->run_to, d->m->c.n_layers, r->hid)) return -1;
     d->target_passes += t->run_to > 0; /* the drafter ran the first layers: this closes a pass */
-    return final_logits(d->run, r->hid, N, r->lg);
+    int rc = decode_rows(d, r->hid, N, r->lg, r->ids, t->n_side > 0);
+    r->lg_probs = rc == 1;
+    return rc < 0 ? -1 : 0;
 }
 
 static int deepest(const DraftTree *t) {
@@ -399,13 +404,14 @@ int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_
     }
     u->dr = *dr;
     *state = u;
-    if (round_init(&u->r, d) || decode_prefill(d, prompt, n_prompt)) return -1;
+    if (round_init(&u->r, d) || decode_prefill_hidden(d, prompt, n_prompt)) return -1;
     if (u->dr.start && u->dr.start(&u->dr, d, prompt, n_prompt, d->hidden)) return -1;
     sizer_init(&u->z, d->opt.fixed_tree || u->dr.own_size);
     u->sh.n = 0;
     u->decided = u->z.fixed || !u->dr.cheap;
-    const float *raw = decode_keep(d, 0, d->logits);
-    u->x = sampler_sample(d->sampler, d->logits), u->P = n_prompt;
+    const float *raw;
+    if (decode_choose(d, d->hidden, &raw, &u->x)) return -1;
+    u->P = n_prompt;
     u->stop = decode_accept(d, prompt[n_prompt - 1], u->x, raw);
     return 0;
 }
@@ -441,17 +447,18 @@ int drafter_step(DecodeCtx *d, void *state) {
     }
     int n_path = 1;
     if (t->n == 1 && !t->n_side && !t->run_to) { /* nothing drafted: standard's step, nothing to walk or cut */
-        if (decode_step(d, x, P, r->hid, r->lg)) return -1;
+        if (decode_step(d, x, P, r->hid, NULL)) return -1;
         r->path[0] = 0;
-        r->kept[0] = decode_keep(d, 0, r->lg);
-        next = sampler_sample(d->sampler, r->lg);
+        if (decode_choose(d, r->hid, &r->kept[0], &next)) return -1;
+        r->ids[0] = next; /* greedy: the argmax */
     } else {
         if (tree_check(t, max_depth, V) || verify(d, r, P)) return -1;
-        n_path = d->sampler->temp == 0 ? accept_walk_greedy(t->parent, t->token, t->n, r->lg, V, r->path, &next)
+        n_path = d->sampler->temp == 0 ? accept_walk_greedy(t->parent, t->token, t->n, r->ids, r->path, &next)
                                        : accept_walk_sample(d, t->parent, t->token, t->sampled, t->q, t->n, r->lg,
-                                                            r->res, r->path, r->kept, &next);
+                                                            r->lg_probs, r->res, r->path, r->kept, &next);
+        if (n_path < 0) return -1;
         if (kv_keep_path(d->kv, d->seq, P, r->path, n_path)) return -1;
-        if (d->sampler->temp == 0) /* the walk left the logits as they came */
+        if (d->sampler->temp == 0) /* greedy: lg holds the raw logits when logprobs are asked */
             for (int i = 0; i < n_path; i++) r->kept[i] = decode_keep(d, i, r->lg + (size_t)r->path[i] * V);
     }
     int deep = deepest(t);
@@ -463,7 +470,7 @@ int drafter_step(DecodeCtx *d, void *state) {
     }
     if (!stop) stop = decode_accept(d, prev, next, r->kept[n_path - 1]);
     const float *h = r->hid + (size_t)r->path[n_path - 1] * dim;
-    if (!stop && dr->accepted && dr->accepted(dr, d, t, r->path, n_path, next, h, r->lg)) return -1;
+    if (!stop && dr->accepted && dr->accepted(dr, d, t, r->path, n_path, next, h, r->ids)) return -1;
     u->x = next;
     u->P = P + n_path;
     u->stop = stop;

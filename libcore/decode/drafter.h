@@ -68,10 +68,10 @@ typedef struct Drafter {
     /* the outcome: nodes path[0..n_path) were kept (path[0] = 0, the root; t->n = 1
        after a plain step, which asked for no drafts), `next` follows them;
        hidden[dim] = the last kept node's state after the last layer (the one `next`
-       came from); logits[n + n_side][vocab]: every node's (the walked ones turned into
-       probabilities when sampling; the side nodes' as they came) */
+       came from); ids[n + n_side]: every node's argmax of the target's logits (the
+       device's row op), in greedy mode, and whenever the tree has side nodes */
     int (*accepted)(struct Drafter *, DecodeCtx *, const DraftTree *t, const int *path, int n_path, int next,
-                    const float *hidden, const float *logits);
+                    const float *hidden, const int32_t *ids);
     void (*free)(struct Drafter *);
     /* proposing costs next to nothing and drafts are deterministic (prompt lookup):
        where a step is slow enough, the loop then asks for the biggest tree each round,

@@ -202,15 +202,24 @@ static int step(Engine *e) {
     if (n && forward_layers(e->fwd, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
     for (int r = 0; r < n_rows; r++)
         memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
-    if (n_rows && final_logits(e->fwd, e->rows, n_rows, e->logits)) return -1;
+    /* rows that are greedy without logprobs need only the device's argmax; the rest
+       bring their logits back (the prompt's logprobs, a sampler's row) */
+    int ids_only = 1, V = e->m->c.vocab_size;
+    for (int r = 0; r < n_rows; r++) {
+        const Job *j = e->row_job[r];
+        if (e->row_pos[r] < j->n_prompt || j->lp || j->sampler.temp > 0) ids_only = 0;
+    }
+    if (n_rows && (ids_only ? logits_argmax(e->fwd, e->rows, n_rows, e->row_tok)
+                            : final_logits(e->fwd, e->rows, n_rows, e->logits) ||
+                                  rows_argmax(e->fwd, e->logits, n_rows, V, e->row_tok)))
+        return -1;
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
         j->n_kv += take[i];
         /* once: a job that comes back from its method reads its context again */
         if (j->prompt_lp && j->n_kv >= j->n_prompt) j->prompt_lp_done = 1;
     }
-    int V = e->m->c.vocab_size;
-    for (int r = 0; r < n_rows; r++) {
+    for (int r = 0; r < n_rows && !ids_only; r++) {
         Job *j = e->row_job[r];
         float *x = e->logits + (size_t)r * V;
         if (e->row_pos[r] < j->n_prompt) { /* the prompt's: its logprobs alone */
@@ -219,8 +228,11 @@ static int step(Engine *e) {
             continue;
         }
         const float *raw = x;
-        if (j->lp && j->sampler.temp > 0) raw = memcpy(e->raw, x, sizeof(float) * V); /* sampling changes x */
-        e->row_tok[r] = sampler_sample(&j->sampler, x);
+        if (j->sampler.temp > 0) {                                 /* the argmax row op gave greedy rows their token */
+            if (j->lp) raw = memcpy(e->raw, x, sizeof(float) * V); /* sampling changes x */
+            if (rows_softmax(e->fwd, x, 1, V, j->sampler.temp, x)) return -1;
+            e->row_tok[r] = sampler_draw(&j->sampler, x);
+        }
         if (j->lp) logprob_fill(&j->lp[j->n_ctx], raw, V, e->row_tok[r], j->n_top);
     }
     pthread_mutex_lock(&e->mu);

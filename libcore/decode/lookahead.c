@@ -147,9 +147,9 @@ static void window_nodes(Look *lk, const DecodeCtx *d, DraftTree *t, int P, int 
 
 /* one Jacobi step for the columns that ran: each top level's argmax becomes a new
    level; full columns give the pool an N-gram and drop their oldest level */
-static int window_step(Look *lk, const DraftTree *t, const float *logits, int V) {
+static int window_step(Look *lk, const DraftTree *t, const int32_t *ids) {
     for (int i = 0; i < lk->ran; i++) {
-        int32_t next = k_argmax(logits + (size_t)(t->n + lk->top[i]) * V, V);
+        int32_t next = ids[t->n + lk->top[i]];
         if (lk->lv[i] < lk->N - 1) {
             lk->win[lk->lv[i]++][i] = next;
             continue;
@@ -199,10 +199,10 @@ static int look_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, 
 }
 
 static int look_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                         const float *hidden, const float *logits) {
-    (void)path, (void)next, (void)hidden;
+                         const float *hidden, const int32_t *ids) {
+    (void)d, (void)path, (void)next, (void)hidden;
     Look *lk = dr->self;
-    if (t->n_side && lk->ran && window_step(lk, t, logits, d->m->c.vocab_size)) return -1;
+    if (t->n_side && lk->ran && window_step(lk, t, ids)) return -1;
     if (lk->adaptive && t->n > 1) look_adapt(lk, n_path > 1);
     return 0;
 }

@@ -134,13 +134,13 @@ int medusa_tree_parse(MedusaTree *tr, const char *spec, int n_heads) {
 /* the indices of the `need` largest logits, best first (ties: the lower id). Few: one
    vector argmax each, the ones taken set to -inf (x is scratch); more: one pass with
    an insertion into the short sorted list when a logit beats its last */
-static void top_ranks(float *x, int V, int need, int32_t *out) {
+static int top_ranks(Runner *run, float *x, int V, int need, int32_t *out) {
     if (need <= FEW_RANKS) {
         for (int r = 0; r < need; r++) {
-            out[r] = k_argmax(x, V);
+            if (rows_argmax(run, x, 1, V, &out[r])) return -1;
             x[out[r]] = -INFINITY;
         }
-        return;
+        return 0;
     }
     int n = 0;
     for (int i = 0; i < V; i++) {
@@ -149,6 +149,7 @@ static void top_ranks(float *x, int V, int need, int32_t *out) {
         for (; j > 0 && x[i] > x[out[j - 1]]; j--) out[j] = out[j - 1];
         out[j] = i;
     }
+    return 0;
 }
 
 /* the oracle (benchmarks) knows the standard continuation: head k ranks the right
@@ -177,7 +178,7 @@ static int medusa_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes
             if (md->tr.depth[i] == k + 1 && md->tr.rank[i] + 1 > need) need = md->tr.rank[i] + 1;
         if (!need) continue;
         if (medusa_logits(md->m, md->h, k, md->hidden, 1, md->hl)) return -1;
-        top_ranks(md->hl, V, need + (md->oracle != NULL), md->cand[k]);
+        if (top_ranks(d->run, md->hl, V, need + (md->oracle != NULL), md->cand[k])) return -1;
         if (md->oracle) oracle_ranks(md, d, k, need);
     }
     map[0] = 0;
@@ -203,8 +204,8 @@ static int medusa_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_
 }
 
 static int medusa_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                           const float *hidden, const float *logits) {
-    (void)t, (void)path, (void)n_path, (void)next, (void)logits;
+                           const float *hidden, const int32_t *ids) {
+    (void)t, (void)path, (void)n_path, (void)next, (void)ids;
     return medusa_keep_hidden(dr, d, hidden);
 }
 

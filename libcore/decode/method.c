@@ -281,10 +281,41 @@ int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) 
 
 int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits) {
     Batch b = {1, &token, &d->seq, &pos, NULL, NULL};
-    return decode_forward(d, &b, 0, d->m->c.n_layers, hidden) || final_logits(d->run, hidden, 1, logits) ? -1 : 0;
+    if (decode_forward(d, &b, 0, d->m->c.n_layers, hidden)) return -1;
+    return logits && final_logits(d->run, hidden, 1, logits) ? -1 : 0;
+}
+
+int decode_rows(DecodeCtx *d, const float *hidden, int n, float *lg, int32_t *ids, int need_ids) {
+    int V = d->m->c.vocab_size;
+    float temp = d->sampler->temp;
+    if (!d->emit_logits && temp == 0) return logits_argmax(d->run, hidden, n, ids);
+    if (!d->emit_logits && !need_ids) return logits_softmax_temp(d->run, hidden, n, temp, lg) ? -1 : 1;
+    if (final_logits(d->run, hidden, n, lg)) return -1;
+    return (temp == 0 || need_ids) && rows_argmax(d->run, lg, n, V, ids) ? -1 : 0;
+}
+
+int decode_row_probs(DecodeCtx *d, float *row, int is_probs) {
+    if (!is_probs && rows_softmax(d->run, row, 1, d->m->c.vocab_size, d->sampler->temp, row)) return -1;
+    sampler_truncate(d->sampler, row);
+    return 0;
+}
+
+int decode_choose(DecodeCtx *d, const float *hidden, const float **raw, int *tok) {
+    int32_t id;
+    int rc = decode_rows(d, hidden, 1, d->logits, &id, 0);
+    if (rc < 0) return -1;
+    *raw = decode_keep(d, 0, d->logits);
+    if (d->sampler->temp == 0) *tok = id;
+    else if (decode_row_probs(d, d->logits, rc)) return -1;
+    else *tok = sampler_pick(d->sampler, d->logits, d->m->c.vocab_size, 1);
+    return 0;
 }
 
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
+    return decode_prefill_hidden(d, prompt, n) || final_logits(d->run, d->hidden, 1, d->logits) ? -1 : 0;
+}
+
+int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n) {
     double t0 = pd_now();
     if (n < 1) return pd_error("empty prompt (it needs at least BOS)");
     if (n >= d->m->c.seq_len) return pd_error("prompt of %d tokens does not fit the context of %d", n, d->m->c.seq_len);
@@ -302,7 +333,6 @@ int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n) {
     }
     size_t dim = d->m->c.dim;
     memmove(d->hidden, d->hidden + (take - 1) * dim, sizeof(float) * dim);
-    if (final_logits(d->run, d->hidden, 1, d->logits)) return -1;
     d->n_prefilled = n - from;
     d->prefill_passes = d->target_passes;
     d->prefill_token_layers = d->token_layers;

@@ -163,8 +163,21 @@ void decode_free(DecodeCtx *d);
 /* forward_layers with the statistics kept: layer_passes += e - b, token_layers +=
    n (e - b), and a target pass when the call covers the whole model */
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden);
-/* one token at pos through the whole model: hidden[dim] after the last layer, logits[vocab] */
+/* one token at pos through the whole model: hidden[dim] after the last layer, and
+   logits[vocab] unless logits is NULL (then decode_choose reads hidden) */
 int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits);
+/* what the target's last hidden rows (hidden[n][dim]) give a method, from the runner's
+   row ops: greedy: ids[n], the argmax. Sampling: lg[n][vocab] = softmax(logits / temp)
+   (returns 1), or the raw logits (returns 0) when logprobs are asked (emit_logits) or
+   need_ids (then ids[n] too: the argmax of the raw logits). Logprobs: lg holds the raw
+   logits in either mode. -1 on error. */
+int decode_rows(DecodeCtx *d, const float *hidden, int n, float *lg, int32_t *ids, int need_ids);
+/* sampler_probs over one row of decode_rows (is_probs: its return): the device's
+   softmax when the row is still logits, then top-k / top-p on the host */
+int decode_row_probs(DecodeCtx *d, float *row, int is_probs);
+/* the next token after hidden[dim] (one row after the last layer): sampler_sample's
+   bits; *raw decode_keep's logits (NULL unless logprobs are asked); d->logits scratch */
+int decode_choose(DecodeCtx *d, const float *hidden, const float **raw, int *tok);
 /* the next turn of a conversation on the same sequence: output and statistics start
    afresh, the KV sequence is cut to its first `keep` slots (a prefix the next prompt
    shares with the last prompt and its output), and the next prefill starts there */
@@ -175,6 +188,8 @@ int decode_kept(const DecodeCtx *d, int n_prompt);
 /* runs the prompt through the model (from d->reuse on); leaves the last position's
    logits in d->logits and its hidden state after the last layer in d->hidden[0..dim) */
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);
+/* decode_prefill without the logits: the hidden state alone (methods then decode_choose) */
+int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* does this token end the text? (EOS, and BOS for llama2.c-style models, as run.c) */
 int token_ends_text(const Model *m, int token);
 int decode_is_end(const DecodeCtx *d, int token);

@@ -120,8 +120,8 @@ static int lookup_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes
 }
 
 static int lookup_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                           const float *hidden, const float *logits) {
-    (void)d, (void)path, (void)next, (void)hidden, (void)logits;
+                           const float *hidden, const int32_t *ids) {
+    (void)d, (void)path, (void)next, (void)hidden, (void)ids;
     Lookup *lk = dr->self;
     if (lk->last_n && t->n > 1) {
         lk->kept[lk->last_n] += n_path - 1;

@@ -104,14 +104,16 @@ static int selfspec_draft_one(DecodeCtx *d, SelfSpec *s, const float *h, int at,
         return t;
     }
     if (s->greedy) {
-        int t = k_argmax(s->hl, V);
+        int32_t t;
+        if (rows_argmax(d->run, s->hl, 1, V, &t)) return -2;
         float mx = s->hl[t], sum = 0;
         for (int i = 0; i < V; i++) sum += expf(s->hl[i] - mx);
         return 1 / sum >= s->conf ? t : -1; /* the argmax's softmax probability */
     }
-    memcpy(q, s->hl, sizeof(float) * V);
-    sampler_probs(d->sampler, q);
-    float mx = q[k_argmax(q, V)];
+    if (rows_softmax(d->run, s->hl, 1, V, d->sampler->temp, q)) return -2;
+    sampler_truncate(d->sampler, q);
+    float mx = 0; /* the largest probability (its value: no tie can change it) */
+    for (int i = 0; i < V; i++) mx = q[i] > mx ? q[i] : mx;
     return mx >= s->conf ? sampler_pick(d->sampler, q, V, 1) : -1;
 }
 

@@ -47,13 +47,13 @@ typedef struct {
     int k, kmin, kmax, fixed, up, down;
     float rate; /* oracle (benchmarks) */
     const int32_t *oracle;
-    float *hid; /* [CHUNK][draft dim] */
-    float *lg;  /* [vocab] the draft's logits after the last token run */
+    float *hid;        /* [CHUNK][draft dim] */
+    const float *last; /* [dim] in hid: the last token run's state, where the next draft comes from */
     int32_t pos[CHUNK], seqs[CHUNK];
 } Spec;
 
-/* runs n tokens at positions len.. through the draft; the last one's logits into lg
-   when want_logits */
+/* runs n tokens at positions len.. through the draft; the last one's state is kept
+   (s->last) when want_logits */
 static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
     int dim = s->m->c.dim;
     for (int at = 0, take; at < n; at += take) {
@@ -62,8 +62,7 @@ static int draft_run(Spec *s, const int32_t *tok, int n, int want_logits) {
         Batch b = {take, tok + at, s->seqs, s->pos, NULL, NULL};
         if (forward_layers(s->run, &s->kv, &b, 0, s->m->c.n_layers, s->hid)) return -1;
         s->len += take;
-        if (want_logits && at + take == n && final_logits(s->run, s->hid + (size_t)(take - 1) * dim, 1, s->lg))
-            return -1;
+        if (want_logits && at + take == n) s->last = s->hid + (size_t)(take - 1) * dim;
     }
     return 0;
 }
@@ -91,8 +90,8 @@ static int push_pending(Spec *s, int32_t tok) {
     return 0;
 }
 
-/* the draft at depth j+1 from the draft's logits: the oracle's token (a point mass),
-   the argmax, or a sample from q (row node of t->q) */
+/* the draft at depth j+1 from the draft's last state through its row ops: the oracle's
+   token (a point mass), the argmax, or a sample from q (row node of t->q); -1 on error */
 static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
     int V = d->m->c.vocab_size, at = d->n_out + j;
     t->sampled[node] = 0;
@@ -100,10 +99,13 @@ static int pick(Spec *s, DecodeCtx *d, DraftTree *t, int node, int j) {
         int tok = s->oracle[at];
         if (tok >= 0 && tok < V) return tok; /* past the standard text's end: the draft's own */
     }
-    if (d->sampler->temp == 0) return k_argmax(s->lg, V);
+    if (d->sampler->temp == 0) {
+        int32_t id;
+        return logits_argmax(s->run, s->last, 1, &id) ? -1 : id;
+    }
     float *q = t->q + (size_t)node * V;
-    memcpy(q, s->lg, sizeof(float) * V);
-    sampler_probs(d->sampler, q);
+    if (logits_softmax_temp(s->run, s->last, 1, d->sampler->temp, q)) return -1;
+    sampler_truncate(d->sampler, q);
     t->sampled[node] = 1;
     return sampler_pick(d->sampler, q, V, 1);
 }
@@ -122,7 +124,7 @@ static int spec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes, 
     s->n_pend = 0;
     for (int j = 0; !rc && j < k; j++) {
         int node = j + 1;
-        t->token[node] = pick(s, d, t, node, j);
+        if ((t->token[node] = pick(s, d, t, node, j)) < 0) return -1;
         t->parent[node] = j;
         if (j + 1 < k) rc = draft_run(s, &t->token[node], 1, 1); /* the last draft is not run */
     }
@@ -159,8 +161,8 @@ static int spec_start(Drafter *dr, DecodeCtx *d, const int32_t *prompt, int n_pr
 }
 
 static int spec_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const int *path, int n_path, int next,
-                         const float *hidden, const float *logits) {
-    (void)d, (void)path, (void)next, (void)hidden, (void)logits;
+                         const float *hidden, const int32_t *ids) {
+    (void)d, (void)path, (void)next, (void)hidden, (void)ids;
     Spec *s = dr->self;
     if (s->off) return 0;
     int k = s->proposed, kept = n_path - 1;
@@ -182,7 +184,6 @@ static void spec_free(Drafter *dr) {
     if (s->kv_ok) kv_free(&s->kv);
     runner_free(s->run);
     free(s->hid);
-    free(s->lg);
     free(s);
 }
 
@@ -229,9 +230,8 @@ static int spec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **
     s->keep = model_weight_bytes(s->m) * 10 > model_weight_bytes(d->m) ? KEEP_COSTLY : KEEP;
     const Config *c = &s->m->c;
     s->hid = pd_alloc(pd_mul(pd_mul(sizeof(float), CHUNK), c->dim));
-    s->lg = pd_alloc(sizeof(float) * c->vocab_size);
     s->run = runner_new(s->m);
-    s->kv_ok = s->hid && s->lg && s->run && !kv_init(&s->kv, c, 1, c->seq_len, 16);
+    s->kv_ok = s->hid && s->run && !kv_init(&s->kv, c, 1, c->seq_len, 16);
     if (!s->kv_ok || (s->seq = kv_seq_new(&s->kv)) < 0) {
         spec_free(&dr);
         return -1;

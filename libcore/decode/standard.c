@@ -8,10 +8,11 @@ typedef struct {
     int prev, pos, done;
 } StandardState;
 
-/* the next token from d->logits; done at an end token, the budget or the context */
+/* the next token after d->hidden; done at an end token, the budget or the context */
 static int standard_next(DecodeCtx *d, StandardState *s) {
-    const float *raw = decode_keep(d, 0, d->logits);
-    int next = sampler_sample(d->sampler, d->logits);
+    const float *raw;
+    int next;
+    if (decode_choose(d, d->hidden, &raw, &next)) return -1;
     s->done = decode_accept(d, s->prev, next, raw) || s->pos >= d->m->c.seq_len;
     s->prev = next;
     return s->done;
@@ -19,16 +20,15 @@ static int standard_next(DecodeCtx *d, StandardState *s) {
 
 static int standard_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     StandardState *s = pd_alloc(sizeof *s);
-    if (!(*state = s) || decode_prefill(d, prompt, n_prompt)) return -1;
+    if (!(*state = s) || decode_prefill_hidden(d, prompt, n_prompt)) return -1;
     s->prev = prompt[n_prompt - 1], s->pos = n_prompt;
-    standard_next(d, s);
-    return 0;
+    return standard_next(d, s) < 0 ? -1 : 0;
 }
 
 static int standard_step(DecodeCtx *d, void *state) {
     StandardState *s = state;
     if (s->done) return 1;
-    if (decode_step(d, s->prev, s->pos, d->hidden, d->logits)) return -1;
+    if (decode_step(d, s->prev, s->pos, d->hidden, NULL)) return -1;
     s->pos++;
     return standard_next(d, s);
 }

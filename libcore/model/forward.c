@@ -5,6 +5,7 @@
 #include "model/forward.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,16 +223,19 @@ int final_logits(Runner *r, const float *hidden, int n, float *logits) {
     return 0;
 }
 
-/* room for n logits rows and out results, and the row count uploaded */
-static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
+/* room for n rows of cols floats and out results, and the row count uploaded */
+static int rows_room(Runner *r, int n, int cols, size_t out) {
     Workspace *w = &r->ws;
     size_t V = (size_t)r->m->c.vocab_size;
     if (n < 1) return pd_error("logits: no rows");
-    if (n > w->cap_rows) {
+    if (cols < 1) return pd_error("logits: rows of %d", cols);
+    size_t need = (pd_mul((size_t)n, (size_t)cols) + V - 1) / V; /* in rows of the vocabulary */
+    if (need > (size_t)w->cap_rows) {
         DevBuf b;
-        if (dev_alloc(r->dev, pd_mul(sizeof(float) * V, (size_t)n), &b)) return pd_error("runner: %s", dev_errmsg());
+        if (need > INT32_MAX || dev_alloc(r->dev, pd_mul(sizeof(float) * V, need), &b))
+            return pd_error("runner: %s", dev_errmsg());
         dev_free(r->dev, w->lg);
-        w->lg = b, w->cap_rows = n;
+        w->lg = b, w->cap_rows = (int)need;
     }
     if (out > w->cap_out) {
         DevBuf a, b;
@@ -244,10 +248,22 @@ static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
         w->ids = a, w->probs = b, w->cap_out = out;
     }
     if (!w->rows.mem && dev_alloc(r->dev, sizeof(int32_t), &w->rows)) return pd_error("runner: %s", dev_errmsg());
-    float *lg = dev_host(r->dev, w->lg); /* the CPU's final_logits writes device memory directly */
     int32_t rows = n;
-    if (!lg || final_logits(r, hidden, n, lg) || dev_upload(r->dev, w->rows, &rows, sizeof rows))
-        return lg ? -1 : pd_error("runner: logits rows need a host-memory device");
+    return dev_upload(r->dev, w->rows, &rows, sizeof rows) ? pd_error("runner: %s", dev_errmsg()) : 0;
+}
+
+/* the logits of n hidden rows on the device, with room for out results */
+static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
+    if (rows_room(r, n, r->m->c.vocab_size, out)) return -1;
+    float *lg = dev_host(r->dev, r->ws.lg); /* the CPU's final_logits writes device memory directly */
+    if (!lg) return pd_error("runner: logits rows need a host-memory device");
+    return final_logits(r, hidden, n, lg);
+}
+
+/* n given rows of cols floats onto the device, with room for out results */
+static int rows_put(Runner *r, const float *x, int n, int cols, size_t out) {
+    if (rows_room(r, n, cols, out)) return -1;
+    if (dev_upload(r->dev, r->ws.lg, x, sizeof(float) * (size_t)n * cols)) return pd_error("runner: %s", dev_errmsg());
     return 0;
 }
 
@@ -280,5 +296,35 @@ int logits_softmax(Runner *r, const float *hidden, int n, float *probs) {
     if (dev_softmax_rows(r->dev, w->lg, w->lg, w->rows, n, V) ||
         dev_download(r->dev, probs, w->lg, sizeof(float) * (size_t)n * V))
         return pd_error("logits: %s", dev_errmsg());
+    return 0;
+}
+
+int logits_softmax_temp(Runner *r, const float *hidden, int n, float temp, float *probs) {
+    Workspace *w = &r->ws;
+    int V = r->m->c.vocab_size;
+    if (!(temp > 0)) return pd_error("logits: temperature %g", temp);
+    if (rows_begin(r, hidden, n, 0)) return -1;
+    if (dev_softmax_temp_rows(r->dev, w->lg, w->lg, w->rows, n, V, temp) ||
+        dev_download(r->dev, probs, w->lg, sizeof(float) * (size_t)n * V))
+        return pd_error("logits: %s", dev_errmsg());
+    return 0;
+}
+
+int rows_argmax(Runner *r, const float *x, int n, int cols, int32_t *ids) {
+    Workspace *w = &r->ws;
+    if (rows_put(r, x, n, cols, (size_t)n)) return -1;
+    if (dev_argmax_rows(r->dev, w->ids, w->lg, w->rows, n, cols) ||
+        dev_download(r->dev, ids, w->ids, sizeof(int32_t) * n))
+        return pd_error("rows: %s", dev_errmsg());
+    return 0;
+}
+
+int rows_softmax(Runner *r, const float *x, int n, int cols, float temp, float *probs) {
+    Workspace *w = &r->ws;
+    if (rows_put(r, x, n, cols, 0)) return -1;
+    int rc = temp == 1 ? dev_softmax_rows(r->dev, w->lg, w->lg, w->rows, n, cols)
+                       : dev_softmax_temp_rows(r->dev, w->lg, w->lg, w->rows, n, cols, temp);
+    if (rc || dev_download(r->dev, probs, w->lg, sizeof(float) * (size_t)n * cols))
+        return pd_error("rows: %s", dev_errmsg());
     return 0;
 }

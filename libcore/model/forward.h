@@ -41,6 +41,14 @@ int final_logits(Runner *r, const float *hidden, int n, float *logits);
 int logits_argmax(Runner *r, const float *hidden, int n, int32_t *ids);
 int logits_topk(Runner *r, const float *hidden, int n, int k, int32_t *ids, float *probs);
 int logits_softmax(Runner *r, const float *hidden, int n, float *probs);
+/* logits_softmax of the logits divided by temp (> 0): a sampler's probabilities before
+   truncation, the bits of x[i] /= temp then k_softmax */
+int logits_softmax_temp(Runner *r, const float *hidden, int n, float temp, float *probs);
+/* the same row ops over n rows of cols floats the caller already holds (an exit or a
+   Medusa head's logits, or target logits kept for logprobs): argmax ids[n]; softmax of
+   x / temp into probs[n][cols] (temp 1: of x itself) */
+int rows_argmax(Runner *r, const float *x, int n, int cols, int32_t *ids);
+int rows_softmax(Runner *r, const float *x, int n, int cols, float temp, float *probs);
 /* embedding rows for n tokens into hidden[n][dim] */
 void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden);
 

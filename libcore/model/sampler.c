@@ -51,7 +51,11 @@ void sampler_probs(Sampler *s, float *x) {
     if (s->temp == 0) return;
     for (int i = 0; i < s->vocab; i++) x[i] /= s->temp;
     k_softmax(x, s->vocab);
-    if (s->top_k == 0 && s->top_p >= 1) return;
+    sampler_truncate(s, x);
+}
+
+void sampler_truncate(Sampler *s, float *x) {
+    if (s->temp == 0 || (s->top_k == 0 && s->top_p >= 1)) return;
     for (int i = 0; i < s->vocab; i++) s->sorted[i] = (ProbIndex){x[i], i};
     qsort(s->sorted, s->vocab, sizeof(ProbIndex), by_prob_desc);
     int keep = s->top_k > 0 && s->top_k < s->vocab ? s->top_k : s->vocab;
@@ -73,6 +77,11 @@ int sampler_sample(Sampler *s, float *x) {
     if (s->temp == 0) return k_argmax(x, s->vocab);
     sampler_probs(s, x);
     return sampler_pick(s, x, s->vocab, 1);
+}
+
+int sampler_draw(Sampler *s, float *p) {
+    sampler_truncate(s, p);
+    return sampler_pick(s, p, s->vocab, 1);
 }
 
 int sampler_pick(Sampler *s, const float *p, int V, float total) {

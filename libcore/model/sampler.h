@@ -17,6 +17,11 @@ void sampler_free(Sampler *s);
 /* the model's distribution after temperature and truncation: probs[vocab] (in place
    over logits); returns 0. Greedy samplers leave logits alone. */
 void sampler_probs(Sampler *s, float *logits);
+/* sampler_probs' second half: top-k / top-p over probs[vocab] that are already
+   softmax(logits / temp) (the device's row op, logits_softmax_temp / rows_softmax) */
+void sampler_truncate(Sampler *s, float *probs);
+/* the next token from such probabilities (truncated in place): sampler_sample's draw */
+int sampler_draw(Sampler *s, float *probs);
 /* the next token; logits[vocab] are overwritten */
 int sampler_sample(Sampler *s, float *logits);
 float sampler_uniform(Sampler *s); /* [0, 1) */
