@@ -32,7 +32,6 @@ INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 SRC = ('.c', '.h')
 KERNEL_USERS = ('model', 'train')  # the folders that may call kernels (issue 22 point 5)
 KERNEL_HDRS = ('backend.h', 'device.h')
-PENDING = ('decode',)  # still converting: its kernel calls are SKIP lines, not failures
 
 
 def read_layers(root):
@@ -93,11 +92,9 @@ def nm_symbols(o):
     return defs, uses
 
 
-def check_tree(root, objdir=None, tool_objs=None, skips=None):
-    """(passed, failures): failures are 'path:line: what' lines; skips (a list) gets the
-    PENDING folders' kernel calls. tool_objs: {tools/x.c: its object}"""
+def check_tree(root, objdir=None, tool_objs=None):
+    """(passed, failures): failures are 'path:line: what' lines. tool_objs: {tools/x.c: its object}"""
     fails, passed = [], 0
-    skips = [] if skips is None else skips
     order = read_layers(root)
     rank = {f: i for i, f in enumerate(order)}
     chain = ' < '.join(order)
@@ -283,11 +280,8 @@ def check_tree(root, objdir=None, tool_objs=None, skips=None):
         for p, o in objs:
             calls = sorted(s for s in nm_symbols(o)[1] if is_kernel(s))
             if not calls: continue
-            if folder_of(p) in PENDING:
-                skips.append('%s/ still calls kernels: %s: %s' % (folder_of(p), p, ' '.join(calls)))
-            else:
-                fails.append('%s: calls the kernels %s: only model/ (and train/) call kernels' % (p, ' '.join(calls)))
-                ok = False
+            fails.append('%s: calls the kernels %s: only model/ (and train/) call kernels' % (p, ' '.join(calls)))
+            ok = False
         passed += ok
     return passed, fails
 
@@ -314,9 +308,7 @@ tool_objs = None
 if shutil.which('nm'):
     tool_objs, why = compile_objs('.', files_under('.', 'tools', ('.c',)), os.path.join(TMP, 'toolobj'))
     if why: print('SKIP test_layers: tools\' kernel symbols: ' + why)
-skips = []
-passed, fails = check_tree('.', objdir if has_objs else None, tool_objs, skips)
-for s in skips: print('SKIP test_layers: ' + s)
+passed, fails = check_tree('.', objdir if has_objs else None, tool_objs)
 for f in fails: print('FAIL: ' + f)
 
 # ---- it can fail: each defect on its own copy of the tree must be caught ----
@@ -428,9 +420,9 @@ def kernel_call_model(c):  # model/ may: nothing reported (the case's text is fo
     return None
 
 
-def kernel_call_decode(c):  # decode/ (PENDING): a SKIP line, not a failure
+def kernel_call_decode(c):  # a method reads ids and probabilities through model/
     append(c, 'libcore/decode/kcall.c', 'int k_argmax(void);\nint decode_kcall(void) { return k_argmax(); }\n')
-    return None
+    return 'libcore/decode/kcall.c: calls the kernels k_argmax: only model/'
 
 
 cases = [('an upward include', upward), ('a flat include in libcore', flat_lib), ('a flat include in a tool', flat_tool),
@@ -440,7 +432,7 @@ cases = [('an upward include', upward), ('a flat include in libcore', flat_lib),
          ('backend.h included in heads/', kernel_include_lib), ('device.h included in a tool', kernel_include_tool),
          ('a kernel called from heads/', kernel_call_lib), ('a kernel called from a tool', kernel_call_tool),
          ('a kernel called from model/ (allowed)', kernel_call_model),
-         ('a kernel called from decode/ (a SKIP until it is converted)', kernel_call_decode)]
+         ('a kernel called from decode/', kernel_call_decode)]
 compiled = {symbol: ('libcore/base/sym_low.c', 'libcore/model/sym_high.c'), kernel_call_lib: ('libcore/heads/kcall.c',),
             kernel_call_model: ('libcore/model/kcall.c',), kernel_call_decode: ('libcore/decode/kcall.c',)}
 for n, (what, make) in enumerate(cases):
@@ -448,13 +440,9 @@ for n, (what, make) in enumerate(cases):
     text = make(copy)
     obj = objects(copy, *compiled[make]) if make in compiled else None
     tobj = compile_objs(copy, ['tools/kcall.c'], os.path.join(copy, 'toolobj'))[0] if make is kernel_call_tool else None
-    warned = []
-    _, bad = check_tree(copy, obj, tobj, warned)
-    if os.environ.get('LAYERS_DEBUG'): print('%s:\n  %s' % (what, '\n  '.join(bad + warned)))
-    if make is kernel_call_decode and 'decode/ still calls kernels: libcore/decode/kcall.c: k_argmax' not in warned:
-        fails.append('self-test: %s was not warned' % what)
-        print('FAIL: self-test: %s was not warned (got: %s)' % (what, warned))
-    elif text is None:  # an allowed case: it must add no failure about kernels
+    _, bad = check_tree(copy, obj, tobj)
+    if os.environ.get('LAYERS_DEBUG'): print('%s:\n  %s' % (what, '\n  '.join(bad)))
+    if text is None:  # an allowed case: it must add no failure about kernels
         if not any('kernel' in b for b in bad): passed += 1
         else:
             fails.append('self-test: %s was reported' % what)
