@@ -5,14 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const DecodeMethod method_standard, method_adadecode, method_selfspec, method_medusa, method_prompt_lookup,
-    method_lookahead, method_speculative;
-
-/* adding a method: one file in libcore/decode/ and one line here */
-static const DecodeMethod *const METHODS[] = {
-    &method_standard, &method_prompt_lookup, &method_lookahead,   &method_adadecode,
-    &method_selfspec, &method_medusa,        &method_speculative,
-};
+/* the built-in methods, in the order --help lists them (standard first: the reference).
+   Adding a method: one file in libcore/decode/ defining `const DecodeMethod method_NAME`,
+   and one line here. */
+#define BUILT_IN(X)                                                                                                    \
+    X(standard)                                                                                                        \
+    X(prompt_lookup)                                                                                                   \
+    X(lookahead)                                                                                                       \
+    X(adadecode)                                                                                                       \
+    X(selfspec)                                                                                                        \
+    X(medusa)                                                                                                          \
+    X(speculative)
+#define DECLARE(name) extern const DecodeMethod method_##name;
+#define ENTRY(name) &method_##name,
+BUILT_IN(DECLARE)
+static const DecodeMethod *const METHODS[] = {BUILT_IN(ENTRY)};
 #define N_BUILT_IN (int)(sizeof METHODS / sizeof METHODS[0])
 
 /* methods registered at run time (a test's own), after the built-in ones */
