@@ -38,8 +38,8 @@ int kv_seq_new(KVCache *kv);            /* a sequence id, or -1 when none is fre
 void kv_seq_free(KVCache *kv, int seq); /* its blocks go back to the pool */
 int kv_len(const KVCache *kv, int seq, int layer);
 int kv_reserve(KVCache *kv, int seq, int slots); /* blocks for slots [0, slots) */
-void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v); /* [kv_dim] each */
-void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v);
+void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v); /* [kv_dim] each; tests */
+void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v); /* tests */
 const int *kv_table(const KVCache *kv, int seq);       /* the sequence's block ids */
 size_t kv_block_stride(const KVCache *kv);             /* floats between blocks of one layer */
 const float *kv_layer_k(const KVCache *kv, int layer); /* block 0's keys of this layer */

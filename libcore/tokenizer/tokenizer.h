@@ -64,7 +64,8 @@ int tok_same_vocab(const Tokenizer *a, const Tokenizer *b, char *why, size_t n);
 int tok_encode(const Tokenizer *t, const char *text, size_t len, int add_bos, int32_t **ids, int *n);
 int tok_encode_flags(const Tokenizer *t, const char *text, size_t len, int flags, int32_t **ids, int *n);
 /* decode a whole sequence (the dummy-prefix space of the first piece is dropped,
-   control tokens print nothing); *text malloc'd and NUL-terminated */
+   control tokens print nothing); *text malloc'd and NUL-terminated (the tests'; the
+   tools print piece by piece, tok_piece) */
 int tok_decode(const Tokenizer *t, const int32_t *ids, int n, char **text, size_t *len);
 int tok_decode_flags(const Tokenizer *t, const int32_t *ids, int n, int flags, char **text, size_t *len);
 /* the bytes one token adds when it follows `prev` (streaming output, as run.c does:
