@@ -7,7 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { WT_F32, WT_BF16 } WType; /* weight storage the matmul reads directly */
+/* weight storage the matmul reads directly. The quantized types are GGUF's blocks
+   (ggml's byte layouts) exactly as a GGUF file stores them, rows one after another, a
+   row of cols elements in ceil(cols / block) blocks (a short row's last block padded
+   with zero elements); blocks may lie at any byte address. */
+typedef enum { WT_F32, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_1, WT_Q4_K, WT_Q5_K, WT_Q6_K, WT_COUNT } WType;
+int k_wtype_quant(WType wt); /* one of the block types */
 
 /* thread pool; n_threads ≥ 1 (the caller's thread counts as one) */
 int k_init(int n_threads);
@@ -18,7 +23,15 @@ const char *k_backends(void);
 const char *k_cpu_features(void);
 
 /* weights repacked into the layout k_matmul reads (the backend's choice); W is
-   row-major [rows][cols], as Hugging Face stores Linear */
+   row-major [rows][cols], as Hugging Face stores Linear. The block types are read where
+   they lie (zero copy): their "packed" form is a small index of the sources, which
+   must outlive it.
+
+   With block-type weights k_matmul quantizes each row of x to 8 bits first, a rule of
+   that row alone (so batch invariance holds): per 32 elements for Q8_0/Q4_0/Q4_1, per
+   256 for the K types; the integer block sums are exact, and each output is one fixed
+   sequence of float operations over the row's blocks (kernels/cpu/quant.h says which),
+   the same in every path. */
 size_t k_packed_bytes(WType wt, int rows, int cols);
 /* packs the rows of n_src matrices, one after another, as one [Σ rows][cols] matrix
    (q, k and v share their input; so do gate and up). dst: k_packed_bytes, 64-aligned */
@@ -45,7 +58,9 @@ void k_add_rows(float *y, size_t stride, const float *x, int n, int cols);
 void k_silu_mul_rows(float *y, const float *gu, int n, int cols);
 void k_kv_write(float *k, float *v, size_t block_stride, int block_size, int kv_dim, const int *const *table,
                 const int32_t *slot, const float *src, size_t src_stride, size_t v_off, int n);
-/* row of weights (f32 or bf16) → f32 */
+/* row of weights (any WType, unpacked: as in the file) → f32; a block type's element is
+   its scale times its integer (plus its minimum), one rounding each, as ggml's
+   dequantize_row_* computes it */
 void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
 
 /* attention over a paged KV cache. Token t sees its sequence's committed slots

@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "dot.h"
 #include "pool.h"
+#include "quant.h"
 
 #define PANEL 16 /* rows a vector holds */
 /* Panels a block holds (64 rows). A tile of 2 tokens then reads a block's columns
@@ -36,7 +37,17 @@ static size_t block_offset(WType wt, int b, int cols) {
     return (size_t)b * PANEL * BLOCK * (wt == WT_F32 ? cols : pairs(cols));
 }
 
+int k_wtype_quant(WType wt) { return wt >= WT_Q8_0 && wt < WT_COUNT; }
+
+size_t q_row_bytes(WType wt, int cols) {
+    static const size_t bytes[WT_COUNT] = {[WT_Q8_0] = Q8_0_BYTES, [WT_Q4_0] = Q4_0_BYTES, [WT_Q4_1] = Q4_1_BYTES,
+                                           [WT_Q4_K] = Q4_K_BYTES, [WT_Q5_K] = Q5_K_BYTES, [WT_Q6_K] = Q6_K_BYTES};
+    int block = wt >= WT_Q4_K ? QK_K : QK;
+    return (size_t)(cols + block - 1) / block * bytes[wt];
+}
+
 size_t k_packed_bytes(WType wt, int rows, int cols) {
+    if (k_wtype_quant(wt)) return sizeof(QIndex);
     size_t padded = (size_t)(rows + PANEL - 1) / PANEL * PANEL;
     return padded * (wt == WT_F32 ? (size_t)cols : (size_t)pairs(cols)) * 4;
 }
@@ -49,6 +60,13 @@ static const void *source_row(WType wt, int cols, int n_src, const void *const *
 }
 
 void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, const int *src_rows) {
+    if (k_wtype_quant(wt)) {
+        QIndex *q = dst;
+        memset(q, 0, sizeof *q);
+        q->n_src = n_src;
+        for (int s = 0; s < n_src && s < 3; s++) q->src[s] = src[s], q->rows[s] = src_rows[s];
+        return;
+    }
     int rows = 0;
     for (int s = 0; s < n_src; s++) rows += src_rows[s];
     memset(dst, 0, k_packed_bytes(wt, rows, cols));
@@ -122,7 +140,8 @@ static inline __m512 bf16_hi(__m512i v) {
             _mm512_storeu_ps(y + PANEL * k, _mm512_add_ps(a[k], b[k]));                                                \
     }
 KERNEL(1)
-KERNEL(2) KERNEL(3) KERNEL(4)
+KERNEL(2)
+KERNEL(3) KERNEL(4)
 
 /* A tile of T tokens × G panels over columns [c0, c1) (c0 even): the same chains as
    above, carried between calls in A (even) and B (odd), [T][ACC] each, so that several
@@ -325,7 +344,8 @@ typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void 
     }
 CHAINS(f32_1x1, 0, 1, 1)
 CHAINS(f32_1x2, 0, 1, 2)
-CHAINS(f32_2x1, 0, 2, 1) CHAINS(bf16_1x1, 1, 1, 1) CHAINS(bf16_1x2, 1, 1, 2) CHAINS(bf16_2x1, 1, 2, 1)
+CHAINS(f32_2x1, 0, 2, 1)
+CHAINS(bf16_1x1, 1, 1, 1) CHAINS(bf16_1x2, 1, 1, 2) CHAINS(bf16_2x1, 1, 2, 1)
 
     static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
@@ -380,6 +400,8 @@ static void matmul_blocks(void *ctx, int bb, int be) {
 #endif
 
 void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols, int rows) {
+    if (wt >= WT_Q4_K) return qk_matmul(y, x, w, wt, n, cols, rows);
+    if (wt >= WT_Q8_0) return q32_matmul(y, x, w, wt, n, cols, rows);
     MatmulJob j = {y, x, w, wt, n, cols, rows};
     /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
     int per_block = PANEL * BLOCK * cols * n;
@@ -387,6 +409,8 @@ void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols
 }
 
 void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
+    if (wt >= WT_Q4_K) return qk_row_to_f32(y, w, wt, row, cols);
+    if (wt >= WT_Q8_0) return q32_row_to_f32(y, w, wt, row, cols);
     if (wt == WT_F32) {
         memcpy(y, (const float *)w + row * cols, (size_t)cols * sizeof(float));
         return;

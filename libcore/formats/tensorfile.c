@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,18 +33,33 @@
 
 /* ---- dtypes ---- */
 
-static const char *const dtype_names[DT_COUNT] = {"F32", "F16", "BF16", "U8", "I8", "I32", "I64"};
+static const char *const dtype_names[DT_COUNT] = {"F32",  "F16",  "BF16", "U8",   "I8",   "I32", "I64",
+                                                  "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"};
 static const size_t dtype_sizes[DT_COUNT] = {4, 2, 2, 1, 1, 4, 8};
+static const size_t block_bytes[DT_COUNT] = {4, 2, 2, 1, 1, 4, 8, 34, 18, 20, 144, 176, 210};
 
 const char *dtype_name(DType t) { return (unsigned)t < DT_COUNT ? dtype_names[t] : "?"; }
 
 int dtype_parse(const char *s) {
-    for (int i = 0; i < DT_COUNT; i++)
+    for (int i = 0; i < DT_Q8_0; i++)
         if (s && !strcmp(s, dtype_names[i])) return i;
     return -1;
 }
 
+int dtype_parse_quant(const char *s) {
+    for (int i = DT_Q8_0; i < DT_COUNT; i++)
+        if (s && !strcasecmp(s, dtype_names[i])) return i;
+    return -1;
+}
+
 size_t dtype_size(DType t) { return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0; }
+int dtype_is_quant(DType t) { return t >= DT_Q8_0 && t < DT_COUNT; }
+int dtype_block(DType t) { return t >= DT_Q4_K && t < DT_COUNT ? 256 : dtype_is_quant(t) ? 32 : 1; }
+size_t dtype_block_bytes(DType t) { return (unsigned)t < DT_COUNT ? block_bytes[t] : 0; }
+size_t dtype_row_bytes(DType t, int64_t cols) {
+    if (cols < 0) return SIZE_MAX;
+    return pd_mul((size_t)((cols + dtype_block(t) - 1) / dtype_block(t)), dtype_block_bytes(t));
+}
 
 /* elements × element size; SIZE_MAX on overflow or a negative dimension */
 static size_t tensor_bytes(DType dt, int ndim, const int64_t *shape) {

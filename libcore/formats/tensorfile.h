@@ -11,10 +11,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { DT_F32, DT_F16, DT_BF16, DT_U8, DT_I8, DT_I32, DT_I64, DT_COUNT } DType;
-const char *dtype_name(DType t); /* safetensors spelling: "F32", "BF16", ... */
-int dtype_parse(const char *s);  /* -1 when unknown */
-size_t dtype_size(DType t);
+/* The quantized types are GGUF's blocks (ggml's layouts, byte for byte), a row of cols
+   elements held as ceil(cols / block) blocks one after another; a short row's last block
+   is padded with zero elements (GGUF itself allows only whole blocks, so only such rows
+   cannot be written back as GGUF). In a file a quantized tensor is stored as safetensors
+   "U8" [rows][row bytes], and metadata "paradec.quant" (a JSON object: tensor name →
+   [type name, cols]) says what it holds, so any safetensors reader still opens the file;
+   in memory the Tensor has the quantized dtype and its logical shape [rows][cols]. */
+typedef enum {
+    DT_F32,
+    DT_F16,
+    DT_BF16,
+    DT_U8,
+    DT_I8,
+    DT_I32,
+    DT_I64, /* safetensors' own */
+    DT_Q8_0,
+    DT_Q4_0,
+    DT_Q4_1,
+    DT_Q4_K,
+    DT_Q5_K,
+    DT_Q6_K, /* GGUF blocks */
+    DT_COUNT
+} DType;
+#define TF_QUANT_KEY "paradec.quant"
+const char *dtype_name(DType t);      /* safetensors spelling ("F32", "BF16", ...), GGUF's for blocks ("Q4_K") */
+int dtype_parse(const char *s);       /* a safetensors dtype: -1 when unknown (and for the block types) */
+int dtype_parse_quant(const char *s); /* "Q4_K" or "q4_k" → DT_Q4_K; -1 when not a block type */
+size_t dtype_size(DType t);           /* bytes per element; 0 for the block types */
+int dtype_is_quant(DType t);
+int dtype_block(DType t);                      /* elements per block (32 or 256); 1 for the others */
+size_t dtype_block_bytes(DType t);             /* bytes per block (Q4_1: 20); dtype_size for the others */
+size_t dtype_row_bytes(DType t, int64_t cols); /* ceil(cols / block) blocks; SIZE_MAX on overflow */
 
 #define TF_MAX_DIMS 8
 typedef struct {

@@ -1,0 +1,78 @@
+/* quant.h — GGUF's block types as the matmul reads them, and the rule it computes
+   (quant.c: Q8_0, Q4_0, Q4_1; quant_k.c: Q4_K, Q5_K, Q6_K). The scalar code is the spec;
+   the vector paths compute the same bits.
+
+   x is quantized per row first, a rule of that row alone (never of the batch):
+     per block of B elements (B = 32, or 256 for the K types; elements past cols are 0)
+       amax = max |x_i|;  d = amax / 127.0f;  id = d != 0 ? 1.0f / d : 0;
+       q_i = nearbyintf(x_i * id), clamped to [-127, 127]   (ties to even)
+   Integer block sums are then exact whatever the order, and each output y_r is one
+   chain of fmaf over the row's blocks in order, from acc = 0 (dw, mw, dmin: the block's
+   f16 scales as floats; dx: x's block scale):
+     Q8_0   acc = fmaf(dw * dx, (float)Σ qw·qx, acc)
+     Q4_0   the same, qw = nibble − 8
+     Q4_1   acc = fmaf(dw * dx, (float)Σ nibble·qx, acc);  acc = fmaf(mw * dx, (float)Σ qx, acc)
+     Q4_K   per super-block, sc_j / m_j its 6-bit scales and minima (ggml's get_scale_min_k4):
+            acc = fmaf(d * dx, (float)Σ_j sc_j Σ q·qx, acc);  acc = fmaf(-(dmin * dx), (float)Σ_j m_j Σ qx, acc)
+     Q5_K   the same with 5-bit q
+     Q6_K   acc = fmaf(d * dx, (float)Σ_j sc_j Σ q·qx, acc), q = 6 bits − 32, sc_j int8 per 16
+   (float) of an int32 rounds to nearest even, as cvtdq2ps does. Inputs holding NaN or
+   infinities give unspecified (but finite-time) results. */
+#ifndef PD_QUANT_H
+#define PD_QUANT_H
+#include <stdint.h>
+#include <string.h>
+
+#include "backend.h"
+
+#define QK 32          /* elements per block of Q8_0, Q4_0, Q4_1 */
+#define QK_K 256       /* elements per super-block of the K types */
+#define Q8_0_BYTES 34  /* f16 d; int8 qs[32] */
+#define Q4_0_BYTES 18  /* f16 d; qs[16]: element j in the low nibble of byte j, j + 16 in its high */
+#define Q4_1_BYTES 20  /* f16 d, m; qs[16] as Q4_0 */
+#define Q4_K_BYTES 144 /* f16 d, dmin; scales[12] (8 × 6-bit scale, 8 × 6-bit min); qs[128] */
+#define Q5_K_BYTES 176 /* f16 d, dmin; scales[12]; qh[32] (the fifth bits); qs[128] */
+#define Q6_K_BYTES 210 /* ql[128]; qh[64]; int8 scales[16]; f16 d */
+
+/* the "packed" form of a block-type matrix: where its rows lie (k_pack) */
+typedef struct {
+    int n_src;
+    const uint8_t *src[3];
+    int rows[3];
+} QIndex;
+
+/* bytes of one row of cols elements */
+size_t q_row_bytes(WType wt, int cols);
+/* row r of the matrix */
+static inline const uint8_t *q_row(const QIndex *w, size_t row_bytes, int r) {
+    int s = 0;
+    while (s + 1 < w->n_src && r >= w->rows[s]) r -= w->rows[s++];
+    return w->src[s] + (size_t)r * row_bytes;
+}
+
+/* IEEE half → float, exactly (F16C's vcvtph2ps gives the same bits, NaN quieted) */
+static inline float q_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000 | (man << 13) | (man ? 0x400000u : 0);
+    else if (exp) u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    else {
+        float f = (float)man * 0x1p-24f;
+        memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* quant.c: the 32-element types; quant_k.c: the K types. y[n][rows] = x[n][cols] · W^T
+   by the rule above (x is quantized inside); row_to_f32 dequantizes row `row` of an
+   unpacked matrix as ggml's dequantize_row_* does */
+void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows);
+void q32_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
+void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows);
+void qk_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
+
+#endif
