@@ -39,6 +39,8 @@
     "  -c,  --ctx-size C          positions per request, prompt and answer together (the model's context, also the "   \
     "most)\n"                                                                                                          \
     "       --kv-blocks B         the paged KV pool in blocks of 16 positions (N x C / 16)\n"                          \
+    "       --kv-type T           the KV cache's elements: f32, bf16 or q8_0 (int8, a scale per token and kv head) "   \
+    "(f32)\n"                                                                                                          \
     "  -t,  --threads T           threads for the forward pass (every core)\n"                                         \
     "       --draft MODEL         a draft model for the speculative method (none)\n"                                   \
     "       --chat-format F       llama3, llama2 or chatml (recognised from the model's template)\n"                   \
@@ -53,10 +55,11 @@
     "       --cors ORIGIN         answers allow that browser origin, or * for any (none)\n"                            \
     "  -h,  --help                this text\n"                                                                         \
     "       --version             the version, commit, backends and CPU features\n\n"
-#define MEMORY                                                                                                         \
-    "memory: about " MEMORY_MODEL                                                                                      \
-    "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                     \
-    "        N × ctx / 16 by default) + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the\n"           \
+#define MEMORY                                                                                                            \
+    "memory: about " MEMORY_MODEL                                                                                         \
+    "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                        \
+    "        N × ctx / 16 by default; × 4 with --kv-type bf16, × 2 + kv heads × 8 with q8_0) + per step (N + 64) × " \
+    "(dim + vocab) × 4 bytes + a thread and the\n"                                                                       \
     "        answer's text per open connection; --draft adds the draft model's weights twice.\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
@@ -733,6 +736,7 @@ int main(int argc, char **argv) {
         else if (IS("-a", "--alias")) alias = arg_next(argc, argv, &i);
         else if (IS("-np", "--parallel")) o.parallel = (int)arg_int(f, arg_next(argc, argv, &i), 1, 256);
         else if (IS("-c", "--ctx-size")) o.ctx = (int)arg_int(f, arg_next(argc, argv, &i), 2, 1 << 24);
+        else if (IS("--kv-type", "")) o.kv_type = kv_type_arg(arg_next(argc, argv, &i));
         else if (IS("--kv-blocks", "")) kv_blocks = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 24);
         else if (IS("--draft", "")) draft = arg_next(argc, argv, &i);
         else if (IS("--chat-format", "")) format = arg_next(argc, argv, &i);
