@@ -4,11 +4,11 @@
 # a 2-layer draft folded from heads trained for a few steps); the type really changes
 # the cache (the logits after a prompt differ from f32's, f32 given explicitly is the
 # default's bits); a bad --kv-type is one line and a non-zero exit in every tool that
-# takes it.
+# takes it. serve with a q8_0 cache answers as decode does, alone and batched.
 . tests/lib.sh
 HEADS_EXIT=${TEST_HEADS:-$BUILD/test-heads.safetensors.zst}
 HEADS_MEDUSA=${TEST_MEDUSA:-$BUILD/test-medusa.safetensors.zst}
-N=48
+N=120
 
 methods=$($BIN/decode --help | sed -n '/^Methods/,$p' | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p')
 check "decode --help lists methods ($(echo $methods | tr '\n' ' '))" test "$(echo "$methods" | wc -l)" -ge 5
@@ -36,13 +36,21 @@ flags_of() {
 
 set -- "Once upon a time, there was a" "The little dog ran to the" "Lily and Ben were playing in the park when" \
     "One day, a big red ball" "Tom was sad because"
+i=0
+for p; do
+    i=$((i + 1))
+    $BIN/decode -m "$MODEL" -p "$p" -n $N --temp 0 >"$TMP/std.f32.$i" 2>/dev/null
+done
 for t in bf16 q8_0; do
-    i=0
+    i=0 differ=0
     for p; do
         i=$((i + 1))
         $BIN/decode -m "$MODEL" -p "$p" -n $N --temp 0 --kv-type $t >"$TMP/std.$t.$i" 2>/dev/null
         check "$t: standard decodes prompt $i" test -s "$TMP/std.$t.$i"
+        cmp -s "$TMP/std.$t.$i" "$TMP/std.f32.$i" || differ=$((differ + 1))
     done
+    # else the parity below would hold for f32's text too and prove less
+    check "$t: standard's greedy text differs from f32's on $differ of $# prompts (at least 1)" test $differ -ge 1
     for meth in $methods; do
         [ "$meth" = standard ] && continue
         f=$(flags_of "$meth")
@@ -70,6 +78,41 @@ check "--kv-type f32: the default's logits, bit for bit" cmp -s "$TMP/l.default"
 check "--kv-type bf16 changes the logits" sh -c "test -s '$TMP/l.bf16' && ! cmp -s '$TMP/l.f32' '$TMP/l.bf16'"
 check "--kv-type q8_0 changes the logits" sh -c "test -s '$TMP/l.q8_0' && ! cmp -s '$TMP/l.f32' '$TMP/l.q8_0'"
 check "bf16 and q8_0 differ from each other" sh -c "! cmp -s '$TMP/l.bf16' '$TMP/l.q8_0'"
+
+# serve with --kv-type q8_0: answers alone and four at once (one batch) are decode's
+if command -v curl >/dev/null && command -v jq >/dev/null; then
+    . tests/serve_lib.sh
+    B=$MODEL
+    i=0
+    for p; do
+        i=$((i + 1))
+        $BIN/decode -m "$MODEL" -p "$p" -n $N --temp 0 --kv-type q8_0 --json 2>/dev/null | jq -r .text >"$TMP/want.$i"
+        printf '{"prompt": %s, "max_tokens": %d, "temperature": 0}' "$(printf %s "$p" | jq -Rs .)" $N >"$TMP/req.$i"
+    done
+    if start "$TMP/slog" --parallel 8 --kv-type q8_0; then
+        same=0
+        for j in $(seq $i); do
+            curl -s -m 60 "http://127.0.0.1:$PORT/v1/completions" -d "@$TMP/req.$j" | jq -r '.choices[0].text' >"$TMP/got.$j"
+            cmp -s "$TMP/got.$j" "$TMP/want.$j" && same=$((same + 1))
+        done
+        check "serve --kv-type q8_0: $same of $i greedy answers alone are decode's with q8_0" test $same = $i
+        P2=
+        for j in $(seq $i); do
+            curl -s -m 60 "http://127.0.0.1:$PORT/v1/completions" -d "@$TMP/req.$j" | jq -r '.choices[0].text' >"$TMP/con.$j" &
+            P2="$P2 $!"
+        done
+        wait $P2
+        same=0
+        for j in $(seq $i); do cmp -s "$TMP/con.$j" "$TMP/want.$j" && same=$((same + 1)); done
+        check "serve --kv-type q8_0: $same of $i concurrent greedy answers are decode's with q8_0" test $same = $i
+        kill $SPID
+        wait $SPID 2>/dev/null
+    else
+        bad "serve --kv-type q8_0 starts"
+    fi
+else
+    echo "test_kv_type: curl or jq missing: serve not checked"
+fi
 
 # bad input: one line, exit != 0, in every tool that takes the flag
 for bad_type in q4_0 Q8_0 "" f16; do
