@@ -79,6 +79,18 @@ check "--kv-type bf16 changes the logits" sh -c "test -s '$TMP/l.bf16' && ! cmp 
 check "--kv-type q8_0 changes the logits" sh -c "test -s '$TMP/l.q8_0' && ! cmp -s '$TMP/l.f32' '$TMP/l.q8_0'"
 check "bf16 and q8_0 differ from each other" sh -c "! cmp -s '$TMP/l.bf16' '$TMP/l.q8_0'"
 
+# bin/kvquality: f32 against itself is exact; q8_0 costs something, and says so
+if need "kvquality on text" datasets/tinystories/tinystories_val_sample.txt.gz; then
+    TS=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
+    $BIN/kvquality -m "$MODEL" --data "$TS" --kv-type f32 --positions 300 >"$TMP/q.f32" 2>&1
+    check "kvquality f32 vs f32: 100% agreement, KL 0, the same perplexity" \
+        grep -Eq "over 300 positions .*top-1 agreement 100.00% \(300\), mean KL 0 nats \(max 0\), perplexity ([0-9.]*) vs \1 \(\+0.000%\)" "$TMP/q.f32"
+    $BIN/kvquality -m "$MODEL" --data "$TS" --kv-type q8_0 --positions 300 >"$TMP/q.q8" 2>&1
+    check "kvquality q8_0: a KL above 0, 96 vs 256 bytes a position and layer" \
+        sh -c "grep -q '(96 vs 256 bytes a position and layer)' '$TMP/q.q8' && ! grep -q 'mean KL 0 nats' '$TMP/q.q8'"
+    refuses "kvquality --kv-type q4" "" $BIN/kvquality -m "$MODEL" --data "$TS" --kv-type q4
+fi
+
 # serve with --kv-type q8_0: answers alone and four at once (one batch) are decode's
 if command -v curl >/dev/null && command -v jq >/dev/null; then
     . tests/serve_lib.sh

@@ -1,5 +1,6 @@
 /* kvquality — what a bf16 or q8_0 KV cache changes in the model's next-token
-   distributions, against the f32 cache, on text (a measurement, never a test).
+   distributions, against the f32 cache, on text (a measurement; tests/test_kv_type.sh checks only
+   that f32 against itself is exact).
    bin/kvquality -m MODEL --data FILE [--fields A,B] --kv-type q8_0 [--positions N] [--seq-len L] [-t T]
    The text is packed into sequences of at most L tokens as the head trainers pack it
    (train/dataset.h); each sequence runs through the model once per cache (all its
