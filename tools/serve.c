@@ -55,12 +55,12 @@
     "       --cors ORIGIN         answers allow that browser origin, or * for any (none)\n"                            \
     "  -h,  --help                this text\n"                                                                         \
     "       --version             the version, commit, backends and CPU features\n\n"
-#define MEMORY                                                                                                            \
-    "memory: about " MEMORY_MODEL                                                                                         \
-    "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                        \
-    "        N × ctx / 16 by default; × 4 with --kv-type bf16, × 2 + kv heads × 8 with q8_0) + per step (N + 64) × " \
-    "(dim + vocab) × 4 bytes + a thread and the\n"                                                                       \
-    "        answer's text per open connection; --draft adds the draft model's weights twice.\n"
+#define MEMORY                                                                                                         \
+    "memory: about " MEMORY_MODEL                                                                                      \
+    "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                     \
+    "        N × ctx / 16 by default; --kv-type bf16: kv_dim × 4, q8_0: (kv_dim + 4 × kv heads) × 2)\n"            \
+    "        + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the answer's text per open\n"              \
+    "        connection; --draft adds the draft model's weights twice.\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
 #define HIST_MAX 20

@@ -116,8 +116,8 @@ __attribute__((noreturn)) static inline void help_exit(const char *usage_text, c
     "        and the packed copy the matrix products read) + RoPE tables of ctx × head_dim × 4\n"                    \
     "        bytes (ctx: the model's context)"
 #define MEMORY_KV(n)                                                                                                   \
-    n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; × 4 with --kv-type bf16,\n"                \
-      "        × 2 + kv heads × 8 with q8_0; its pages are touched only as far as the sequences grow)"
+    n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; --kv-type bf16: kv_dim × 4,\n"             \
+      "        q8_0: (kv_dim + 4 × kv heads) × 2; its pages are touched only as far as the sequences grow)"
 
 /* --kv-type: the flag every tool that makes a KV cache takes, and its value checked
    before anything loads */

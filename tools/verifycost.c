@@ -1,6 +1,6 @@
 /* verifycost — what one verification of an n-node token tree costs relative to one
    standard decoding step, on this machine and model (a benchmark, never a test).
-   bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS]
+   bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS] [--kv-type T]
    After a prompt of P tokens, each size is timed R times (the least of 3 runs in a
    row each time), the sizes in turn within a rep and a one-token step last: the
    tree's nodes through every layer and the final logits (what drafter_generate's
@@ -16,7 +16,7 @@
 
 #define MAX_N 256
 #define RUNS 3 /* in a row, per size and rep: the least counts */
-#define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]"
+#define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS] [--kv-type T]"
 #define MEMORY                                                                                                         \
     "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV(                                                            \
         "1") "\n"                                                                                                      \
