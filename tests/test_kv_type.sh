@@ -102,6 +102,7 @@ if command -v curl >/dev/null && command -v jq >/dev/null; then
         printf '{"prompt": %s, "max_tokens": %d, "temperature": 0}' "$(printf %s "$p" | jq -Rs .)" $N >"$TMP/req.$i"
     done
     if start "$TMP/slog" --parallel 8 --kv-type q8_0; then
+        check "serve says its KV type" grep -q "KV blocks of 16 in q8_0, methods:" "$TMP/slog"
         same=0
         for j in $(seq $i); do
             curl -s -m 60 "http://127.0.0.1:$PORT/v1/completions" -d "@$TMP/req.$j" | jq -r '.choices[0].text' >"$TMP/got.$j"

@@ -799,8 +799,9 @@ int main(int argc, char **argv) {
         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, NULL,
         MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_CONNECTION_TIMEOUT, S.timeout, MHD_OPTION_END);
     if (!d) die("cannot start the HTTP server on %s", shown);
-    fprintf(stderr, "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: %s)\n",
-            shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ready_methods(&o.opt));
+    fprintf(stderr,
+            "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d in %s, methods: %s)\n",
+            shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, kv_type_name(o.kv_type), ready_methods(&o.opt));
     int sig;
     do sigwait(&sigs, &sig);
     while (sig == SIGPIPE);
