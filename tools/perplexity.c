@@ -17,7 +17,7 @@
 #include "model/forward.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL -f TEXT [-c CTX] [--chunks K] [--logits OUT] [-t THREADS]"
+#define USAGE "-m MODEL -f TEXT [-c CTX] [--chunks K] [--logits OUT] [-t THREADS] [--kv-type T]"
 #define MEMORY                                                                                                         \
     "memory: about " MEMORY_MODEL                                                                                      \
     "\n        + " MEMORY_KV("1") "\n"                                                                                 \
@@ -37,7 +37,7 @@ static void put_bytes(AtomicFile *f, const void *p, size_t size, size_t n) {
 
 int main(int argc, char **argv) {
     tool_name = "perplexity";
-    const char *model = NULL, *text = NULL, *logits_out = NULL;
+    const char *model = NULL, *text = NULL, *logits_out = NULL, *kv_type = "f32";
     int ctx = 512, chunks = -1, threads = 1;
     Flag fl[] = {
         {"-m, --model", "FILE", "required", "the model", F_STR(&model)},
@@ -47,10 +47,12 @@ int main(int argc, char **argv) {
         {"--logits", "OUT", "none", "also write the scored logits to OUT (see the header of tools/perplexity.c)",
          F_STR(&logits_out)},
         {"-t, --threads", "N", "1", "threads", F_INT(&threads, 1, 64)},
+        KV_TYPE_FLAG(&kv_type),
     };
     flags_parse(fl, N_FLAGS(fl), argc, argv, NULL, 0, USAGE, MEMORY);
     if (!model) usage("-m MODEL");
     if (!text) usage("-f TEXT");
+    KVType kvt = kv_type_arg(kv_type);
     Model m;
     tool_model_load(&m, model);
     if (model_threads(threads)) die_lib();
@@ -67,7 +69,7 @@ int main(int argc, char **argv) {
     int n_chunk = n_ids / ctx, first = ctx / 2, vocab = m.c.vocab_size;
     if (chunks > 0 && chunks < n_chunk) n_chunk = chunks;
     KVCache kv;
-    if (kv_init(&kv, &m.c, 1, ctx, 16) || kv_seq_new(&kv) != 0) die_lib();
+    if (kv_init_typed(&kv, &m.c, 1, ctx, 16, kvt) || kv_seq_new(&kv) != 0) die_lib();
     float *hid = malloc(sizeof(float) * (size_t)ctx * m.c.dim);
     float *lg = malloc(sizeof(float) * (size_t)(ctx - first) * vocab);
     int32_t *pos = malloc(sizeof(int32_t) * ctx);
