@@ -498,6 +498,11 @@ static const char *check_tiny(const Tiny *m, const char *what) {
         }
         const WTensor *wt = &w.t[e->wt];
         size_t n = (size_t)e->cols * (e->rows ? e->rows : 1);
+        /* block matrices stay raw (their values checked below, dequantized); the rest f32 */
+        int block = wt->type == GGML_Q8_0 || wt->type == GGML_Q4_0 || wt->type == GGML_Q4_1;
+        CHECK((t->raw != NULL) == (block && e->rows) && (!t->raw || t->nraw == wt->data.n), "%s: %s kept %s", what,
+              e->hf, t->raw ? "raw" : "f32");
+        CHECK(ck_dequant(t) == 0 && t->data, "%s: %s dequantized", what, e->hf);
         CHECK(t->shape[0] == (e->rows ? e->rows : e->cols) && t->shape[1] == (e->rows ? e->cols : 1), "%s: %s shape",
               what, e->hf);
         float *want = malloc(sizeof(float) * n);
