@@ -125,8 +125,8 @@ static void test_error(void) {
     }
     printf("relative RMS error (Gaussian rows; × Q8_0's): Q8_0 %.5f, Q4_0 %.4f (%.1f), Q4_1 %.4f (%.1f), Q4_K %.4f "
            "(%.1f), Q5_K %.4f (%.1f), Q6_K %.4f (%.1f)\n",
-           rms[0], rms[1], rms[1] / rms[0], rms[2], rms[2] / rms[0], rms[3], rms[3] / rms[0], rms[4],
-           rms[4] / rms[0], rms[5], rms[5] / rms[0]);
+           rms[0], rms[1], rms[1] / rms[0], rms[2], rms[2] / rms[0], rms[3], rms[3] / rms[0], rms[4], rms[4] / rms[0],
+           rms[5], rms[5] / rms[0]);
     /* a uniform 8-bit step over ±amax of a Gaussian block: ~0.4 %; each bit less doubles it */
     CHECK(rms[0] < 0.006, "Q8_0 error %g", rms[0]);
     CHECK(rms[5] < 0.025 && rms[5] > rms[0], "Q6_K error %g", rms[5]);
@@ -185,8 +185,8 @@ static void test_file(int compress) {
         snprintf(name, sizeof name, "w.%s", dtype_name(TYPES[k]));
         const Tensor *t = tf_get(&tf, name);
         size_t n = (size_t)shapes[k][0] * dtype_row_bytes(TYPES[k], shapes[k][1]);
-        CHECK(t && t->dtype == TYPES[k] && t->ndim == 2 && t->shape[0] == shapes[k][0] &&
-                  t->shape[1] == shapes[k][1] && t->nbytes == n && !memcmp(t->data, blocks[k], n),
+        CHECK(t && t->dtype == TYPES[k] && t->ndim == 2 && t->shape[0] == shapes[k][0] && t->shape[1] == shapes[k][1] &&
+                  t->nbytes == n && !memcmp(t->data, blocks[k], n),
               "%s read back", name);
         CHECK(!t || tf_expect(&tf, name, TYPES[k], 2, shapes[k], NULL) == 0, "%s: tf_expect", name);
         free(blocks[k]);
@@ -203,7 +203,8 @@ static void test_file(int compress) {
         size_t n;
         if (pd_read_file(path, &bytes, &n) == 0) {
             char want[96];
-            snprintf(want, sizeof want, "\"w.Q4_1\":{\"dtype\":\"U8\",\"shape\":[5,%zu]", dtype_row_bytes(DT_Q4_1, 300));
+            snprintf(want, sizeof want, "\"w.Q4_1\":{\"dtype\":\"U8\",\"shape\":[5,%zu]",
+                     dtype_row_bytes(DT_Q4_1, 300));
             CHECK(memmem(bytes, n < 4096 ? n : 4096, want, strlen(want)) != NULL, "stored as U8: want %s", want);
             free(bytes);
         }
@@ -245,7 +246,8 @@ static void test_bad(void) {
     refused("{\\\"w\\\":[\\\"Q5_0\\\",64]}", 3, 44, "U8", 0, "tensor 'w': unknown block type 'Q5_0'");
     refused("{\\\"w\\\":[\\\"IQ2_XXS\\\",256]}", 3, 66, "U8", 0, "tensor 'w': unknown block type 'IQ2_XXS'");
     refused("{\\\"v\\\":[\\\"Q8_0\\\",64]}", 3, 68, "U8", 0, "names tensor 'v', which the file lacks");
-    refused("{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 34, "U8", 0, "tensor 'w': rows of 34 bytes, but 64 Q8_0 elements are 2 blocks");
+    refused("{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 34, "U8", 0,
+            "tensor 'w': rows of 34 bytes, but 64 Q8_0 elements are 2 blocks");
     refused("{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 69, "U8", 0, "rows of 69 bytes");
     refused("{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 34, "I8", 0, "must be stored U8");
     refused("{\\\"w\\\":[\\\"Q8_0\\\",0]}", 3, 0, "U8", 0, "row length 0");

@@ -22,17 +22,17 @@
 #define NOTES                                                                                                          \
     "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n"                                   \
     "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n"                     \
-    "     a llama.cpp GGUF file (F32/F16/BF16, and Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K kept as blocks;\n"                  \
+    "     a llama.cpp GGUF file (F32/F16/BF16, and Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K kept as blocks;\n"                    \
     "     its tokenizer inside), a paradec model file (.safetensors[.zst]), or a llama2.c .bin\n"                      \
     "     checkpoint (needs --tokenizer); - reads stdin (GGUF or llama2.c).\n"                                         \
-    "TYPE: f32, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, or keep. Default: keep for GGUF and paradec\n"            \
-    "     sources (block tensors stay exactly as they are, F16/BF16/F32 become F32), f32 for the others.\n"           \
+    "TYPE: f32, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, or keep. Default: keep for GGUF and paradec\n"               \
+    "     sources (block tensors stay exactly as they are, F16/BF16/F32 become F32), f32 for the others.\n"            \
     "     A block type quantizes every 2-d weight (ggml's reference rules, formats/quant.c; norm gains and\n"          \
-    "     biases stay F32; a row that is not whole blocks is padded with zeros); blocks of another type\n"            \
-    "     are dequantized, then quantized (a note says so). f32 or bf16 dequantizes blocks.\n"                        \
+    "     biases stay F32; a row that is not whole blocks is padded with zeros); blocks of another type\n"             \
+    "     are dequantized, then quantized (a note says so). f32 or bf16 dequantizes blocks.\n"                         \
     "TOK: a llama2.c tokenizer.bin, a tokenizer.json (or .json.gz), or a GGUF file (its vocabulary);\n"                \
     "     it replaces the source's own.\n"                                                                             \
-    "--layers L --heads EXIT_HEADS: MODEL (a paradec model file, f32 or bf16) becomes a draft model for\n"            \
+    "--layers L --heads EXIT_HEADS: MODEL (a paradec model file, f32 or bf16) becomes a draft model for\n"             \
     "     --method speculative: its first L layers, and the exit head at layer L (trained with\n"                      \
     "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n"                                   \
     "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n"                \

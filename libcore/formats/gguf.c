@@ -231,7 +231,8 @@ static int place_tensors(Gguf *g, const Cur *c, const uint64_t *offsets, size_t 
         GgufTensor *t = &g->t[i];
         GgmlTraits tr;
         if (ggml_traits(t->type, &tr))
-            return pd_error("%s: tensor '%s' has ggml type %u (%s); paradec reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K",
+            return pd_error("%s: tensor '%s' has ggml type %u (%s); paradec reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                            "Q4_K, Q5_K and Q6_K",
                             c->what, t->name, t->type, ggml_type_name(t->type));
         size_t ne = 1;
         for (int d = 0; d < 4; d++) ne = pd_mul(ne, (size_t)t->dims[d]);
@@ -496,13 +497,20 @@ const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
 
 int gguf_block_dtype(uint32_t type) {
     switch (type) {
-    case GGML_Q8_0: return DT_Q8_0;
-    case GGML_Q4_0: return DT_Q4_0;
-    case GGML_Q4_1: return DT_Q4_1;
-    case GGML_Q4_K: return DT_Q4_K;
-    case GGML_Q5_K: return DT_Q5_K;
-    case GGML_Q6_K: return DT_Q6_K;
-    default: return -1;
+    case GGML_Q8_0:
+        return DT_Q8_0;
+    case GGML_Q4_0:
+        return DT_Q4_0;
+    case GGML_Q4_1:
+        return DT_Q4_1;
+    case GGML_Q4_K:
+        return DT_Q4_K;
+    case GGML_Q5_K:
+        return DT_Q5_K;
+    case GGML_Q6_K:
+        return DT_Q6_K;
+    default:
+        return -1;
     }
 }
 

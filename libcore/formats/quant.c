@@ -30,8 +30,8 @@ uint16_t f32_to_fp16(float f) {
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) return sign | 0x7e00 | (uint16_t)((ax >> 13) & 0x3ff); /* NaN stays NaN */
-    if (ax >= 0x477ff000u) return sign | 0x7c00;                                  /* ≥ 65520 rounds to inf */
-    if (ax < 0x38800000u) {                                                       /* below 2^-14: subnormal */
+    if (ax >= 0x477ff000u) return sign | 0x7c00;                                 /* ≥ 65520 rounds to inf */
+    if (ax < 0x38800000u) {                                                      /* below 2^-14: subnormal */
         float a;
         memcpy(&a, &ax, 4);
         return sign | (uint16_t)lrintf(a * 0x1p24f); /* exact scaling, ties to even */
@@ -249,9 +249,9 @@ static void quant_qk_scales(uint8_t *y, const float *x, uint8_t *L, int nmax) {
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = nmax == 15 ? make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20)
-                               : make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f,
-                                                  15);
+        scales[j] = nmax == 15
+                        ? make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20)
+                        : make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -418,25 +418,39 @@ typedef void (*DequantFn)(float *, const uint8_t *);
 
 static QuantFn quant_fn(DType t) {
     switch (t) {
-    case DT_Q8_0: return quant_q8_0;
-    case DT_Q4_0: return quant_q4_0;
-    case DT_Q4_1: return quant_q4_1;
-    case DT_Q4_K: return quant_q4_k;
-    case DT_Q5_K: return quant_q5_k;
-    case DT_Q6_K: return quant_q6_k;
-    default: return NULL;
+    case DT_Q8_0:
+        return quant_q8_0;
+    case DT_Q4_0:
+        return quant_q4_0;
+    case DT_Q4_1:
+        return quant_q4_1;
+    case DT_Q4_K:
+        return quant_q4_k;
+    case DT_Q5_K:
+        return quant_q5_k;
+    case DT_Q6_K:
+        return quant_q6_k;
+    default:
+        return NULL;
     }
 }
 
 static DequantFn dequant_fn(DType t) {
     switch (t) {
-    case DT_Q8_0: return dequant_q8_0;
-    case DT_Q4_0: return dequant_q4_0;
-    case DT_Q4_1: return dequant_q4_1;
-    case DT_Q4_K: return dequant_q4_k;
-    case DT_Q5_K: return dequant_q5_k;
-    case DT_Q6_K: return dequant_q6_k;
-    default: return NULL;
+    case DT_Q8_0:
+        return dequant_q8_0;
+    case DT_Q4_0:
+        return dequant_q4_0;
+    case DT_Q4_1:
+        return dequant_q4_1;
+    case DT_Q4_K:
+        return dequant_q4_k;
+    case DT_Q5_K:
+        return dequant_q5_k;
+    case DT_Q6_K:
+        return dequant_q6_k;
+    default:
+        return NULL;
     }
 }
 
@@ -448,8 +462,7 @@ void quant_row(DType t, void *dst, const float *src, int64_t cols) {
     uint8_t *y = dst;
     for (int64_t c = 0; c < cols; c += B, y += bb) {
         if (cols - c >= B) f(y, src + c);
-        else { /* the short last block, zero-padded */
-            float pad[QK_K] = {0};
+        else { /* the short last block, zero-padded */ float pad[QK_K] = {0};
             memcpy(pad, src + c, sizeof(float) * (size_t)(cols - c));
             f(y, pad);
         }

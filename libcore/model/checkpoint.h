@@ -12,10 +12,10 @@ typedef struct {
     char *name;
     int ndim;
     int64_t shape[2];
-    float *data;  /* [shape[0]][shape[1]]; NULL when the tensor is raw blocks */
-    DType dtype;  /* DT_F32 (data), or a block type: raw holds the matrix */
-    void *raw;    /* [shape[0]][dtype_row_bytes(dtype, shape[1])] */
-    size_t nraw;  /* bytes of raw */
+    float *data; /* [shape[0]][shape[1]]; NULL when the tensor is raw blocks */
+    DType dtype; /* DT_F32 (data), or a block type: raw holds the matrix */
+    void *raw;   /* [shape[0]][dtype_row_bytes(dtype, shape[1])] */
+    size_t nraw; /* bytes of raw */
 } CkTensor;
 
 typedef struct {
