@@ -645,7 +645,8 @@ static void test_dtypes(void) {
         /* a short row is still whole blocks */
         CHECK(dtype_row_bytes(t, 1) == q[i].bytes && dtype_row_bytes(t, q[i].block) == q[i].bytes &&
                   dtype_row_bytes(t, q[i].block + 1) == 2 * q[i].bytes && dtype_row_bytes(t, 0) == 0 &&
-                  dtype_row_bytes(t, INT64_MAX) == SIZE_MAX,
+                  dtype_row_bytes(t, -1) == SIZE_MAX &&
+                  dtype_row_bytes(t, INT64_MAX) == ((size_t)INT64_MAX / q[i].block + 1) * q[i].bytes,
               "row bytes of %s", q[i].name);
     }
     CHECK(dtype_parse_quant("F32") == -1 && dtype_parse_quant("Q5_0") == -1 && dtype_parse_quant("") == -1,
