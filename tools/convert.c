@@ -36,8 +36,9 @@
     "     --method speculative: its first L layers, and the exit head at layer L (trained with\n"                      \
     "     distill-heads --norm 1) folded into an lm_head (docs/speculative.md).\n\n"                                   \
     "memory: about the source file (read whole for a llama2.c checkpoint, mapped for safetensors and\n"                \
-    "        GGUF) + the model as f32 (4 bytes a parameter, whatever the source's type); with --dtype\n"               \
-    "        bf16, at least 6 bytes a parameter (the f32 model and its bf16 copy). A draft holds MODEL\n"              \
+    "        GGUF) + the model as f32 (4 bytes a parameter), block matrices kept as they are (a copy of\n"             \
+    "        their bytes); with --dtype bf16 or a block type, the converted copy on top (2 bytes a\n"                  \
+    "        parameter or the blocks; blocks of another type also pass through f32). A draft holds MODEL\n"            \
     "        as f32 and the exit heads.\n"
 
 static int ends_with(const char *s, const char *suffix) {
