@@ -26,6 +26,7 @@
 #include "formats/gguf.h"
 #include "formats/quant.h"
 #include "formats/tensorfile.h"
+#include "model/checkpoint.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd32(void) {
@@ -256,6 +257,34 @@ static void test_bad(void) {
     refused("{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 68, "U8", 10, "exceed the data section"); /* truncated blocks */
 }
 
+/* ModelWriter: a NaN weight refused before quantizing, blocks whose scale is not
+   finite refused, a good Q8_0 matrix written as given */
+static void test_writer(void) {
+    ModelWriter mw;
+    int64_t shape[2] = {2, 64};
+    float x[128];
+    for (int j = 0; j < 128; j++) x[j] = gauss();
+    x[70] = NAN;
+    CHECK(mw_begin(&mw, tmp("w.safetensors"), DT_Q4_K) == 0, "%s", pd_errmsg());
+    CHECK(mw_add(&mw, "model.layers.0.mlp.up_proj.weight", 2, shape, x) == -1 && strstr(pd_errmsg(), "element 70"),
+          "NaN refused: %s", pd_errmsg());
+    mw_abort(&mw);
+    x[70] = 0;
+    uint8_t q[2 * 68];
+    for (int r = 0; r < 2; r++) quant_row(DT_Q8_0, q + 68 * r, x + 64 * r, 64);
+    CHECK(mw_begin(&mw, tmp("w.safetensors"), DT_KEEP) == 0, "%s", pd_errmsg());
+    CHECK(mw_add_raw(&mw, "a", DT_Q8_0, shape, q) == 0, "good blocks: %s", pd_errmsg());
+    uint8_t bad[2 * 68];
+    memcpy(bad, q, sizeof bad);
+    bad[68 + 34] = 0x00, bad[68 + 35] = 0x7c; /* row 1, block 1: d = +inf */
+    CHECK(mw_add_raw(&mw, "b", DT_Q8_0, shape, bad) == -1 && strstr(pd_errmsg(), "tensor 'b' row 1") &&
+              strstr(pd_errmsg(), "not finite"),
+          "inf scale refused: %s", pd_errmsg());
+    CHECK(mw_add_raw(&mw, "c", DT_F32, shape, q) == -1, "raw F32 refused");
+    mw_abort(&mw);
+    CHECK(access(tmp("w.safetensors"), F_OK) != 0, "nothing left behind");
+}
+
 /* ---- helpers for tests/ref/quant_ref.py ---- */
 
 static int dump(const float *v, size_t n) { return fwrite(v, sizeof(float), n, stdout) != n; }
@@ -343,6 +372,7 @@ int main(int argc, char **argv) {
     test_file(0);
     test_file(1);
     test_bad();
+    test_writer();
     remove(tmp("q.safetensors"));
     remove(tmp("q.safetensors.zst"));
     rmdir(tmpdir);

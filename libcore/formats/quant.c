@@ -259,8 +259,8 @@ static void quant_qk_scales(uint8_t *y, const float *x, uint8_t *L, int nmax) {
     uint8_t *sc = y + 4;
     memset(sc, 0, 12);
     for (int j = 0; j < QK_K / 32; ++j) {
-        int ls = nearest_int(inv_scale * scales[j]), lm = nearest_int(inv_min * mins[j]);
-        ls = ls > 63 ? 63 : ls;
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]), lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls = ls > 63 ? 63 : ls; /* as ggml: to uint8_t first, then the clamp */
         lm = lm > 63 ? 63 : lm;
         if (j < 4) {
             sc[j] = (uint8_t)ls;
