@@ -81,13 +81,6 @@ int ck_dequant(CkTensor *t) {
     return 0;
 }
 
-int ck_refuse_blocks(const Checkpoint *ck, const char *what, const char *why) {
-    for (int i = 0; i < ck->n; i++)
-        if (ck->t[i].raw)
-            return pd_error("%s: tensor '%s' is %s blocks: %s", what, ck->t[i].name, dtype_name(ck->t[i].dtype), why);
-    return 0;
-}
-
 CkTensor *ck_get(const Checkpoint *ck, const char *name) {
     for (int i = 0; i < ck->n; i++)
         if (!strcmp(ck->t[i].name, name)) return &ck->t[i];

@@ -34,8 +34,6 @@ float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols);
 void *ck_add_raw(Checkpoint *ck, const char *name, DType dt, int64_t rows, int64_t cols);
 /* a raw tensor dequantized into data (formats/quant.c), raw freed; a no-op for f32 */
 int ck_dequant(CkTensor *t);
-/* -1 + "what: tensor 'x' is Q4_1 blocks: <why>" for the first raw tensor */
-int ck_refuse_blocks(const Checkpoint *ck, const char *what, const char *why);
 CkTensor *ck_get(const Checkpoint *ck, const char *name);
 void ck_free(Checkpoint *ck);
 /* a tokenizer file, its kind told by its content: a JSON object (tokenizer.json,
