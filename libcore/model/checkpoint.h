@@ -46,8 +46,8 @@ int ck_set_tokenizer(Checkpoint *ck, const char *path);
 int ck_check_tokenizer(const Checkpoint *ck, const void *bytes, size_t n, const char *kind, const char *what);
 
 /* a model file written one tensor at a time (what ck_write_model and widen share):
-   weights go out in dt (F32, BF16, a block type, or DT_KEEP; norm gains, biases and
-   every vector stay F32), each hashed into the digest (and into paradec.digests, one
+   weights go out in dt (F32, BF16, a block type, or DT_KEEP; norm gains and biases stay
+   F32, and with a block type every vector too), each hashed into the digest (and into paradec.digests, one
    per tensor); a weight that is not finite is refused. With a block type, the 2-d
    weights are quantized by formats/quant.c; DT_KEEP writes f32 as F32 and raw blocks as
    they are. Raw blocks given to a writer of another dt are dequantized first (then
