@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "import/model_open.h"
 #include "model/linear.h"
 #include "model/model.h"
 
@@ -169,8 +170,25 @@ static int tool_no_verify;
 #define MODEL_FLAGS                                                                                                    \
     {"--no-verify", NULL, NULL, "skip checking the weights against their recorded digests", F_SWITCH(&tool_no_verify)},
 
+/* -m: a paradec model file, a GGUF file or a Hugging Face directory (imported in memory,
+   with a note that converting once is faster) */
 static inline void tool_model_load(Model *m, const char *path) {
-    if (model_load(m, path)) die_lib();
+    int kind = model_source(path);
+    if (kind < 0) die_lib();
+    if (kind == MODEL_SRC_FILE) {
+        if (model_load(m, path)) die_lib();
+        return;
+    }
+    Checkpoint ck;
+    if (model_import(&ck, path, kind)) die_lib();
+    {
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') n--;
+        if (kind == MODEL_SRC_GGUF && n > 5 && !strncmp(path + n - 5, ".gguf", 5)) n -= 5;
+        fprintf(stderr, "%s: importing %s in memory (bin/convert %s -o %.*s.safetensors once loads faster)\n",
+                tool_name, path, path, (int)n, path);
+    }
+    if (model_load_imported(m, &ck, path)) die_lib();
 }
 
 /* does `names` (comma-separated spellings) hold arg[0..len)? */
