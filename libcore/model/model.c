@@ -238,13 +238,14 @@ static int load_biases(Model *m, int l, Layer *L) {
 /* q|k|v and gate|up are each one matrix product of one type (kernels/backend.h's k_pack):
    a file mixing types there (llama.cpp's Q4_K_M keeps v_proj in Q6_K in some layers) is
    refused by name rather than multiplied in pieces */
-static int same_type(const Model *m, int l, WType a, WType b, WType c, const char *names) {
-    if (a == b && b == c) return 0;
-    char types[64];
-    if (b == c) snprintf(types, sizeof types, "%s, %s", dtype_name(dtype_of(a)), dtype_name(dtype_of(b)));
-    else
-        snprintf(types, sizeof types, "%s, %s, %s", dtype_name(dtype_of(a)), dtype_name(dtype_of(b)),
-                 dtype_name(dtype_of(c)));
+static int same_type(const Model *m, int l, const WType *t, int n, const char *names) {
+    int same = 1;
+    for (int i = 1; i < n; i++) same &= t[i] == t[0];
+    if (same) return 0;
+    char types[64] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", i ? ", " : "",
+                 dtype_name(dtype_of(t[i])));
     return pd_error("%s: layer %d: %s are %s: paradec multiplies them as one matrix, so they must share a type "
                     "(convert --dtype gives them one)",
                     m->tf.path, l, names, types);
@@ -267,8 +268,8 @@ static int load_layers(Model *m) {
             load_mat(m, NM(8), c->dim, c->hidden_dim, &L->w2))
             return -1;
 #undef NM
-        if (same_type(m, l, L->wq.t, L->wk.t, L->wv.t, "q_proj, k_proj, v_proj") ||
-            same_type(m, l, L->w1.t, L->w3.t, L->w3.t, "gate_proj, up_proj"))
+        WType qkv[3] = {L->wq.t, L->wk.t, L->wv.t}, gu[2] = {L->w1.t, L->w3.t};
+        if (same_type(m, l, qkv, 3, "q_proj, k_proj, v_proj") || same_type(m, l, gu, 2, "gate_proj, up_proj"))
             return -1;
         if (c->qkv_bias && load_biases(m, l, L)) return -1;
     }
