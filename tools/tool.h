@@ -112,9 +112,11 @@ __attribute__((noreturn)) static inline void help_exit(const char *usage_text, c
 
 /* what holding a model costs, said alike by every tool that decodes */
 #define MEMORY_MODEL                                                                                                   \
-    "the model's weights twice (its file, mapped, or decompressed when it is .zst,\n"                                  \
-    "        and the packed copy the matrix products read) + RoPE tables of ctx × head_dim × 4\n"                    \
-    "        bytes (ctx: the model's context)"
+    "the model's weights once: f32/bf16 as the packed copy the matrix products read (a\n"                              \
+    "        mapped file's pages are given back once packed; a .zst or stdin is held decompressed\n"                   \
+    "        beside it), block types read in the file itself; a GGUF file or a Hugging Face directory\n"               \
+    "        is imported first (4 bytes a parameter, and its f32 file in /dev/shm while it is loaded)\n"               \
+    "        + RoPE tables of ctx × head_dim × 4 bytes (ctx: the model's context)"
 #define MEMORY_KV(n)                                                                                                   \
     n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; its pages are\n"                            \
       "        touched only as far as the sequences grow)"

@@ -559,6 +559,8 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
+const char *mat_type_name(const Mat *w) { return dtype_name(dtype_of(w->t)); }
+
 /* as stored: a block type's rows are its blocks */
 static double mat_bytes(const Mat *w) { return (double)w->rows * (double)dtype_row_bytes(dtype_of(w->t), w->cols); }
 
