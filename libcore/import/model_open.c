@@ -45,6 +45,29 @@ int model_import(Checkpoint *ck, const char *path, int kind) {
     return pd_error("%s: no tokenizer inside (convert it with --tokenizer)", path);
 }
 
+/* The packed copy is what the matmuls read: the f32/bf16 layer matrices' bytes in the
+   scratch file are needed no more, and in /dev/shm they are memory the kernel cannot
+   reclaim (model_load's madvise unmaps them, but the file keeps them), so they are cut
+   out of the file and their Mat.w cleared (nothing reads them: heads and tools use
+   the packed products, the embedding, the lm_head and the norms, which stay). */
+static void punch_packed(Model *m, int fd) {
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        Layer *L = &m->layers[l];
+        Mat *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+            if (!w[i]->w || (w[i]->t != WT_F32 && w[i]->t != WT_BF16)) continue;
+            size_t off = (size_t)((const char *)w[i]->w - (const char *)m->tf.map);
+            size_t n = (size_t)w[i]->rows * w[i]->cols * (w[i]->t == WT_F32 ? 4 : 2);
+            if (off + n > m->tf.map_len) continue; /* not in this mapping: leave it */
+            size_t a = (off + page - 1) / page * page, e = (off + n) / page * page;
+            if (e > a) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(e - a));
+            w[i]->w = NULL;
+        }
+    }
+}
+
 int model_load_imported(Model *m, Checkpoint *ck, const char *path) {
     memset(m, 0, sizeof *m);
     char tmp[PATH_MAX];
@@ -57,13 +80,14 @@ int model_load_imported(Model *m, Checkpoint *ck, const char *path) {
     close(fd);
     int rc = ck_write_model(ck, tmp, DT_F32); /* renames its own temporary over tmp */
     ck_free(ck);
-    fd = rc ? -1 : open(tmp, O_RDONLY | O_CLOEXEC);
+    fd = rc ? -1 : open(tmp, O_RDWR | O_CLOEXEC); /* writable: punch_packed cuts holes */
     unlink(tmp); /* from here on a crash leaves nothing: the open descriptor holds the file */
     if (rc) return -1;
     if (fd < 0) return pd_error("%s: cannot reopen %s: %s", path, tmp, strerror(errno));
     char fdpath[64];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
     rc = model_load(m, fdpath);
+    if (!rc && m->tf.map) punch_packed(m, fd);
     close(fd); /* the mapping keeps the file until model_free */
     if (rc) {  /* the message names the descriptor: name the source instead */
         const char *e = pd_errmsg();
