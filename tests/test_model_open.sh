@@ -1,6 +1,7 @@
 # test_model_open — -m takes a GGUF file or a Hugging Face directory as well as a paradec
 # file (import/model_open.h): decode, bench and verifycost on each give what they give on
-# the file convert makes of it (greedy text, bench's counts), with one note on stderr,
+# the file convert makes of it (greedy text, bench's counts), distill-heads and
+# train-medusa train on it (heads that fit the converted file), with one note on stderr,
 # nothing left in /dev/shm or $TMPDIR; a missing path, a directory that is no model and a
 # GGUF that is no model are refused with one line. SmolLM2's own Q4_1 GGUF when present.
 . tests/lib.sh
@@ -45,7 +46,8 @@ datasets:
   - {name: tinystories, samples: 2, max_new: 24}
 YAML
 have_data=1
-need "bench's check" datasets/tinystories/tinystories_val_sample.txt.gz || have_data=0
+need "bench's and the trainers' checks" datasets/tinystories/tinystories_val_sample.txt.gz || have_data=0
+[ $have_data = 1 ] && gzip -dc "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" | head -c 20000 >"$TMP/small.txt"
 # bench's table without what timing steers (the times; the drafters' sizes, so τ): the
 # prompts, the tokens, greedy parity with standard
 counts() { cut -d, -f1-7,14-16 "$1/table.csv"; }
@@ -70,6 +72,18 @@ for src in $SRCS; do
         check "bench -m $src: the converted file's token counts and parity ($(counts "$TMP/b1" | tail -n 1))" \
             test -n "$(counts "$TMP/b0")" -a "$(counts "$TMP/b0")" = "$(counts "$TMP/b1")"
         note "$TMP/err" bench "$src"
+        TRAIN="--data $TMP/small.txt --steps 1 --batch 2 --seq-len 32"
+        $BIN/distill-heads -m "$src" --layers 2 $TRAIN -o "$TMP/eh.safetensors" >/dev/null 2>"$TMP/err"
+        check "distill-heads -m $src: exit 0 and heads written ($(tail -n 1 "$TMP/err"))" test $? = 0 -a -s "$TMP/eh.safetensors"
+        note "$TMP/err" distill-heads "$src"
+        # heads trained on the imported model carry its digest: the converted file takes them
+        out=$($BIN/decode -m "$TMP/conv.safetensors" --method adadecode --heads "$TMP/eh.safetensors" \
+            -p "Once upon a time" -n 40 --temp 0 2>"$TMP/err2")
+        check "heads of the imported model on the converted file: standard's text ($(tail -n 1 "$TMP/err2"))" \
+            test "$out" = "$want"
+        $BIN/train-medusa -m "$src" --heads 1 $TRAIN -o "$TMP/mh.safetensors" >/dev/null 2>"$TMP/err"
+        check "train-medusa -m $src: exit 0 and heads written ($(tail -n 1 "$TMP/err"))" test $? = 0 -a -s "$TMP/mh.safetensors"
+        note "$TMP/err" train-medusa "$src"
     fi
 done
 # ---- block types: a Q8_0 copy (gguf-py's quantizer; ffn_down's 172-wide rows stay F32)
