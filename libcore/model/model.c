@@ -309,13 +309,13 @@ static int file_mapped(const void *p) {
     return found == 1;
 }
 
-/* the whole pages inside [p, p + n) go back to the kernel: in a private read-only file
-   mapping they fault in again from the file if anything reads them, so nothing is lost */
 static size_t page_size(void) {
     long pg = sysconf(_SC_PAGESIZE);
     return pg > 0 ? (size_t)pg : 4096;
 }
 
+/* the whole pages inside [p, p + n) go back to the kernel: in a private read-only file
+   mapping they fault in again from the file if anything reads them, so nothing is lost */
 static void drop_pages(const void *p, size_t n, size_t page) {
     uintptr_t a = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1), e = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
@@ -443,7 +443,9 @@ static int digest_of(const Tensor *const *t, int n, char hex[33], int drop, size
         int nd = t[i]->ndim;
         int64_t shape[2] = {nd >= 1 ? t[i]->shape[0] : -1, nd == 2 ? t[i]->shape[1] : nd == 1 ? 1 : -1};
         model_digest_update(s, t[i]->name, t[i]->dtype, shape, t[i]->data, t[i]->nbytes);
-        if (drop) drop_pages(t[i]->data, t[i]->nbytes, page); /* read once: RSS stays small */
+        /* read once, then packed from the page cache: RSS stays small (block types are
+           read where they lie, at the first token) */
+        if (drop && !dtype_is_quant(t[i]->dtype)) drop_pages(t[i]->data, t[i]->nbytes, page);
     }
     XXH128_hash_t d = XXH3_128bits_digest(s);
     XXH3_freeState(s);
