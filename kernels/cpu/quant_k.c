@@ -1,9 +1,335 @@
-/* quant.c — placeholder until the K types land. */
+/* quant_k.c — the K block types (Q4_K, Q5_K, Q6_K): the integer matmul of quant.h's rule
+   and ggml's dequantization.
+
+   x is quantized once per call, per 256 elements, on the caller's thread; its per-16
+   sums of q serve the minima terms (and Q6_K's −32 offset). Rows go to the pool in
+   groups of 8; a group's blocks are read from memory once and stay in L1 while every
+   token of the call (in tiles of TT) takes them, so n tokens cost little more than one.
+   The AVX2 path keeps 8 rows' fmaf chains in the lanes of one vector: each row's
+   integer sums are exact (maddubs pairs stay below 2·63·127 < 32767), reduced across a
+   row by integer adds, so the order never shows. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
 #include "quant.h"
 
-void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
-    (void)y, (void)x, (void)w, (void)wt, (void)n, (void)cols, (void)rows;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define QK_AVX2 1
+#endif
+
+#define GROUP 8 /* rows per lane vector */
+#define TT 8    /* tokens per tile */
+
+/* one super-block of x: q, sums of q per 16, scale */
+typedef struct {
+    int8_t q[QK_K];
+    int16_t bs[16];
+    float d;
+    int32_t pad[7];
+} XBlock;
+
+static void quantize_x(XBlock *xb, const float *x, int cols) {
+    for (int b = 0; b * QK_K < cols; b++, xb++) {
+        int m = cols - b * QK_K < QK_K ? cols - b * QK_K : QK_K;
+        const float *v = x + (size_t)b * QK_K;
+        float amax = 0;
+        for (int i = 0; i < m; i++) amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0;
+        for (int i = 0; i < QK_K; i++) {
+            float q = i < m ? nearbyintf(v[i] * id) : 0;
+            xb->q[i] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+        }
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += xb->q[16 * j + i];
+            xb->bs[j] = (int16_t)s;
+        }
+        xb->d = d;
+    }
 }
+
+/* ggml's get_scale_min_k4 */
+static inline void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
+    else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+}
+
+static size_t block_bytes(WType wt) { return wt == WT_Q4_K ? Q4_K_BYTES : wt == WT_Q5_K ? Q5_K_BYTES : Q6_K_BYTES; }
+
+#ifndef QK_AVX2
+/* the spec: row `w` (nb super-blocks) against one token's quantized x */
+static float row_dot(const uint8_t *w, WType wt, const XBlock *xb, int nb) {
+    float acc = 0;
+    for (int b = 0; b < nb; b++, xb++) {
+        const int8_t *qx = xb->q;
+        if (wt == WT_Q6_K) {
+            const uint8_t *ql = w, *qh = w + 128;
+            const int8_t *sc = (const int8_t *)(w + 192);
+            int32_t s = 0;
+            for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, qx += 128) {
+                int32_t p[8] = {0};
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    p[is + 0] += (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32) * qx[l];
+                    p[is + 2] += (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32) * qx[l + 32];
+                    p[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * qx[l + 64];
+                    p[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * qx[l + 96];
+                }
+                for (int j = 0; j < 8; j++) s += sc[j] * p[j];
+            }
+            acc = fmaf(q_f16(w + 208) * xb->d, (float)s, acc);
+        } else {
+            const uint8_t *qh = w + 16, *qs = w + (wt == WT_Q4_K ? 16 : 48);
+            int32_t s = 0, ms = 0;
+            for (int j = 0; j < 8; j++) {
+                int sc, m, p = 0;
+                scale_min_k4(j, w + 4, &sc, &m);
+                const uint8_t *q = qs + 32 * (j / 2);
+                for (int l = 0; l < 32; l++) {
+                    int v = j & 1 ? q[l] >> 4 : q[l] & 0xF;
+                    if (wt == WT_Q5_K) v += (qh[l] >> j & 1) << 4;
+                    p += v * qx[32 * j + l];
+                }
+                s += sc * p, ms += m * (xb->bs[2 * j] + xb->bs[2 * j + 1]);
+            }
+            acc = fmaf(q_f16(w) * xb->d, (float)s, acc);
+            acc = fmaf(-(q_f16(w + 2) * xb->d), (float)ms, acc);
+        }
+        w += block_bytes(wt);
+    }
+    return acc;
+}
+#endif
+
+typedef struct {
+    float *y;
+    const XBlock *xb;
+    const QIndex *w;
+    WType wt;
+    int n, nb, rows;
+    size_t row_bytes;
+} QkJob;
+
+#ifdef QK_AVX2
+/* the 8 vectors' lane sums, vector k's in lane k */
+static inline __m256i reduce8(const __m256i *v) {
+    __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+/* shuffle that broadcasts the int16 lane i of each 128-bit half (lo in the low half, hi in the high) */
+static inline __m256i bcast16(int lo, int hi) {
+    __m128i l = _mm_set1_epi16((short)(2 * lo | (2 * lo + 1) << 8));
+    __m128i h = _mm_set1_epi16((short)(2 * hi | (2 * hi + 1) << 8));
+    return _mm256_set_m128i(h, l);
+}
+static inline __m256 f16x8(const uint8_t *const *p, size_t off) {
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) memcpy(&h[k], p[k] + off, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* Q4_K / Q5_K: for 8 rows (one super-block each, at w[k]) and nt tokens, the lane
+   vectors of Σ sc_j Σ q·qx (v) and Σ m_j Σ qx (mv), [t][k] */
+static void dot_q45(const uint8_t *const *w, int q5, const XBlock *const *xb, int nt, __m256i (*v)[8],
+                    __m256i (*mv)[8]) {
+    const __m256i low = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    const __m256i shuf[8] = {bcast16(0, 0), bcast16(1, 1), bcast16(2, 2), bcast16(3, 3),
+                             bcast16(4, 4), bcast16(5, 5), bcast16(6, 6), bcast16(7, 7)};
+    const __m128i pairs = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    for (int k = 0; k < 8; k++) {
+        const uint8_t *b = w[k];
+        uint32_t u[4];
+        memcpy(u, b + 4, 12);
+        /* ggml's unpacking of the 6-bit scales: bytes 0-7 scales, 8-15 minima */
+        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        uint32_t m1 = u[1] & 0x3f3f3f3f;
+        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        u[2] = m1;
+        u[0] &= 0x3f3f3f3f;
+        __m128i sm = _mm_loadu_si128((const __m128i *)u);
+        __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pairs));
+        const uint8_t *qs = b + (q5 ? 48 : 16);
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        for (int t = 0; t < nt; t++) {
+            const int8_t *qx = xb[t]->q;
+            __m256i s = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                if (q5) {
+                    q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+                    q1 = _mm256_or_si256(q1,
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+                }
+                __m256i p0 = _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(qx + 64 * c)));
+                __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(qx + 64 * c + 32)));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, shuf[2 * c])));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, shuf[2 * c + 1])));
+            }
+            v[t][k] = s;
+            mv[t][k] = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
+        }
+    }
+}
+
+/* Q6_K: Σ sc_j Σ (q+32)·qx − 32 Σ sc_j Σ qx, lanes per row as dot_q45 */
+static void dot_q6(const uint8_t *const *w, const XBlock *const *xb, int nt, __m256i (*v)[8]) {
+    const __m256i low = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
+    const __m256i shuf[4] = {bcast16(0, 1), bcast16(2, 3), bcast16(4, 5), bcast16(6, 7)};
+    for (int k = 0; k < 8; k++) {
+        const uint8_t *b = w[k];
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i half[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
+                           _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
+        for (int t = 0; t < nt; t++) {
+            const int8_t *qx = xb[t]->q;
+            __m256i s = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)ql),
+                        l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                __m256i hh = _mm256_loadu_si256((const __m256i *)qh);
+                __m256i q[4] = {
+                    _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(hh, three), 4)),
+                    _mm256_or_si256(_mm256_and_si256(l1, low),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), three), 4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), three), 4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), three), 4))};
+                for (int c = 0; c < 4; c++) {
+                    __m256i p =
+                        _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(qx + 128 * h + 32 * c)));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_shuffle_epi8(half[h], shuf[c])));
+                }
+            }
+            __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
+            v[t][k] = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+        }
+    }
+}
+
+static void qk_groups(void *ctx, int begin, int end) {
+    const QkJob *j = ctx;
+    size_t bb = block_bytes(j->wt);
+    for (int r0 = begin; r0 < end; r0 += GROUP) {
+        const uint8_t *row[8];
+        for (int k = 0; k < 8; k++) /* a short group repeats its last row in the spare lanes */
+            row[k] = q_row(j->w, j->row_bytes, r0 + k < j->rows ? r0 + k : j->rows - 1);
+        for (int t0 = 0; t0 < j->n; t0 += TT) {
+            int nt = j->n - t0 < TT ? j->n - t0 : TT;
+            __m256 acc[TT];
+            __m256i v[TT][8], mv[TT][8];
+            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+            for (int b = 0; b < j->nb; b++) {
+                const uint8_t *w[8];
+                const XBlock *xb[TT];
+                for (int k = 0; k < 8; k++) w[k] = row[k] + b * bb;
+                for (int t = 0; t < nt; t++) xb[t] = j->xb + (size_t)(t0 + t) * j->nb + b;
+                if (j->wt == WT_Q6_K) {
+                    dot_q6(w, xb, nt, v);
+                    __m256 d = f16x8(w, 208);
+                    for (int t = 0; t < nt; t++)
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)),
+                                                 _mm256_cvtepi32_ps(reduce8(v[t])), acc[t]);
+                } else {
+                    dot_q45(w, j->wt == WT_Q5_K, xb, nt, v, mv);
+                    __m256 d = f16x8(w, 0), dm = f16x8(w, 2), sign = _mm256_set1_ps(-0.0f);
+                    for (int t = 0; t < nt; t++) {
+                        __m256 dx = _mm256_set1_ps(xb[t]->d);
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce8(v[t])), acc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dm, dx), sign),
+                                                 _mm256_cvtepi32_ps(reduce8(mv[t])), acc[t]);
+                    }
+                }
+            }
+            int nr = j->rows - r0 < GROUP ? j->rows - r0 : GROUP;
+            for (int t = 0; t < nt; t++) {
+                float o[8];
+                _mm256_storeu_ps(o, acc[t]);
+                memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, o, sizeof(float) * nr);
+            }
+        }
+    }
+}
+#else
+static void qk_groups(void *ctx, int begin, int end) {
+    const QkJob *j = ctx;
+    for (int r = begin; r < end; r++) {
+        const uint8_t *w = q_row(j->w, j->row_bytes, r);
+        for (int t = 0; t < j->n; t++)
+            j->y[(size_t)t * j->rows + r] = row_dot(w, j->wt, j->xb + (size_t)t * j->nb, j->nb);
+    }
+}
+#endif
+
+void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
+    if (n <= 0 || rows <= 0) return;
+    int nb = (cols + QK_K - 1) / QK_K;
+    size_t need = (size_t)n * nb * sizeof(XBlock);
+    _Alignas(64) XBlock stack[64]; /* 20 KB: a few tokens of a small model */
+    XBlock *xb = need <= sizeof stack ? stack : aligned_alloc(64, need);
+    if (!xb) abort(); /* nowhere to report it: the kernels have no error path */
+    for (int t = 0; t < n; t++) quantize_x(xb + (size_t)t * nb, x + (size_t)t * cols, cols);
+    QkJob j = {y, xb, w, wt, n, nb, rows, q_row_bytes(wt, cols)};
+    /* below ~128K multiply-adds per thread the hand-off costs more than it saves */
+    size_t per_row = (size_t)nb * QK_K * n;
+    pool_run(qk_groups, &j, rows, GROUP, 1 + (int)(131072 / per_row));
+    if (xb != stack) free(xb);
+}
+
 void qk_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
-    (void)y, (void)w, (void)wt, (void)row, (void)cols;
+    int nb = (cols + QK_K - 1) / QK_K;
+    const uint8_t *b = (const uint8_t *)w + row * q_row_bytes(wt, cols);
+    float tmp[QK_K];
+    for (int i = 0; i < nb; i++, b += block_bytes(wt)) {
+        int m = cols - i * QK_K < QK_K ? cols - i * QK_K : QK_K;
+        float *o = m == QK_K ? y + (size_t)i * QK_K : tmp;
+        if (wt == WT_Q6_K) { /* dequantize_row_q6_K */
+            const float d = q_f16(b + 208);
+            const uint8_t *ql = b, *qh = b + 128;
+            const int8_t *sc = (const int8_t *)(b + 192);
+            float *yy = o;
+            for (int h = 0; h < 2; h++, yy += 128, ql += 64, qh += 32, sc += 8)
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    const int8_t q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int8_t q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    yy[l + 0] = d * sc[is + 0] * q1;
+                    yy[l + 32] = d * sc[is + 2] * q2;
+                    yy[l + 64] = d * sc[is + 4] * q3;
+                    yy[l + 96] = d * sc[is + 6] * q4;
+                }
+        } else { /* dequantize_row_q4_K, _q5_K */
+            const float d = q_f16(b), min = q_f16(b + 2);
+            const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + (wt == WT_Q4_K ? 16 : 48);
+            float *yy = o;
+            int is = 0;
+            uint8_t u1 = 1, u2 = 2;
+            for (int j = 0; j < QK_K; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+                int sc, m;
+                scale_min_k4(is + 0, scales, &sc, &m);
+                const float d1 = d * sc, m1 = min * m;
+                scale_min_k4(is + 1, scales, &sc, &m);
+                const float d2 = d * sc, m2 = min * m;
+                if (wt == WT_Q4_K) {
+                    for (int l = 0; l < 32; ++l) *yy++ = d1 * (ql[l] & 0xF) - m1;
+                    for (int l = 0; l < 32; ++l) *yy++ = d2 * (ql[l] >> 4) - m2;
+                } else {
+                    for (int l = 0; l < 32; ++l) *yy++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+                    for (int l = 0; l < 32; ++l) *yy++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+                }
+            }
+        }
+        if (o == tmp) memcpy(y + (size_t)i * QK_K, tmp, sizeof(float) * m);
+    }
 }
