@@ -21,7 +21,7 @@
 #endif
 
 #define GROUP 8 /* rows per lane vector */
-#define TT 8    /* tokens per tile */
+#define TT 4    /* tokens per tile: their sums stay in registers */
 
 /* one super-block of x: q, sums of q per 16, scale */
 typedef struct {
@@ -121,99 +121,129 @@ static inline __m256i reduce8(const __m256i *v) {
     __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
     return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
 }
-/* shuffle that broadcasts the int16 lane i of each 128-bit half (lo in the low half, hi in the high) */
-static inline __m256i bcast16(int lo, int hi) {
-    __m128i l = _mm_set1_epi16((short)(2 * lo | (2 * lo + 1) << 8));
-    __m128i h = _mm_set1_epi16((short)(2 * hi | (2 * hi + 1) << 8));
-    return _mm256_set_m128i(h, l);
-}
+/* vpshufb masks: [i] broadcasts int16 lane i of each 128-bit half; [8 + i] lane 2i of
+   the low half and 2i + 1 of the high half */
+static const uint8_t BCAST16[12][32] __attribute__((aligned(32))) = {
+#define B16(lo, hi)                                                                                                    \
+    {                                                                                                                  \
+        2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo,    \
+            2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi,        \
+            2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi,        \
+            2 * hi + 1                                                                                                 \
+    }
+    B16(0, 0), B16(1, 1), B16(2, 2), B16(3, 3), B16(4, 4), B16(5, 5), B16(6, 6),
+    B16(7, 7), B16(0, 1), B16(2, 3), B16(4, 5), B16(6, 7)
+#undef B16
+};
+static inline __m256i bcast16(int i) { return _mm256_load_si256((const __m256i *)BCAST16[i]); }
+/* the f16 at byte off of each of 8 blocks */
 static inline __m256 f16x8(const uint8_t *const *p, size_t off) {
     uint16_t h[8];
     for (int k = 0; k < 8; k++) memcpy(&h[k], p[k] + off, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4], (short)h[5],
+                                          (short)h[6], (short)h[7]));
+}
+/* Q4_K / Q5_K's 12 scale bytes (at s, 16 readable) → 8 scales, then 8 minima, as bytes
+   (get_scale_min_k4 in lanes) */
+static inline __m128i scales_k4(const uint8_t *s) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    a = _mm_blendv_epi8(a, _mm_srli_epi16(a, 4), _mm_setr_epi32(0, 0, 0, -1));
+    __m128i lo = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(b, 6), _mm_set1_epi8(3)), 4);
+    return _mm_or_si128(lo, hi);
 }
 
-/* Q4_K / Q5_K: for 8 rows (one super-block each, at w[k]) and nt tokens, the lane
-   vectors of Σ sc_j Σ q·qx (v) and Σ m_j Σ qx (mv), [t][k] */
-static void dot_q45(const uint8_t *const *w, int q5, const XBlock *const *xb, int nt, __m256i (*v)[8],
-                    __m256i (*mv)[8]) {
-    const __m256i low = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    const __m256i shuf[8] = {bcast16(0, 0), bcast16(1, 1), bcast16(2, 2), bcast16(3, 3),
-                             bcast16(4, 4), bcast16(5, 5), bcast16(6, 6), bcast16(7, 7)};
-    const __m128i pairs = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    for (int k = 0; k < 8; k++) {
-        const uint8_t *b = w[k];
-        uint32_t u[4];
-        memcpy(u, b + 4, 12);
-        /* ggml's unpacking of the 6-bit scales: bytes 0-7 scales, 8-15 minima */
-        u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-        uint32_t m1 = u[1] & 0x3f3f3f3f;
-        u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-        u[2] = m1;
-        u[0] &= 0x3f3f3f3f;
-        __m128i sm = _mm_loadu_si128((const __m128i *)u);
-        __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pairs));
-        const uint8_t *qs = b + (q5 ? 48 : 16);
-        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        for (int t = 0; t < nt; t++) {
-            const int8_t *qx = xb[t]->q;
-            __m256i s = _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-                __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                if (q5) {
-                    q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-                    q1 = _mm256_or_si256(q1,
-                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
-                }
-                __m256i p0 = _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(qx + 64 * c)));
-                __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(qx + 64 * c + 32)));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, shuf[2 * c])));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, shuf[2 * c + 1])));
-            }
-            v[t][k] = s;
-            mv[t][k] = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
-        }
-    }
+/* bit p of each byte, moved to bit 4 (16-bit shifts: no other bit reaches bit 4 of a byte) */
+static inline __m256i bit_to_16(__m256i hb, int p) {
+    return _mm256_and_si256(p <= 4 ? _mm256_slli_epi16(hb, 4 - p) : _mm256_srli_epi16(hb, p - 4), _mm256_set1_epi8(16));
 }
 
-/* Q6_K: Σ sc_j Σ (q+32)·qx − 32 Σ sc_j Σ qx, lanes per row as dot_q45 */
-static void dot_q6(const uint8_t *const *w, const XBlock *const *xb, int nt, __m256i (*v)[8]) {
+/* one row's super-block (Q4_K / Q5_K) against NT tokens: the lane vectors of
+   Σ sc_j Σ q·qx (v) and Σ m_j Σ qx (mv). Inlined per NT so the sums stay in registers. */
+static inline __attribute__((always_inline)) void row_q45(const uint8_t *b, int q5, const XBlock *const *xb,
+                                                          const int NT, __m256i *v, __m256i *mv) {
+    const __m256i low = _mm256_set1_epi8(0xF);
+    __m128i sm = scales_k4(b + 4);
+    __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+    __m256i m16 = _mm256_cvtepu8_epi16(
+        _mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+    const uint8_t *qs = b + (q5 ? 48 : 16);
+    __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+    __m256i s[4];
+    for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
+#define CHUNK(c)                                                                                                       \
+    do {                                                                                                               \
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c)));                                            \
+        __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);                \
+        if (q5) {                                                                                                      \
+            q0 = _mm256_or_si256(q0, bit_to_16(hb, 2 * (c)));                                                          \
+            q1 = _mm256_or_si256(q1, bit_to_16(hb, 2 * (c) + 1));                                                      \
+        }                                                                                                              \
+        __m256i s0 = _mm256_shuffle_epi8(sc, bcast16(2 * (c)));                                                        \
+        __m256i s1 = _mm256_shuffle_epi8(sc, bcast16(2 * (c) + 1));                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                         \
+            const __m256i *x = (const __m256i *)(xb[t]->q + 64 * (c));                                                 \
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256(x)), s0);                       \
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, _mm256_loadu_si256(x + 1)), s1);                   \
+            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(p0, p1));                                                   \
+        }                                                                                                              \
+    } while (0)
+    CHUNK(0);
+    CHUNK(1);
+    CHUNK(2);
+    CHUNK(3);
+#undef CHUNK
+    for (int t = 0; t < NT; t++)
+        v[t] = s[t], mv[t] = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
+}
+
+/* one row's Q6_K super-block against NT tokens: Σ sc_j Σ (q+32)·qx − 32 Σ sc_j Σ qx in lanes */
+static inline __attribute__((always_inline)) void row_q6(const uint8_t *b, const XBlock *const *xb, const int NT,
+                                                         __m256i *v) {
     const __m256i low = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-    const __m256i shuf[4] = {bcast16(0, 1), bcast16(2, 3), bcast16(4, 5), bcast16(6, 7)};
-    for (int k = 0; k < 8; k++) {
-        const uint8_t *b = w[k];
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
-        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        __m256i half[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
-                           _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
-        for (int t = 0; t < nt; t++) {
-            const int8_t *qx = xb[t]->q;
-            __m256i s = _mm256_setzero_si256();
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)ql),
-                        l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                __m256i hh = _mm256_loadu_si256((const __m256i *)qh);
-                __m256i q[4] = {
-                    _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(hh, three), 4)),
-                    _mm256_or_si256(_mm256_and_si256(l1, low),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), three), 4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), three), 4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), three), 4))};
-                for (int c = 0; c < 4; c++) {
-                    __m256i p =
-                        _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(qx + 128 * h + 32 * c)));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_shuffle_epi8(half[h], shuf[c])));
-                }
-            }
-            __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
-            v[t][k] = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+    __m256i s[4];
+    for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        __m256i sc = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        __m256i hh = _mm256_loadu_si256((const __m256i *)qh);
+        __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(hh, three), 4)),
+                        _mm256_or_si256(_mm256_and_si256(l1, low),
+                                        _mm256_and_si256(_mm256_slli_epi16(hh, 2), _mm256_set1_epi8(0x30))),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                                        _mm256_and_si256(hh, _mm256_set1_epi8(0x30))),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                        _mm256_and_si256(_mm256_srli_epi16(hh, 2), _mm256_set1_epi8(0x30)))};
+        __m256i scl[4] = {_mm256_shuffle_epi8(sc, bcast16(8)), _mm256_shuffle_epi8(sc, bcast16(9)),
+                          _mm256_shuffle_epi8(sc, bcast16(10)), _mm256_shuffle_epi8(sc, bcast16(11))};
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+            const __m256i *x = (const __m256i *)(xb[t]->q + 128 * h);
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[0], _mm256_loadu_si256(x)), scl[0]);
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[1], _mm256_loadu_si256(x + 1)), scl[1]);
+            __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[2], _mm256_loadu_si256(x + 2)), scl[2]);
+            __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[3], _mm256_loadu_si256(x + 3)), scl[3]);
+            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
     }
+    for (int t = 0; t < NT; t++) {
+        __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
+        v[t] = _mm256_sub_epi32(s[t], _mm256_slli_epi32(off, 5));
+    }
+}
+
+/* 8 rows' super-block b against nt (≤ TT) tokens */
+static inline __attribute__((always_inline)) void rows8(const uint8_t *const *w, WType wt, const XBlock *const *xb,
+                                                        const int NT, __m256i (*v)[TT], __m256i (*mv)[TT]) {
+    if (wt == WT_Q6_K)
+        for (int k = 0; k < 8; k++) row_q6(w[k], xb, NT, v[k]);
+    else if (wt == WT_Q5_K)
+        for (int k = 0; k < 8; k++) row_q45(w[k], 1, xb, NT, v[k], mv[k]);
+    else
+        for (int k = 0; k < 8; k++) row_q45(w[k], 0, xb, NT, v[k], mv[k]);
 }
 
 static void qk_groups(void *ctx, int begin, int end) {
@@ -226,27 +256,38 @@ static void qk_groups(void *ctx, int begin, int end) {
         for (int t0 = 0; t0 < j->n; t0 += TT) {
             int nt = j->n - t0 < TT ? j->n - t0 : TT;
             __m256 acc[TT];
-            __m256i v[TT][8], mv[TT][8];
             for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
             for (int b = 0; b < j->nb; b++) {
                 const uint8_t *w[8];
                 const XBlock *xb[TT];
+                __m256i v[8][TT], mv[8][TT];
                 for (int k = 0; k < 8; k++) w[k] = row[k] + b * bb;
                 for (int t = 0; t < nt; t++) xb[t] = j->xb + (size_t)(t0 + t) * j->nb + b;
-                if (j->wt == WT_Q6_K) {
-                    dot_q6(w, xb, nt, v);
-                    __m256 d = f16x8(w, 208);
-                    for (int t = 0; t < nt; t++)
-                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)),
-                                                 _mm256_cvtepi32_ps(reduce8(v[t])), acc[t]);
-                } else {
-                    dot_q45(w, j->wt == WT_Q5_K, xb, nt, v, mv);
-                    __m256 d = f16x8(w, 0), dm = f16x8(w, 2), sign = _mm256_set1_ps(-0.0f);
-                    for (int t = 0; t < nt; t++) {
-                        __m256 dx = _mm256_set1_ps(xb[t]->d);
-                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce8(v[t])), acc[t]);
-                        acc[t] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dm, dx), sign),
-                                                 _mm256_cvtepi32_ps(reduce8(mv[t])), acc[t]);
+                switch (nt) {
+                case 1:
+                    rows8(w, j->wt, xb, 1, v, mv);
+                    break;
+                case 2:
+                    rows8(w, j->wt, xb, 2, v, mv);
+                    break;
+                case 3:
+                    rows8(w, j->wt, xb, 3, v, mv);
+                    break;
+                default:
+                    rows8(w, j->wt, xb, 4, v, mv);
+                    break;
+                }
+                __m256 d = f16x8(w, j->wt == WT_Q6_K ? 208 : 0);
+                __m256 dm = j->wt == WT_Q6_K ? d : f16x8(w, 2);
+                for (int t = 0; t < nt; t++) {
+                    __m256i s[8];
+                    for (int k = 0; k < 8; k++) s[k] = v[k][t];
+                    __m256 dx = _mm256_set1_ps(xb[t]->d);
+                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce8(s)), acc[t]);
+                    if (j->wt != WT_Q6_K) {
+                        for (int k = 0; k < 8; k++) s[k] = mv[k][t];
+                        acc[t] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(-0.0f)),
+                                                 _mm256_cvtepi32_ps(reduce8(s)), acc[t]);
                     }
                 }
             }
