@@ -35,6 +35,41 @@ static void quantize_x(XBlock *xb, const float *x, int cols) {
     for (int b = 0; b * QK_K < cols; b++, xb++) {
         int m = cols - b * QK_K < QK_K ? cols - b * QK_K : QK_K;
         const float *v = x + (size_t)b * QK_K;
+#ifdef QK_AVX2
+        _Alignas(32) float pad[QK_K];
+        if (m < QK_K) { /* the short last block: zeros past cols, as the rule says */
+            memset(pad, 0, sizeof pad);
+            memcpy(pad, v, sizeof(float) * m);
+            v = pad;
+        }
+        const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 mx = _mm256_setzero_ps();
+        for (int i = 0; i < QK_K; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(v + i), abs));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))); /* max is exact in any order */
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0;
+        const __m256 vid = _mm256_set1_ps(id), hi = _mm256_set1_ps(127), lo = _mm256_set1_ps(-127);
+        for (int i = 0; i < QK_K; i += 32) {
+            __m256 f[4];
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                f[k] = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i + 8 * k), vid),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                f[k] = _mm256_min_ps(_mm256_max_ps(f[k], lo), hi);
+                q[k] = _mm256_cvtps_epi32(f[k]);
+            }
+            __m256i b8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            b8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(xb->q + i), b8);
+            for (int k = 0; k < 2; k++) { /* sums of 16 small integers: exact as floats */
+                __m256 s8 = _mm256_add_ps(f[2 * k], f[2 * k + 1]);
+                __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+                s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+                xb->bs[i / 16 + k] = (int16_t)_mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+            }
+        }
+#else
         float amax = 0;
         for (int i = 0; i < m; i++) amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
         float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0;
@@ -47,6 +82,7 @@ static void quantize_x(XBlock *xb, const float *x, int cols) {
             for (int i = 0; i < 16; i++) s += xb->q[16 * j + i];
             xb->bs[j] = (int16_t)s;
         }
+#endif
         xb->d = d;
     }
 }
@@ -109,7 +145,7 @@ typedef struct {
     const XBlock *xb;
     const QIndex *w;
     WType wt;
-    int n, nb, rows;
+    int n, nb, rows, cols;
     size_t row_bytes;
 } QkJob;
 
@@ -162,7 +198,7 @@ static inline __m256i bit_to_16(__m256i hb, int p) {
 
 /* one row's super-block (Q4_K / Q5_K) against NT tokens: the lane vectors of
    Σ sc_j Σ q·qx (v) and Σ m_j Σ qx (mv). Inlined per NT so the sums stay in registers. */
-static inline __attribute__((always_inline)) void row_q45(const uint8_t *b, int q5, const XBlock *const *xb,
+static inline __attribute__((always_inline)) void row_q45(const uint8_t *b, int q5, int nc, const XBlock *const *xb,
                                                           const int NT, __m256i *v, __m256i *mv) {
     const __m256i low = _mm256_set1_epi8(0xF);
     __m128i sm = scales_k4(b + 4);
@@ -191,22 +227,22 @@ static inline __attribute__((always_inline)) void row_q45(const uint8_t *b, int 
         }                                                                                                              \
     } while (0)
     CHUNK(0);
-    CHUNK(1);
-    CHUNK(2);
-    CHUNK(3);
+    if (nc > 1) CHUNK(1);
+    if (nc > 2) CHUNK(2);
+    if (nc > 3) CHUNK(3);
 #undef CHUNK
     for (int t = 0; t < NT; t++)
         v[t] = s[t], mv[t] = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
 }
 
 /* one row's Q6_K super-block against NT tokens: Σ sc_j Σ (q+32)·qx − 32 Σ sc_j Σ qx in lanes */
-static inline __attribute__((always_inline)) void row_q6(const uint8_t *b, const XBlock *const *xb, const int NT,
-                                                         __m256i *v) {
+static inline __attribute__((always_inline)) void row_q6(const uint8_t *b, int nv, const XBlock *const *xb,
+                                                         const int NT, __m256i *v) {
     const __m256i low = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
     __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
     __m256i s[4];
     for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < 2 && nv > 4 * h; h++) {
         const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
         __m256i sc = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
         __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -224,9 +260,12 @@ static inline __attribute__((always_inline)) void row_q6(const uint8_t *b, const
             const __m256i *x = (const __m256i *)(xb[t]->q + 128 * h);
             __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[0], _mm256_loadu_si256(x)), scl[0]);
             __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[1], _mm256_loadu_si256(x + 1)), scl[1]);
-            __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[2], _mm256_loadu_si256(x + 2)), scl[2]);
-            __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[3], _mm256_loadu_si256(x + 3)), scl[3]);
-            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(p0, p1));
+            if (nv - 4 * h > 2) {
+                __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[2], _mm256_loadu_si256(x + 2)), scl[2]);
+                __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[3], _mm256_loadu_si256(x + 3)), scl[3]);
+                s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(p2, p3));
+            }
         }
     }
     for (int t = 0; t < NT; t++) {
@@ -235,15 +274,17 @@ static inline __attribute__((always_inline)) void row_q6(const uint8_t *b, const
     }
 }
 
-/* 8 rows' super-block b against nt (≤ TT) tokens */
-static inline __attribute__((always_inline)) void rows8(const uint8_t *const *w, WType wt, const XBlock *const *xb,
-                                                        const int NT, __m256i (*v)[TT], __m256i (*mv)[TT]) {
+/* 8 rows' super-block against NT tokens, x's first `valid` elements (the rest are 0, so
+   leaving their products out changes no sum) */
+static inline __attribute__((always_inline)) void rows8(const uint8_t *const *w, WType wt, int valid,
+                                                        const XBlock *const *xb, const int NT, __m256i (*v)[TT],
+                                                        __m256i (*mv)[TT]) {
     if (wt == WT_Q6_K)
-        for (int k = 0; k < 8; k++) row_q6(w[k], xb, NT, v[k]);
+        for (int k = 0; k < 8; k++) row_q6(w[k], (valid + 31) / 32, xb, NT, v[k]);
     else if (wt == WT_Q5_K)
-        for (int k = 0; k < 8; k++) row_q45(w[k], 1, xb, NT, v[k], mv[k]);
+        for (int k = 0; k < 8; k++) row_q45(w[k], 1, (valid + 63) / 64, xb, NT, v[k], mv[k]);
     else
-        for (int k = 0; k < 8; k++) row_q45(w[k], 0, xb, NT, v[k], mv[k]);
+        for (int k = 0; k < 8; k++) row_q45(w[k], 0, (valid + 63) / 64, xb, NT, v[k], mv[k]);
 }
 
 static void qk_groups(void *ctx, int begin, int end) {
@@ -262,19 +303,20 @@ static void qk_groups(void *ctx, int begin, int end) {
                 const XBlock *xb[TT];
                 __m256i v[8][TT], mv[8][TT];
                 for (int k = 0; k < 8; k++) w[k] = row[k] + b * bb;
+                int valid = j->cols - b * QK_K < QK_K ? j->cols - b * QK_K : QK_K;
                 for (int t = 0; t < nt; t++) xb[t] = j->xb + (size_t)(t0 + t) * j->nb + b;
                 switch (nt) {
                 case 1:
-                    rows8(w, j->wt, xb, 1, v, mv);
+                    rows8(w, j->wt, valid, xb, 1, v, mv);
                     break;
                 case 2:
-                    rows8(w, j->wt, xb, 2, v, mv);
+                    rows8(w, j->wt, valid, xb, 2, v, mv);
                     break;
                 case 3:
-                    rows8(w, j->wt, xb, 3, v, mv);
+                    rows8(w, j->wt, valid, xb, 3, v, mv);
                     break;
                 default:
-                    rows8(w, j->wt, xb, 4, v, mv);
+                    rows8(w, j->wt, valid, xb, 4, v, mv);
                     break;
                 }
                 __m256 d = f16x8(w, j->wt == WT_Q6_K ? 208 : 0);
@@ -293,9 +335,12 @@ static void qk_groups(void *ctx, int begin, int end) {
             }
             int nr = j->rows - r0 < GROUP ? j->rows - r0 : GROUP;
             for (int t = 0; t < nt; t++) {
-                float o[8];
-                _mm256_storeu_ps(o, acc[t]);
-                memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, o, sizeof(float) * nr);
+                float *y = j->y + (size_t)(t0 + t) * j->rows + r0, o[8];
+                if (nr == GROUP) _mm256_storeu_ps(y, acc[t]);
+                else {
+                    _mm256_storeu_ps(o, acc[t]);
+                    for (int k = 0; k < nr; k++) y[k] = o[k];
+                }
             }
         }
     }
@@ -319,7 +364,7 @@ void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int c
     XBlock *xb = need <= sizeof stack ? stack : aligned_alloc(64, need);
     if (!xb) abort(); /* nowhere to report it: the kernels have no error path */
     for (int t = 0; t < n; t++) quantize_x(xb + (size_t)t * nb, x + (size_t)t * cols, cols);
-    QkJob j = {y, xb, w, wt, n, nb, rows, q_row_bytes(wt, cols)};
+    QkJob j = {y, xb, w, wt, n, nb, rows, cols, q_row_bytes(wt, cols)};
     /* below ~128K multiply-adds per thread the hand-off costs more than it saves */
     size_t per_row = (size_t)nb * QK_K * n;
     pool_run(qk_groups, &j, rows, GROUP, 1 + (int)(131072 / per_row));
