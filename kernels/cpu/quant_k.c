@@ -20,8 +20,9 @@
 #define QK_AVX2 1
 #endif
 
-#define GROUP 8 /* rows per lane vector */
-#define TT 4    /* tokens per tile: their sums stay in registers */
+#define GROUP 8    /* rows per lane vector */
+#define PREFETCH 1 /* groups ahead */
+#define TT 4       /* tokens per tile: their sums stay in registers */
 
 /* one super-block of x: q, sums of q per 16, scale */
 typedef struct {
@@ -294,6 +295,12 @@ static void qk_groups(void *ctx, int begin, int end) {
         const uint8_t *row[8];
         for (int k = 0; k < 8; k++) /* a short group repeats its last row in the spare lanes */
             row[k] = q_row(j->w, j->row_bytes, r0 + k < j->rows ? r0 + k : j->rows - 1);
+        /* the rows PREFETCH groups on, fetched a block at a time as this group reads its own:
+           8 interleaved row streams defeat the hardware prefetcher */
+        const uint8_t *ahead[8];
+        int na = 0;
+        for (int k = 0; k < 8 && r0 + PREFETCH * GROUP + k < j->rows; k++)
+            ahead[na++] = q_row(j->w, j->row_bytes, r0 + PREFETCH * GROUP + k);
         for (int t0 = 0; t0 < j->n; t0 += TT) {
             int nt = j->n - t0 < TT ? j->n - t0 : TT;
             __m256 acc[TT];
@@ -304,6 +311,10 @@ static void qk_groups(void *ctx, int begin, int end) {
                 __m256i v[8][TT], mv[8][TT];
                 for (int k = 0; k < 8; k++) w[k] = row[k] + b * bb;
                 int valid = j->cols - b * QK_K < QK_K ? j->cols - b * QK_K : QK_K;
+                if (t0 == 0)
+                    for (int k = 0; k < na; k++)
+                        for (size_t o = 0; o < bb; o += 64)
+                            _mm_prefetch((const char *)ahead[k] + b * bb + o, _MM_HINT_T0);
                 for (int t = 0; t < nt; t++) xb[t] = j->xb + (size_t)(t0 + t) * j->nb + b;
                 switch (nt) {
                 case 1:
