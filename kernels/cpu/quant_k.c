@@ -4,10 +4,10 @@
    x is quantized once per call, per 256 elements, on the caller's thread; its per-16
    sums of q serve the minima terms (and Q6_K's −32 offset). Rows go to the pool in
    groups of 8; a group's blocks are read from memory once and stay in L1 while every
-   token of the call (in tiles of TT) takes them, so n tokens cost little more than one.
-   The AVX2 path keeps 8 rows' fmaf chains in the lanes of one vector: each row's
-   integer sums are exact (maddubs pairs stay below 2·63·127 < 32767), reduced across a
-   row by integer adds, so the order never shows. */
+   token of the call (in tiles of TT) takes them. The AVX2 path keeps 8 rows' fmaf
+   chains in the lanes of one vector: each row's integer sums are exact (maddubs pairs
+   stay within 2·63·127 < 32767; Q6_K takes q + 32 and subtracts 32·Σ sc·Σqx), reduced
+   across a row by integer adds, so their order never shows. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
