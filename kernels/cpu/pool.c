@@ -64,6 +64,8 @@ static void pool_stop(void) {
     pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
     for (int i = 1; i < P.n; i++) pthread_join(P.tid[i], NULL);
+    /* new workers start at seen = 0: a stale count would run the last call again */
+    atomic_store(&P.gen, 0);
     atomic_store(&P.quit, 0);
     P.n = 1;
 }
