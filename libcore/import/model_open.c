@@ -78,7 +78,7 @@ int model_load_imported(Model *m, Checkpoint *ck, const char *path) {
         return pd_error("%s: cannot make a file to import into (%s): %s", path, tmp, strerror(errno));
     }
     close(fd);
-    int rc = ck_write_model(ck, tmp, DT_F32); /* renames its own temporary over tmp */
+    int rc = ck_write_model(ck, tmp, DT_KEEP); /* as convert does: block types stay; renames over tmp */
     ck_free(ck);
     fd = rc ? -1 : open(tmp, O_RDWR | O_CLOEXEC); /* writable: punch_packed cuts holes */
     unlink(tmp); /* from here on a crash leaves nothing: the open descriptor holds the file */

@@ -235,20 +235,23 @@ static int load_biases(Model *m, int l, Layer *L) {
     return load_vec(m, name, kvd, &L->bv);
 }
 
-/* q|k|v and gate|up are each one matrix product of one type (kernels/backend.h's k_pack):
-   a file mixing types there (llama.cpp's Q4_K_M keeps v_proj in Q6_K in some layers) is
-   refused by name rather than multiplied in pieces */
-static int same_type(const Model *m, int l, const WType *t, int n, const char *names) {
-    int same = 1;
-    for (int i = 1; i < n; i++) same &= t[i] == t[0];
-    if (same) return 0;
+/* q|k|v and gate|up are each one matrix product (kernels/backend.h's k_pack): of one
+   float type, or of block types that may differ (llama.cpp's Q4_K_M keeps v_proj in Q6_K
+   in some layers: k_pack_blocks); a float mixed with another type is refused by name */
+static int stackable(const Model *m, int l, const Mat *const *w, int n, const char *names) {
+    int same = 1, blocks = 1, short_enough = 1;
+    for (int i = 0; i < n; i++) {
+        same &= w[i]->t == w[0]->t;
+        blocks &= k_wtype_quant(w[i]->t);
+        short_enough &= w[i]->rows <= K_MIXED_MAX_ROWS;
+    }
+    if (same || (blocks && short_enough)) return 0;
     char types[64] = "";
     for (int i = 0; i < n; i++)
-        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", i ? ", " : "",
-                 dtype_name(dtype_of(t[i])));
-    return pd_error("%s: layer %d: %s are %s: paradec multiplies them as one matrix, so they must share a type "
-                    "(convert --dtype gives them one)",
-                    m->tf.path, l, names, types);
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", i ? ", " : "", mat_type_name(w[i]));
+    return pd_error("%s: layer %d: %s are %s: paradec multiplies them as one matrix, so they must share a type or all "
+                    "be block types (of at most %d rows each); convert --dtype gives them one",
+                    m->tf.path, l, names, types, K_MIXED_MAX_ROWS);
 }
 
 static int load_layers(Model *m) {
@@ -268,8 +271,8 @@ static int load_layers(Model *m) {
             load_mat(m, NM(8), c->dim, c->hidden_dim, &L->w2))
             return -1;
 #undef NM
-        WType qkv[3] = {L->wq.t, L->wk.t, L->wv.t}, gu[2] = {L->w1.t, L->w3.t};
-        if (same_type(m, l, qkv, 3, "q_proj, k_proj, v_proj") || same_type(m, l, gu, 2, "gate_proj, up_proj"))
+        const Mat *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w1, &L->w3};
+        if (stackable(m, l, qkv, 3, "q_proj, k_proj, v_proj") || stackable(m, l, gu, 2, "gate_proj, up_proj"))
             return -1;
         if (c->qkv_bias && load_biases(m, l, L)) return -1;
     }
@@ -368,11 +371,6 @@ static int pack_weights(Model *m, int drop, size_t page) {
         int rows[3];
         pack_shape(&list[i], &s, src, rows);
         total += (k_packed_bytes(s.t, s.rows, s.cols) + 63) & ~(size_t)63;
-        for (int k = 1; k < 3 && list[i].src[k]; k++)
-            if (list[i].src[k]->t != s.t) {
-                free(list);
-                return pd_error("%s: q/k/v (or gate/up) weights of one layer must share a dtype", m->tf.path);
-            }
     }
     int rc = arena_init(&m->packed, total) ? pd_error_prefix(m->tf.path) : 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -385,7 +383,10 @@ static int pack_weights(Model *m, int drop, size_t page) {
             rc = -1;
             break;
         }
-        k_pack(dst, s.t, s.cols, n_src, src, rows);
+        WType types[3] = {s.t, s.t, s.t};
+        for (int k = 1; k < n_src; k++) types[k] = list[i].src[k]->t;
+        if (k_wtype_quant(s.t)) k_pack_blocks(dst, s.cols, n_src, src, rows, types);
+        else k_pack(dst, s.t, s.cols, n_src, src, rows);
         for (int k = 0; k < n_src && drop; k++) drop_mat(list[i].src[k], page);
         *list[i].dst = (Mat){s.t, n_src == 1 ? s.w : NULL, dst, s.rows, s.cols};
     }
