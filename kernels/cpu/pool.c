@@ -15,6 +15,7 @@ static struct {
     int n; /* threads including the caller */
     pthread_t tid[MAX_THREADS];
     atomic_int gen, done, quit;
+    int start_gen; /* gen when the workers were made: a new worker must not rerun an old call */
     PoolFn fn;
     void *ctx;
     int items, align;
@@ -34,7 +35,7 @@ static void chunk(int id, int nthreads, int *b, int *e) {
 }
 
 static void *worker(void *arg) {
-    int id = (int)(long)arg, seen = 0;
+    int id = (int)(long)arg, seen = P.start_gen;
     for (;;) {
         int g, spins = 0;
         while ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen) {
@@ -74,6 +75,7 @@ int k_init(int n_threads) {
     if (n_threads == P.n) return 0;
     pool_stop();
     P.n = n_threads;
+    P.start_gen = atomic_load(&P.gen);
     for (int i = 1; i < n_threads; i++)
         if (pthread_create(&P.tid[i], NULL, worker, (void *)(long)i)) {
             P.n = i;
