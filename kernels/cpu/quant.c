@@ -18,8 +18,11 @@
 #include "quant.h"
 
 #define GROUP 8  /* rows a group (and a vector) holds */
-#define CHUNK 64 /* blocks unpacked at a time: 8 rows × 64 blocks × 32 bytes = 16 KiB */
+#define CHUNK 32 /* blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
 #define STACK_BYTES 32768
+#ifndef AHEAD
+#define AHEAD 1
+#endif
 
 static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : Q4_1_BYTES; }
 
@@ -63,70 +66,132 @@ typedef struct {
 } Job;
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-/* 8 rows' int32 vectors → one vector whose lane i is the sum of s[i]'s lanes */
-static inline __m256i reduce8(const __m256i s[GROUP]) {
-    __m256i a = _mm256_hadd_epi32(s[0], s[1]), b = _mm256_hadd_epi32(s[2], s[3]);
-    __m256i c = _mm256_hadd_epi32(s[4], s[5]), d = _mm256_hadd_epi32(s[6], s[7]);
-    a = _mm256_hadd_epi32(a, b), c = _mm256_hadd_epi32(c, d); /* [r0..r3 | r0..r3] halves, [r4..r7 | ...] */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
+#define INLINE static inline __attribute__((always_inline))
+/* 16 bytes at each of the 8 rows' o (4 quads) → q[k] = quad k of rows 0..7: rows i and
+   i + 4 share a vector, then a 4 × 4 transpose of dwords in each half */
+INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
+    __m256i v[4];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) v[i] =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk[i] + o))),
+                                _mm_loadu_si128((const __m128i *)(blk[i + 4] + o)), 1);
+    __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    q[0] = _mm256_unpacklo_epi64(t0, t2), q[1] = _mm256_unpackhi_epi64(t0, t2);
+    q[2] = _mm256_unpacklo_epi64(t1, t3), q[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-/* one group of 8 rows (pointers p; a short group repeats its last row) for every token */
-static void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /* [n][GROUP] */) {
-    _Alignas(32) uint8_t U[CHUNK][GROUP][QK];
-    _Alignas(32) float D[CHUNK][GROUP], M[CHUNK][GROUP];
-    const size_t bb = block_bytes(j->wt);
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
-    for (int t = 0; t < j->n; t++) _mm256_storeu_ps(acc + (size_t)t * GROUP, _mm256_setzero_ps());
+/* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
+   rows 0..7 (Q4: the nibbles as bytes); the scales as floats */
+INLINE void unpack(__m256i w[8], __m256 *d, __m256 *m, const uint8_t *const blk[GROUP], const WType wt) {
+    __m128i hd = _mm_setzero_si128(), hm = hd; /* inserts: 8 small stores read back whole would stall forwarding */
+#define SCALES(i)                                                                                                      \
+    hd = _mm_insert_epi16(hd, *(const uint16_t *)blk[i], i);                                                           \
+    if (wt == WT_Q4_1) hm = _mm_insert_epi16(hm, *(const uint16_t *)(blk[i] + 2), i);
+    SCALES(0)
+    SCALES(1)
+    SCALES(2) SCALES(3) SCALES(4) SCALES(5) SCALES(6) SCALES(7)
+#undef SCALES
+        *d = _mm256_cvtph_ps(hd);
+    if (wt == WT_Q4_1) *m = _mm256_cvtph_ps(hm);
+    if (wt == WT_Q8_0) {
+        quads4(w, blk, 2), quads4(w + 4, blk, 18);
+    } else {
+        const __m256i low = _mm256_set1_epi8(0x0f);
+        quads4(w, blk, wt == WT_Q4_1 ? 4 : 2);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) w[k + 4] =
+            _mm256_and_si256(_mm256_srli_epi16(w[k], 4), low),
+                                                                  w[k] = _mm256_and_si256(w[k], low);
+    }
+}
+
+/* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
+   multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
+   quads stay exact, ≤ 8·2·15·127) */
+INLINE __m256 step(__m256 acc, const __m256i w[8], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si, float sf,
+                   const WType wt) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i sum;
+    if (wt == WT_Q8_0) {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+            int32_t q0, q1;
+            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
+            __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(w[k]), _mm256_sign_epi8(_mm256_set1_epi32(q0), w[k]));
+            __m256i p1 =
+                _mm256_maddubs_epi16(_mm256_abs_epi8(w[k + 1]), _mm256_sign_epi8(_mm256_set1_epi32(q1), w[k + 1]));
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones)),
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+        }
+        sum = _mm256_add_epi32(s0, s1);
+    } else {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+            int32_t q0, q1;
+            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(q0)));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(w[k + 1], _mm256_set1_epi32(q1)));
+        }
+        sum = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+        if (wt == WT_Q4_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * si));
+    }
+    __m256 vdx = _mm256_set1_ps(dx);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(sum), acc);
+    if (wt == WT_Q4_1) acc = _mm256_fmadd_ps(_mm256_mul_ps(m, vdx), _mm256_set1_ps(sf), acc);
+    return acc;
+}
+
+/* One group of 8 rows (pointers p; a short group repeats its last row) for every token.
+   One token takes each block as it is unpacked; more take a chunk of blocks unpacked
+   once into panels that stay in L1, two tokens at a time (two chains in flight). */
+INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /* [n][GROUP] */, const WType wt) {
+    const size_t bb = block_bytes(wt);
+    const QX *x = &j->x;
+    if (j->n == 1) {
+        __m256 a = _mm256_setzero_ps();
+        for (int b = 0; b < j->nb; b++) {
+            const uint8_t *blk[GROUP];
+            _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
+            __m256i w[8];
+            __m256 d, m = _mm256_setzero_ps();
+            unpack(w, &d, &m, blk, wt);
+            a = step(a, w, d, m, x->q + (size_t)b * QK, x->d[b], x->si[b], x->sf[b], wt);
+        }
+        _mm256_storeu_ps(acc, a);
+        return;
+    }
+    _Alignas(32) __m256i U[CHUNK][8];
+    _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
         for (int b = 0; b < nc; b++) {
-            _Alignas(16) uint16_t hd[GROUP], hm[GROUP];
-            for (int i = 0; i < GROUP; i++) {
-                const uint8_t *blk = p[i] + (size_t)(c0 + b) * bb;
-                memcpy(&hd[i], blk, 2);
-                if (j->wt == WT_Q8_0) {
-                    _mm256_store_si256((__m256i *)U[b][i], _mm256_loadu_si256((const __m256i *)(blk + 2)));
-                } else {
-                    const uint8_t *qs = blk + (j->wt == WT_Q4_1 ? 4 : 2);
-                    if (j->wt == WT_Q4_1) memcpy(&hm[i], blk + 2, 2);
-                    __m128i q = _mm_loadu_si128((const __m128i *)qs);
-                    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-                    _mm256_store_si256((__m256i *)U[b][i], _mm256_and_si256(v, low));
-                }
-            }
-            _mm256_store_ps(D[b], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd)));
-            if (j->wt == WT_Q4_1) _mm256_store_ps(M[b], _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hm)));
+            const uint8_t *blk[GROUP];
+            _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)(c0 + b) * bb;
+            M[b] = _mm256_setzero_ps();
+            unpack(U[b], &D[b], &M[b], blk, wt);
         }
-        for (int t = 0; t < j->n; t++) {
-            size_t xo = (size_t)t * j->nb + c0;
-            const int8_t *xq = j->x.q + xo * QK;
-            const float *dx = j->x.d + xo, *sf = j->x.sf + xo;
-            const int32_t *si = j->x.si + xo;
-            __m256 a = _mm256_loadu_ps(acc + (size_t)t * GROUP);
+        int t = 0;
+        for (; t + 1 < j->n; t += 2) {
+            size_t o0 = (size_t)t * j->nb + c0, o1 = o0 + j->nb;
+            __m256 a0 = c0 ? _mm256_loadu_ps(acc + (size_t)t * GROUP) : _mm256_setzero_ps();
+            __m256 a1 = c0 ? _mm256_loadu_ps(acc + (size_t)(t + 1) * GROUP) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)b * QK)), s[GROUP];
-                if (j->wt == WT_Q8_0)
-                    for (int i = 0; i < GROUP; i++) {
-                        __m256i w = _mm256_load_si256((const __m256i *)U[b][i]);
-                        s[i] =
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)), ones);
-                    }
-                else
-                    for (int i = 0; i < GROUP; i++)
-                        s[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)U[b][i]), xv),
-                                                 ones);
-                __m256i sum = reduce8(s);
-                if (j->wt == WT_Q4_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * si[b]));
-                __m256 d = _mm256_set1_ps(dx[b]);
-                a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(D[b]), d), _mm256_cvtepi32_ps(sum), a);
-                if (j->wt == WT_Q4_1)
-                    a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(M[b]), d), _mm256_set1_ps(sf[b]), a);
+                a0 = step(a0, U[b], D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b], x->sf[o0 + b], wt);
+                a1 = step(a1, U[b], D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b], x->sf[o1 + b], wt);
             }
-            _mm256_storeu_ps(acc + (size_t)t * GROUP, a);
+            _mm256_storeu_ps(acc + (size_t)t * GROUP, a0), _mm256_storeu_ps(acc + (size_t)(t + 1) * GROUP, a1);
+        }
+        if (t < j->n) {
+            size_t o0 = (size_t)t * j->nb + c0;
+            __m256 a0 = c0 ? _mm256_loadu_ps(acc + (size_t)t * GROUP) : _mm256_setzero_ps();
+            for (int b = 0; b < nc; b++)
+                a0 = step(a0, U[b], D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b], x->sf[o0 + b], wt);
+            _mm256_storeu_ps(acc + (size_t)t * GROUP, a0);
         }
     }
 }
+static void group_q8_0(const Job *j, const uint8_t *const p[GROUP], float *acc) { group_avx2(j, p, acc, WT_Q8_0); }
+static void group_q4_0(const Job *j, const uint8_t *const p[GROUP], float *acc) { group_avx2(j, p, acc, WT_Q4_0); }
+static void group_q4_1(const Job *j, const uint8_t *const p[GROUP], float *acc) { group_avx2(j, p, acc, WT_Q4_1); }
 #else
 /* the spec: each output one fmaf chain over its row's blocks in order */
 static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc /* [n][GROUP] */) {
@@ -166,8 +231,16 @@ static void matmul_rows(void *ctx, int begin, int end) {
         int nr = end - r0 < GROUP ? end - r0 : GROUP;
         const uint8_t *p[GROUP];
         for (int i = 0; i < GROUP; i++) p[i] = q_row(j->w, j->row_bytes, r0 + (i < nr ? i : nr - 1));
+        /* a group reads 8 rows side by side: 8 streams, too many for the hardware's
+           prefetcher to run ahead of; ask for the rows AHEAD groups on, whole */
+        for (int r = r0 + AHEAD * GROUP; r < r0 + (AHEAD + 1) * GROUP && r < end; r++) {
+            const char *q = (const char *)q_row(j->w, j->row_bytes, r);
+            for (size_t o = 0; o < j->row_bytes; o += 64) _mm_prefetch(q + o, _MM_HINT_T0);
+        }
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-        group_avx2(j, p, acc);
+        if (j->wt == WT_Q8_0) group_q8_0(j, p, acc);
+        else if (j->wt == WT_Q4_0) group_q4_0(j, p, acc);
+        else group_q4_1(j, p, acc);
 #else
         group_scalar(j, p, acc);
 #endif
