@@ -82,19 +82,21 @@ INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
 
 /* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
    rows 0..7 (Q4: the nibbles as bytes); the scales as floats */
-INLINE void unpack(__m256i w[8], __m256 *d, __m256 *m, const uint8_t *const blk[GROUP], const WType wt) {
+INLINE void unpack(__m256i w[16], __m256 *d, __m256 *m, const uint8_t *const blk[GROUP], const WType wt) {
     __m128i hd = _mm_setzero_si128(), hm = hd; /* inserts: 8 small stores read back whole would stall forwarding */
 #define SCALES(i)                                                                                                      \
     hd = _mm_insert_epi16(hd, *(const uint16_t *)blk[i], i);                                                           \
     if (wt == WT_Q4_1) hm = _mm_insert_epi16(hm, *(const uint16_t *)(blk[i] + 2), i);
     SCALES(0)
     SCALES(1)
-    SCALES(2) SCALES(3) SCALES(4) SCALES(5) SCALES(6) SCALES(7)
+    SCALES(2)
+    SCALES(3) SCALES(4) SCALES(5) SCALES(6) SCALES(7)
 #undef SCALES
         *d = _mm256_cvtph_ps(hd);
     if (wt == WT_Q4_1) *m = _mm256_cvtph_ps(hm);
     if (wt == WT_Q8_0) {
         quads4(w, blk, 2), quads4(w + 4, blk, 18);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k + 8] = _mm256_abs_epi8(w[k]);
     } else {
         const __m256i low = _mm256_set1_epi8(0x0f);
         quads4(w, blk, wt == WT_Q4_1 ? 4 : 2);
@@ -107,8 +109,8 @@ INLINE void unpack(__m256i w[8], __m256 *d, __m256 *m, const uint8_t *const blk[
 /* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
    multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
    quads stay exact, ≤ 8·2·15·127) */
-INLINE __m256 step(__m256 acc, const __m256i w[8], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si, float sf,
-                   const WType wt) {
+INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si,
+                   float sf, const WType wt) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum;
     if (wt == WT_Q8_0) {
@@ -116,9 +118,8 @@ INLINE __m256 step(__m256 acc, const __m256i w[8], __m256 d, __m256 m, const int
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
             int32_t q0, q1;
             memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
-            __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(w[k]), _mm256_sign_epi8(_mm256_set1_epi32(q0), w[k]));
-            __m256i p1 =
-                _mm256_maddubs_epi16(_mm256_abs_epi8(w[k + 1]), _mm256_sign_epi8(_mm256_set1_epi32(q1), w[k + 1]));
+            __m256i p0 = _mm256_maddubs_epi16(w[k + 8], _mm256_sign_epi8(_mm256_set1_epi32(q0), w[k]));
+            __m256i p1 = _mm256_maddubs_epi16(w[k + 9], _mm256_sign_epi8(_mm256_set1_epi32(q1), w[k + 1]));
             s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones)),
             s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
         }
@@ -151,7 +152,7 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
         for (int b = 0; b < j->nb; b++) {
             const uint8_t *blk[GROUP];
             _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
-            __m256i w[8];
+            __m256i w[16];
             __m256 d, m = _mm256_setzero_ps();
             unpack(w, &d, &m, blk, wt);
             a = step(a, w, d, m, x->q + (size_t)b * QK, x->d[b], x->si[b], x->sf[b], wt);
@@ -159,7 +160,7 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
         _mm256_storeu_ps(acc, a);
         return;
     }
-    _Alignas(32) __m256i U[CHUNK][8];
+    _Alignas(32) __m256i U[CHUNK][16]; /* Q8_0: w, then |w| */
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
