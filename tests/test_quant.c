@@ -214,6 +214,7 @@ int main(void) {
                 run_case(types[ti], nr, cols[c], n, n_src);
             }
     for (int n = 1; n <= 13; n++) run_case(types[n % 3], 17, 172, n, 3); /* every n */
+    for (int ti = 0; ti < 3; ti++) run_case(types[ti], 9, 1600, 70, 2);  /* tokens past a tile of 64 */
     k_init(1);
     return check_done("quant");
 }

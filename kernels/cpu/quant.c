@@ -20,9 +20,7 @@
 #define GROUP 8  /* rows a group (and a vector) holds */
 #define CHUNK 32 /* blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
 #define STACK_BYTES 32768
-#ifndef AHEAD
-#define AHEAD 1
-#endif
+#define TILE 64 /* tokens a group's blocks take at a time */
 
 static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : Q4_1_BYTES; }
 
@@ -90,7 +88,8 @@ INLINE void unpack(__m256i w[16], __m256 *d, __m256 *m, const uint8_t *const blk
     SCALES(0)
     SCALES(1)
     SCALES(2)
-    SCALES(3) SCALES(4) SCALES(5) SCALES(6) SCALES(7)
+    SCALES(3)
+    SCALES(4) SCALES(5) SCALES(6) SCALES(7)
 #undef SCALES
         *d = _mm256_cvtph_ps(hd);
     if (wt == WT_Q4_1) *m = _mm256_cvtph_ps(hm);
@@ -144,10 +143,12 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
 /* One group of 8 rows (pointers p; a short group repeats its last row) for every token.
    One token takes each block as it is unpacked; more take a chunk of blocks unpacked
    once into panels that stay in L1, two tokens at a time (two chains in flight). */
-INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /* [n][GROUP] */, const WType wt) {
+INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /* [nt][GROUP] */, int t0, int nt,
+                       const WType wt) {
     const size_t bb = block_bytes(wt);
     const QX *x = &j->x;
-    if (j->n == 1) {
+    if (nt == 1) {
+        size_t o = (size_t)t0 * j->nb;
         __m256 a = _mm256_setzero_ps();
         for (int b = 0; b < j->nb; b++) {
             const uint8_t *blk[GROUP];
@@ -155,7 +156,7 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
             __m256i w[16];
             __m256 d, m = _mm256_setzero_ps();
             unpack(w, &d, &m, blk, wt);
-            a = step(a, w, d, m, x->q + (size_t)b * QK, x->d[b], x->si[b], x->sf[b], wt);
+            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
         }
         _mm256_storeu_ps(acc, a);
         return;
@@ -170,35 +171,43 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
             M[b] = _mm256_setzero_ps();
             unpack(U[b], &D[b], &M[b], blk, wt);
         }
-        int t = 0;
-        for (; t + 1 < j->n; t += 2) {
+        int t = t0;
+        for (; t + 1 < t0 + nt; t += 2) {
             size_t o0 = (size_t)t * j->nb + c0, o1 = o0 + j->nb;
-            __m256 a0 = c0 ? _mm256_loadu_ps(acc + (size_t)t * GROUP) : _mm256_setzero_ps();
-            __m256 a1 = c0 ? _mm256_loadu_ps(acc + (size_t)(t + 1) * GROUP) : _mm256_setzero_ps();
+            float *r0 = acc + (size_t)(t - t0) * GROUP, *r1 = r0 + GROUP;
+            __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps(),
+                   a1 = c0 ? _mm256_loadu_ps(r1) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++) {
                 a0 = step(a0, U[b], D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b], x->sf[o0 + b], wt);
                 a1 = step(a1, U[b], D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b], x->sf[o1 + b], wt);
             }
-            _mm256_storeu_ps(acc + (size_t)t * GROUP, a0), _mm256_storeu_ps(acc + (size_t)(t + 1) * GROUP, a1);
+            _mm256_storeu_ps(r0, a0), _mm256_storeu_ps(r1, a1);
         }
-        if (t < j->n) {
+        if (t < t0 + nt) {
             size_t o0 = (size_t)t * j->nb + c0;
-            __m256 a0 = c0 ? _mm256_loadu_ps(acc + (size_t)t * GROUP) : _mm256_setzero_ps();
+            float *r0 = acc + (size_t)(t - t0) * GROUP;
+            __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++)
                 a0 = step(a0, U[b], D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b], x->sf[o0 + b], wt);
-            _mm256_storeu_ps(acc + (size_t)t * GROUP, a0);
+            _mm256_storeu_ps(r0, a0);
         }
     }
 }
-static void group_q8_0(const Job *j, const uint8_t *const p[GROUP], float *acc) { group_avx2(j, p, acc, WT_Q8_0); }
-static void group_q4_0(const Job *j, const uint8_t *const p[GROUP], float *acc) { group_avx2(j, p, acc, WT_Q4_0); }
-static void group_q4_1(const Job *j, const uint8_t *const p[GROUP], float *acc) { group_avx2(j, p, acc, WT_Q4_1); }
+static void group_q8_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q8_0);
+}
+static void group_q4_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q4_0);
+}
+static void group_q4_1(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q4_1);
+}
 #else
 /* the spec: each output one fmaf chain over its row's blocks in order */
-static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc /* [n][GROUP] */) {
+static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc /* [nt][GROUP] */, int t0, int nt) {
     const size_t bb = block_bytes(j->wt);
     for (int i = 0; i < GROUP; i++)
-        for (int t = 0; t < j->n; t++) {
+        for (int t = t0; t < t0 + nt; t++) {
             float a = 0;
             for (int b = 0; b < j->nb; b++) {
                 const uint8_t *blk = p[i] + (size_t)b * bb;
@@ -217,47 +226,43 @@ static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc
                 a = fmaf(dw * dx, (float)s, a);
                 if (j->wt == WT_Q4_1) a = fmaf(q_f16(blk + 2) * dx, j->x.sf[xo], a);
             }
-            acc[(size_t)t * GROUP + i] = a;
+            acc[(size_t)(t - t0) * GROUP + i] = a;
         }
 }
 #endif
 
 static void matmul_rows(void *ctx, int begin, int end) {
     const Job *j = ctx;
-    size_t acc_bytes = sizeof(float) * GROUP * (size_t)j->n;
-    _Alignas(32) float stack_acc[GROUP * 64];
-    float *acc = acc_bytes <= sizeof stack_acc ? stack_acc : malloc(acc_bytes);
-    if (!acc) return; /* out of memory: y keeps what it held */
+    _Alignas(32) float acc[GROUP * TILE];
     for (int r0 = begin; r0 < end; r0 += GROUP) {
         int nr = end - r0 < GROUP ? end - r0 : GROUP;
         const uint8_t *p[GROUP];
         for (int i = 0; i < GROUP; i++) p[i] = q_row(j->w, j->row_bytes, r0 + (i < nr ? i : nr - 1));
-        /* a group reads 8 rows side by side: 8 streams, too many for the hardware's
-           prefetcher to run ahead of; ask for the rows AHEAD groups on, whole */
-        for (int r = r0 + AHEAD * GROUP; r < r0 + (AHEAD + 1) * GROUP && r < end; r++) {
+        /* a group reads 8 rows side by side: 8 streams, more than the hardware's
+           prefetcher runs ahead of (without this, half the speed); the next group, whole */
+        for (int r = r0 + GROUP; r < r0 + 2 * GROUP && r < end; r++) {
             const char *q = (const char *)q_row(j->w, j->row_bytes, r);
             for (size_t o = 0; o < j->row_bytes; o += 64) _mm_prefetch(q + o, _MM_HINT_T0);
         }
+        for (int t0 = 0; t0 < j->n; t0 += TILE) {
+            int nt = j->n - t0 < TILE ? j->n - t0 : TILE;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-        if (j->wt == WT_Q8_0) group_q8_0(j, p, acc);
-        else if (j->wt == WT_Q4_0) group_q4_0(j, p, acc);
-        else group_q4_1(j, p, acc);
+            if (j->wt == WT_Q8_0) group_q8_0(j, p, acc, t0, nt);
+            else if (j->wt == WT_Q4_0) group_q4_0(j, p, acc, t0, nt);
+            else group_q4_1(j, p, acc, t0, nt);
 #else
-        group_scalar(j, p, acc);
+            group_scalar(j, p, acc, t0, nt);
 #endif
-        for (int t = 0; t < j->n; t++)
-            memcpy(j->y + (size_t)t * j->rows + r0, acc + (size_t)t * GROUP, sizeof(float) * nr);
+            for (int t = 0; t < nt; t++)
+                memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, acc + (size_t)t * GROUP, sizeof(float) * nr);
+        }
     }
-    if (acc != stack_acc) free(acc);
 }
 
-void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
-    if (n < 1 || rows < 1 || cols < 1) return;
+/* n tokens whose quantized rows fit buf */
+static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows,
+                          unsigned char *buf) {
     int nb = (cols + QK - 1) / QK;
-    size_t per_token = (size_t)nb * (QK + 3 * sizeof(float)), bytes = per_token * (size_t)n;
-    _Alignas(32) unsigned char stack[STACK_BYTES];
-    unsigned char *buf = bytes <= sizeof stack ? stack : malloc(bytes);
-    if (!buf) return;
     Job j = {y, w, wt, n, cols, rows, nb, q_row_bytes(wt, cols), {0}};
     j.x.q = (int8_t *)buf;
     j.x.d = (float *)(buf + (size_t)n * nb * QK);
@@ -270,7 +275,27 @@ void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int 
     /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
     long per_row = (long)cols * n;
     pool_run(matmul_rows, &j, rows, GROUP, 1 + (int)(65536 / per_row));
-    if (buf != stack) free(buf);
+}
+
+void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
+    if (n < 1 || rows < 1 || cols < 1) return;
+    size_t per_token = (size_t)(cols + QK - 1) / QK * (QK + 3 * sizeof(float)), bytes = per_token * (size_t)n;
+    _Alignas(32) unsigned char stack[STACK_BYTES];
+    unsigned char *buf = bytes <= sizeof stack ? stack : malloc(bytes);
+    if (buf) {
+        matmul_tokens(y, x, w, wt, n, cols, rows, buf);
+        if (buf != stack) free(buf);
+        return;
+    }
+    /* out of memory: as many tokens at a time as the stack holds (the same bits; the
+       weights read once per batch of them), or NaN where not even one fits */
+    int fit = (int)(sizeof stack / per_token);
+    for (int t0 = 0; t0 < n; t0 += fit ? fit : n) {
+        int nt = n - t0 < fit ? n - t0 : fit;
+        if (nt) matmul_tokens(y + (size_t)t0 * rows, x + (size_t)t0 * cols, w, wt, nt, cols, rows, stack);
+        else
+            for (size_t i = 0; i < (size_t)n * rows; i++) y[i] = NAN;
+    }
 }
 
 /* as ggml's dequantize_row_q8_0 / q4_0 / q4_1: d·q, (q − 8)·d, d·q + m (two roundings) */
