@@ -4,7 +4,7 @@
    by quant.h's rule: only float rounding may differ; with x as given: also the
    activation quantization error, bounded per block), batch invariance (a token alone or
    among n, 1 or 2 threads, one source or several: the same bits), and the dequantized
-   rows bit for bit. */
+   rows bit for bit, and against gguf-py's own dequantization (tests/gguf_pyw.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +12,8 @@
 
 #include "backend.h"
 #include "check.h"
+#include "formats/gguf.h"
+#include "gguf_pyw.h"
 
 static uint64_t rng = 0x5eed2301;
 static uint32_t next32(void) { /* splitmix64 */
@@ -204,6 +206,27 @@ static void run_case(WType wt, int rows, int cols, int n, int n_src) {
     for (int s = 0; s < 3; s++) free(copies[s]);
 }
 
+/* gguf-py's blocks (quantized by gguf.quants.quantize) dequantized as gguf.quants.dequantize does */
+static void test_gguf_py(void) {
+    Gguf g;
+    if (gguf_parse(&g, PYW_GGUF, sizeof PYW_GGUF, "gguf-py") != 0) {
+        CHECK(0, "gguf-py file does not parse");
+        return;
+    }
+    static const char *const names[] = {"q8", "q40", "q41"};
+    static const WType wts[] = {WT_Q8_0, WT_Q4_0, WT_Q4_1};
+    for (int i = 0; i < 3; i++) {
+        const GgufTensor *t = gguf_tensor(&g, names[i]);
+        float y[32];
+        CHECK(t && t->dims[0] == 32 && t->nbytes == block_bytes(wts[i]), "gguf-py %s", names[i]);
+        if (!t) continue;
+        k_row_to_f32(y, t->data, wts[i], 0, 32);
+        CHECK(same_bits(y, PYW_WANT + 32 * (3 + i), 32), "gguf-py %s: k_row_to_f32 == gguf.quants.dequantize",
+              names[i]);
+    }
+    gguf_close(&g);
+}
+
 int main(void) {
     static const int cols[] = {32, 64, 96, 172, 576, 1536}, rows[] = {1, 7, 8, 9, 17, 65, 960};
     const WType types[] = {WT_Q8_0, WT_Q4_0, WT_Q4_1};
@@ -215,6 +238,7 @@ int main(void) {
             }
     for (int n = 1; n <= 13; n++) run_case(types[n % 3], 17, 172, n, 3); /* every n */
     for (int ti = 0; ti < 3; ti++) run_case(types[ti], 9, 1600, 70, 2);  /* tokens past a tile of 64 */
+    test_gguf_py();
     k_init(1);
     return check_done("quant");
 }
