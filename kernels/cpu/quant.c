@@ -80,29 +80,31 @@ INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
 
 /* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
    rows 0..7 (Q4: the nibbles as bytes); the scales as floats */
-INLINE void unpack(__m256i w[16], __m256 *d, __m256 *m, const uint8_t *const blk[GROUP], const WType wt) {
-    __m128i hd = _mm_setzero_si128(), hm = hd; /* inserts: 8 small stores read back whole would stall forwarding */
-#define SCALES(i)                                                                                                      \
-    hd = _mm_insert_epi16(hd, *(const uint16_t *)blk[i], i);                                                           \
-    if (wt == WT_Q4_1) hm = _mm_insert_epi16(hm, *(const uint16_t *)(blk[i] + 2), i);
-    SCALES(0)
-    SCALES(1)
-    SCALES(2)
-    SCALES(3)
-    SCALES(4) SCALES(5) SCALES(6) SCALES(7)
-#undef SCALES
-        *d = _mm256_cvtph_ps(hd);
-    if (wt == WT_Q4_1) *m = _mm256_cvtph_ps(hm);
+INLINE void unpack(__m256i w[16], const uint8_t *const blk[GROUP], const WType wt) {
     if (wt == WT_Q8_0) {
         quads4(w, blk, 2), quads4(w + 4, blk, 18);
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k + 8] = _mm256_abs_epi8(w[k]);
     } else {
         const __m256i low = _mm256_set1_epi8(0x0f);
         quads4(w, blk, wt == WT_Q4_1 ? 4 : 2);
-        _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) w[k + 4] =
-            _mm256_and_si256(_mm256_srli_epi16(w[k], 4), low),
-                                                                  w[k] = _mm256_and_si256(w[k], low);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
+            w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(w[k], 4), low);
+            w[k] = _mm256_and_si256(w[k], low);
+        }
     }
+}
+
+/* a chunk's f16 scales, rows side by side (hd[b][i]; Q4_1's minima in hm): stored as
+   2-byte values long before they are read back 16 bytes at a time, so that the stores
+   have left the store buffer (read straight after, they would stall forwarding) */
+INLINE void scales(uint16_t (*hd)[GROUP], uint16_t (*hm)[GROUP], const uint8_t *const p[GROUP], int c0, int nc,
+                   const WType wt) {
+    const size_t bb = block_bytes(wt);
+    for (int b = 0; b < nc; b++) _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) {
+            const uint8_t *blk = p[i] + (size_t)(c0 + b) * bb;
+            memcpy(&hd[b][i], blk, 2);
+            if (wt == WT_Q4_1) memcpy(&hm[b][i], blk + 2, 2);
+        }
 }
 
 /* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
@@ -150,13 +152,19 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
     if (nt == 1) {
         size_t o = (size_t)t0 * j->nb;
         __m256 a = _mm256_setzero_ps();
-        for (int b = 0; b < j->nb; b++) {
-            const uint8_t *blk[GROUP];
-            _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
-            __m256i w[16];
-            __m256 d, m = _mm256_setzero_ps();
-            unpack(w, &d, &m, blk, wt);
-            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
+        for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
+            int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
+            _Alignas(16) uint16_t hd[CHUNK][GROUP], hm[CHUNK][GROUP];
+            scales(hd, hm, p, c0, nc, wt);
+            for (int b = c0; b < c0 + nc; b++) {
+                const uint8_t *blk[GROUP];
+                _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
+                __m256i w[16];
+                unpack(w, blk, wt);
+                __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b - c0]));
+                __m256 m = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hm[b - c0])) : d;
+                a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
+            }
         }
         _mm256_storeu_ps(acc, a);
         return;
@@ -165,11 +173,14 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
+        _Alignas(16) uint16_t hd[CHUNK][GROUP], hm[CHUNK][GROUP];
+        scales(hd, hm, p, c0, nc, wt);
         for (int b = 0; b < nc; b++) {
             const uint8_t *blk[GROUP];
             _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)(c0 + b) * bb;
-            M[b] = _mm256_setzero_ps();
-            unpack(U[b], &D[b], &M[b], blk, wt);
+            unpack(U[b], blk, wt);
+            D[b] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b]));
+            M[b] = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hm[b])) : D[b];
         }
         int t = t0;
         for (; t + 1 < t0 + nt; t += 2) {
