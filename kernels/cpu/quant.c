@@ -1,14 +1,13 @@
 /* quant.c — y[n][rows] = x[n][cols] · W^T for Q8_0, Q4_0 and Q4_1 weights, by quant.h's rule.
 
    x is quantized once per call (the caller's thread), then the threads take groups of 8
-   rows. A group's blocks are read from memory once, unpacked into a small buffer that
-   stays in L1 (nibbles as bytes, f16 scales as floats), and every token of the call runs
-   over that buffer: verifying n tokens reads the weights as often as one token does.
-   The AVX2 path keeps the group's 8 rows in the 8 lanes of one vector: each row's block
-   sum comes from maddubs/madd (exact: |Σ of a pair| ≤ 2·128·127 for Q8_0 with the sign
-   moved onto x, 2·15·127 for the nibbles), the 8 rows' sums are reduced into one vector
-   by a hadd tree, and one fmadd per block advances the 8 rows' chains at once — the
-   scalar chain's operations lane by lane, so the bits are the spec's. */
+   rows. The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector: a block is
+   unpacked into panels (for each 4-element quad, the 8 rows' 4 bytes side by side), so
+   that maddubs against the token's broadcast quad gives each row's sums in its own
+   lane, with no horizontal adds, and one fmadd per block advances the 8 rows' chains:
+   the scalar chain's operations lane by lane, so the bits are the spec's. One token
+   takes each block straight from registers; several take a chunk of panels kept in L1,
+   so verifying n tokens reads the weights from memory once. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -79,7 +78,7 @@ INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
 }
 
 /* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
-   rows 0..7 (Q4: the nibbles as bytes); the scales as floats */
+   rows 0..7 (Q4: the nibbles as bytes; Q8_0: then |w| in w[8 + k]) */
 INLINE void unpack(__m256i w[16], const uint8_t *const blk[GROUP], const WType wt) {
     if (wt == WT_Q8_0) {
         quads4(w, blk, 2), quads4(w + 4, blk, 18);
