@@ -58,6 +58,19 @@ void k_add_rows(float *y, size_t stride, const float *x, int n, int cols);
 void k_silu_mul_rows(float *y, const float *gu, int n, int cols);
 void k_kv_write(float *k, float *v, size_t block_stride, int block_size, int kv_dim, const int *const *table,
                 const int32_t *slot, const float *src, size_t src_stride, size_t v_off, int n);
+/* what a KV cache stores. KV_BF16: each element rounded to bf16 (nearest, ties to even;
+   a NaN stays a quiet NaN). KV_Q8_0: per slot and kv head (the head_dim values one
+   token writes for one kv head) one f32 scale d = amax / 127 (amax the largest |x|, an
+   IEEE division) and int8 q = nearbyintf(x / d) (ties to even; 0 where d = 0 or x / d
+   is NaN; clamped to ±127). Attention reads an element as the widened bf16 (exact) or
+   as d * (float)q (one rounding), then runs exactly the f32 cache's arithmetic. */
+typedef enum { KV_F32, KV_BF16, KV_Q8_0, KV_COUNT } KVType;
+/* k_kv_write into a cache of type t: k, v the layer's block 0 of elements of t
+   (float, uint16_t bf16 bits, int8_t); ks, vs (q8_0 only) the layer's block 0 of scales
+   [n_kv][block_size], scale_stride floats from one block's scales to the next */
+void k_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
+                      int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot, const float *src,
+                      size_t src_stride, size_t v_off, int n);
 /* row of weights (any WType, unpacked: as in the file) → f32; a block type's element is
    its scale times its integer (plus its minimum), one rounding each, as ggml's
    dequantize_row_* computes it */
@@ -85,6 +98,13 @@ typedef struct {
     const int *n_ctx;        /* [n] */
     const int *extra_off;    /* [n+1] */
     const int *extra;        /* slots */
+    /* a bf16 or q8_0 cache (kv_type 0, f32, reads k and v): its elements kq, vq (this
+       layer's block 0, block_stride elements apart) and, for q8_0, the scales (this
+       layer's block 0, [n_kv][block_size], scale_stride floats apart) */
+    KVType kv_type;
+    const void *kq, *vq;
+    const float *k_scale, *v_scale;
+    size_t scale_stride;
 } AttnArgs;
 void k_attention(const AttnArgs *a);
 /* the same, with extra holding offsets from n_ctx[t] instead of slots: a list that holds

@@ -47,6 +47,10 @@ int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n);
    cache's slot moves (keep a path, fork). count is read from count_buf (int32) when
    the call runs, so a replay can move a different number */
 int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride);
+/* the same over elements of elem_bytes (1, 2 or 4: an 8-bit or bf16 KV cache, its
+   scales): indices and strides count elements */
+int dev_move_cols_elem(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride,
+                       int elem_bytes);
 int dev_sync(Device *d);
 
 /* events: record marks the stream's position; wait makes this stream's later work wait

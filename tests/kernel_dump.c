@@ -146,9 +146,28 @@ static void attention(void) {
                 if (e == off[t]) extra[e++] = n_ctx[t]; /* itself */
                 off[t + 1] = e;
             }
-            AttnArgs a = {n,          nh,    nkv, hd,   1.0f / sqrtf((float)hd), q,
-                          (size_t)qd, o,     K,   V,    (size_t)kvd * bs,        bs,
-                          tables,     n_ctx, off, extra};
+            AttnArgs a = {n,
+                          nh,
+                          nkv,
+                          hd,
+                          1.0f / sqrtf((float)hd),
+                          q,
+                          (size_t)qd,
+                          o,
+                          K,
+                          V,
+                          (size_t)kvd * bs,
+                          bs,
+                          tables,
+                          n_ctx,
+                          off,
+                          extra,
+                          KV_F32,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          0};
             k_attention(&a);
             put("attention", o, sizeof(float) * n * qd);
             for (int i = 0; i < off[n]; i++) /* the step descriptor's form: offsets from n_ctx */
@@ -158,6 +177,81 @@ static void attention(void) {
             put("attention", o, sizeof(float) * n * qd);
             free(table), free(K), free(V), free(q), free(o);
         }
+}
+
+/* the same over bf16 and q8_0 caches (kv8_*): the typed write's stored bytes and
+   attention reading them, through k_kv_write_typed as forward.c writes */
+static void kv8_attention(void) {
+    static const int cfg[][3] = {{1, 1, 8}, {2, 1, 16}, {4, 2, 8}, {8, 4, 8}, {9, 3, 64}, {16, 2, 6}, {12, 1, 32}};
+    static const int bss[] = {16, 32, 7};
+    for (int type = KV_BF16; type <= KV_Q8_0; type++)
+        for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++)
+            for (int b = 0; b < 3; b++) {
+                int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = bss[b], kvd = nkv * hd, qd = nh * hd;
+                int slots = 160, nblk = slots / bs + 1, n = 1 + urand(4), el = type == KV_BF16 ? 2 : 1;
+                int *table = malloc(sizeof(int) * nblk);
+                for (int i = 0; i < nblk; i++) table[i] = i;
+                for (int i = nblk - 1; i > 0; i--) {
+                    int o = urand(i + 1), x = table[i];
+                    table[i] = table[o], table[o] = x;
+                }
+                size_t elems = (size_t)nblk * kvd * bs, nsc = (size_t)nblk * nkv * bs;
+                void *K = calloc(elems, el), *V = calloc(elems, el);
+                float *KS = calloc(nsc, sizeof(float)), *VS = calloc(nsc, sizeof(float));
+                float *src = malloc(sizeof(float) * slots * 2 * kvd);
+                int32_t *slot = malloc(sizeof(int32_t) * slots);
+                const int **tabs = malloc(sizeof(int *) * slots);
+                fill(src, (size_t)slots * 2 * kvd, -2, 2);
+                for (int i = 0; i < slots; i++) slot[i] = i, tabs[i] = table;
+                for (int i = 0; i < slots; i += 7) src[(size_t)i * 2 * kvd] = 0; /* zeros and an all-zero head */
+                for (int d = 0; d < hd; d++) src[(size_t)3 * 2 * kvd + d] = 0;
+                k_kv_write_typed((KVType)type, K, V, KS, VS, (size_t)kvd * bs, (size_t)nkv * bs, bs, nkv, hd, tabs,
+                                 slot, src, (size_t)2 * kvd, (size_t)kvd, slots);
+                put("kv8_write", K, elems * el), put("kv8_write", V, elems * el);
+                put("kv8_write", KS, sizeof(float) * nsc), put("kv8_write", VS, sizeof(float) * nsc);
+                float *q = malloc(sizeof(float) * n * qd), *o = malloc(sizeof(float) * n * qd);
+                fill(q, (size_t)n * qd, -3, 3);
+                int n_ctx[4], off[5] = {0}, extra[4 * 16];
+                const int *tables[4];
+                for (int t = 0; t < n; t++) {
+                    n_ctx[t] = urand(70), tables[t] = table;
+                    int run = urand(4), lone = urand(5), e = off[t];
+                    for (int i = 0; i < run; i++) extra[e++] = n_ctx[t] + i;
+                    for (int i = 0, s = n_ctx[t] + run + 2; i < lone; i++, s += 1 + urand(5)) extra[e++] = s;
+                    if (e == off[t]) extra[e++] = n_ctx[t];
+                    off[t + 1] = e;
+                }
+                AttnArgs a = {n,
+                              nh,
+                              nkv,
+                              hd,
+                              1.0f / sqrtf((float)hd),
+                              q,
+                              (size_t)qd,
+                              o,
+                              NULL,
+                              NULL,
+                              (size_t)kvd * bs,
+                              bs,
+                              tables,
+                              n_ctx,
+                              off,
+                              extra,
+                              (KVType)type,
+                              K,
+                              V,
+                              KS,
+                              VS,
+                              (size_t)nkv * bs};
+                k_attention(&a);
+                put(type == KV_BF16 ? "kv8_attention_bf16" : "kv8_attention_q8_0", o, sizeof(float) * n * qd);
+                for (int i = 0; i < off[n]; i++)
+                    for (int t = 0; t < n; t++)
+                        if (i >= off[t] && i < off[t + 1]) extra[i] -= n_ctx[t];
+                k_attention_rel(&a);
+                put(type == KV_BF16 ? "kv8_attention_bf16" : "kv8_attention_q8_0", o, sizeof(float) * n * qd);
+                free(table), free(K), free(V), free(KS), free(VS), free(src), free(slot), free(tabs), free(q), free(o);
+            }
 }
 
 /* the whole-batch forms forward.c calls and the device's row ops, appended to the
@@ -253,6 +347,8 @@ int main(int argc, char **argv) {
     }
     rng = strtoull(argv[1], NULL, 10), dir = argv[2];
     k_init(2);
-    matmul(), rows(), elementwise(), batch_forms(), attention(), q8(), q32();
+    matmul(), rows(), elementwise(), batch_forms(), attention(), q8();
+    kv8_attention();
+    q32();
     return 0;
 }

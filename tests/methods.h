@@ -30,6 +30,15 @@ static int san_share(int n, int div) {
     return s && *s && strcmp(s, "0") ? (n + div - 1) / div : n;
 }
 
+/* PARADEC_PARITY_ONLY=1 (tests/test_quant_methods.sh, on quantized copies of the model):
+   greedy parity alone, the sampling checks skipped and said so */
+static int parity_only(void) {
+    const char *s = getenv("PARADEC_PARITY_ONLY");
+    if (!s || !*s || !strcmp(s, "0")) return 0;
+    printf("SKIP %s: sampling: PARADEC_PARITY_ONLY is set (greedy parity only)\n", program_invocation_short_name);
+    return 1;
+}
+
 static Model M;
 static Runner *R; /* M's forward workspace */
 static KVCache KV;

@@ -4,7 +4,13 @@
    partly lone slots scattered through the blocks (a tree's ancestors), and whether it
    is computed alone or among other tokens, on 1 or 2 threads. Shapes reach every
    path: head sizes below, at and above a vector, GQA groups of 1 to 12 (12 goes in two
-   parts), and a block size that is not a multiple of 16 (the scalar path). */
+   parts), and a block size that is not a multiple of 16 (the scalar path).
+   Every shape runs on an f32, a bf16 and a q8_0 cache, written by k_kv_write_typed:
+   the stored elements are checked against the rounding rule (bf16: the nearer of the
+   two bf16 neighbours, ties to the even one; q8_0: d = amax / 127, |x - d q| ≤ d / 2 (+ the float division's
+   half ulp of x / d ≤ 127: 2^-17 d),
+   the largest |q| 127), and the output against the double reference on the elements
+   dequantized here. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +30,64 @@ enum { MAX_KEYS = 70, SLOTS = 6 * MAX_KEYS, MAX_CASES = 8 };
 typedef struct {
     int n_heads, n_kv, hd, bs;
     int n_blocks, table[SLOTS];
-    float *k, *v; /* [n_blocks][kv_dim][bs] */
+    KVType type;
+    void *k, *v;    /* [n_blocks][kv_dim][bs] elements of type */
+    float *ks, *vs; /* q8_0: [n_blocks][n_kv][bs] */
+    int rule_bad;   /* stored elements that break the rounding rule */
 } Cache;
+
+static float bits_f32(uint32_t w) {
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+/* element d of slot as this test reads the storage: widened, or scale × integer */
+static float stored(const Cache *c, int val, int slot, int d) {
+    size_t b = (size_t)c->table[slot / c->bs] * c->n_kv * c->hd * c->bs + (size_t)d * c->bs + slot % c->bs;
+    const void *x = val ? c->v : c->k;
+    if (c->type == KV_F32) return ((const float *)x)[b];
+    if (c->type == KV_BF16) return bits_f32((uint32_t)((const uint16_t *)x)[b] << 16);
+    size_t sb = (size_t)c->table[slot / c->bs] * c->n_kv * c->bs + (size_t)(d / c->hd) * c->bs + slot % c->bs;
+    return (val ? c->vs : c->ks)[sb] * (float)((const int8_t *)x)[b];
+}
+
+/* does the stored x follow the rule? */
+static int rule_ok(const Cache *c, int val, int slot, const float *x, int d) {
+    if (c->type == KV_F32) return stored(c, val, slot, d) == x[d];
+    if (c->type == KV_BF16) {
+        uint32_t w;
+        memcpy(&w, &x[d], sizeof w);
+        double lo = bits_f32(w & 0xffff0000u), hi = bits_f32((w & 0xffff0000u) + 0x10000u), y = stored(c, val, slot, d);
+        double dl = fabs(x[d] - lo), dh = fabs(hi - x[d]);
+        int even_lo = !(w & 0x10000u);
+        return dl < dh ? y == lo : dh < dl ? y == hi : y == (even_lo ? lo : hi);
+    }
+    const float *h = x + d / c->hd * c->hd;
+    float amax = 0;
+    for (int i = 0; i < c->hd; i++) amax = fabsf(h[i]) > amax ? fabsf(h[i]) : amax;
+    size_t b = (size_t)c->table[slot / c->bs] * c->n_kv * c->hd * c->bs + (size_t)d * c->bs + slot % c->bs;
+    size_t sb = (size_t)c->table[slot / c->bs] * c->n_kv * c->bs + (size_t)(d / c->hd) * c->bs + slot % c->bs;
+    float sc = (val ? c->vs : c->ks)[sb];
+    int q = ((const int8_t *)(val ? c->v : c->k))[b];
+    int top = 0; /* the head's largest |q| */
+    for (int i = 0; i < c->hd; i++) {
+        int qi = ((const int8_t *)(val ? c->v : c->k))[b - (size_t)(d % c->hd) * c->bs + (size_t)i * c->bs];
+        top = abs(qi) > top ? abs(qi) : top;
+    }
+    return sc == amax / 127.0f && fabs((double)x[d] - (double)sc * q) <= (0.5 + 0x1p-16) * sc && top == 127;
+}
 
 static void put(Cache *c, int slot, const float *k, const float *v) {
     int kvd = c->n_kv * c->hd;
-    size_t b = (size_t)c->table[slot / c->bs] * kvd * c->bs;
-    for (int d = 0; d < kvd; d++) {
-        c->k[b + (size_t)d * c->bs + slot % c->bs] = k[d];
-        c->v[b + (size_t)d * c->bs + slot % c->bs] = v[d];
-    }
+    float row[2 * 64 * 8];
+    memcpy(row, k, sizeof(float) * kvd);
+    memcpy(row + kvd, v, sizeof(float) * kvd);
+    const int *tables[1] = {c->table};
+    int32_t s = slot;
+    k_kv_write_typed(c->type, c->k, c->v, c->ks, c->vs, (size_t)kvd * c->bs, (size_t)c->n_kv * c->bs, c->bs, c->n_kv,
+                     c->hd, tables, &s, row, 0, (size_t)kvd, 1);
+    for (int d = 0; d < kvd; d++) c->rule_bad += !rule_ok(c, 0, slot, k, d) + !rule_ok(c, 1, slot, v, d);
 }
 
 /* one token's view: keys 0..n_keys-1 in position order; its first n_ctx are slots
@@ -57,9 +111,29 @@ static void run(Cache *c, View *const *views, int n) {
         off[t + 1] = off[t] + views[t]->n_extra;
     }
     memset(out, 0xff, sizeof(float) * n * qd);
-    AttnArgs a = {n,          c->n_heads, c->n_kv, c->hd, 1.0f / sqrtf((float)c->hd),      q,
-                  (size_t)qd, out,        c->k,    c->v,  (size_t)c->n_kv * c->hd * c->bs, c->bs,
-                  tables,     n_ctx,      off,     extra};
+    int f32 = c->type == KV_F32;
+    AttnArgs a = {n,
+                  c->n_heads,
+                  c->n_kv,
+                  c->hd,
+                  1.0f / sqrtf((float)c->hd),
+                  q,
+                  (size_t)qd,
+                  out,
+                  f32 ? c->k : NULL,
+                  f32 ? c->v : NULL,
+                  (size_t)c->n_kv * c->hd * c->bs,
+                  c->bs,
+                  tables,
+                  n_ctx,
+                  off,
+                  extra,
+                  c->type,
+                  c->k,
+                  c->v,
+                  c->ks,
+                  c->vs,
+                  (size_t)c->n_kv * c->bs};
     k_attention(&a);
     for (int t = 0; t < n; t++) memcpy(views[t]->out, out + (size_t)t * qd, sizeof(float) * qd);
     free(q), free(out);
@@ -91,17 +165,22 @@ static double reference_error(const Cache *c, float (*K)[64 * 8], float (*V)[64 
     return worst;
 }
 
-static void check_shape(int n_heads, int n_kv, int hd, int bs) {
-    Cache c = {n_heads, n_kv, hd, bs, SLOTS / bs + 1, {0}, NULL, NULL};
+static void check_shape(int n_heads, int n_kv, int hd, int bs, KVType type) {
+    Cache c = {n_heads, n_kv, hd, bs, SLOTS / bs + 1, {0}, type, NULL, NULL, NULL, NULL, 0};
+    static const int elem[] = {4, 2, 1};
     int kvd = n_kv * hd, qd = n_heads * hd;
     for (int b = 0; b < c.n_blocks; b++) c.table[b] = b;
     for (int b = c.n_blocks - 1; b > 0; b--) { /* the blocks in a random order */
         int o = (int)urand((unsigned)b + 1), x = c.table[b];
         c.table[b] = c.table[o], c.table[o] = x;
     }
-    c.k = calloc((size_t)c.n_blocks * kvd * bs, sizeof(float));
-    c.v = calloc((size_t)c.n_blocks * kvd * bs, sizeof(float));
-    static float K[MAX_KEYS][64 * 8], V[MAX_KEYS][64 * 8];
+    c.k = calloc((size_t)c.n_blocks * kvd * bs, elem[type]);
+    c.v = calloc((size_t)c.n_blocks * kvd * bs, elem[type]);
+    if (type == KV_Q8_0) {
+        c.ks = calloc((size_t)c.n_blocks * n_kv * bs, sizeof(float));
+        c.vs = calloc((size_t)c.n_blocks * n_kv * bs, sizeof(float));
+    }
+    static float K[MAX_KEYS][64 * 8], V[MAX_KEYS][64 * 8], KD[MAX_KEYS][64 * 8], VD[MAX_KEYS][64 * 8];
     View alone[MAX_CASES], split[MAX_CASES], lone[MAX_CASES];
     View *va[MAX_CASES], *vs[MAX_CASES], *vl[MAX_CASES];
     int differ = 0, cases = 0;
@@ -113,6 +192,7 @@ static void check_shape(int n_heads, int n_kv, int hd, int bs) {
         for (int j = 0; j < MAX_KEYS; j++) {
             for (int d = 0; d < kvd; d++) K[j][d] = frand(), V[j][d] = frand();
             put(&c, j, K[j], V[j]);
+            for (int d = 0; d < kvd; d++) KD[j][d] = stored(&c, 0, j, d), VD[j][d] = stored(&c, 1, j, d);
         }
         int next_lone = 2 * MAX_KEYS;
         for (int t = 0; t < MAX_CASES; t++) {
@@ -135,7 +215,7 @@ static void check_shape(int n_heads, int n_kv, int hd, int bs) {
             run(&c, &va[t], 1), run(&c, &vs[t], 1), run(&c, &vl[t], 1);
             differ += memcmp(alone[t].out, split[t].out, sizeof(float) * qd) != 0;
             differ += memcmp(alone[t].out, lone[t].out, sizeof(float) * qd) != 0;
-            double e = reference_error(&c, K, V, &alone[t]);
+            double e = reference_error(&c, KD, VD, &alone[t]);
             worst = e > worst || e != e ? e : worst;
             cases += 2;
         }
@@ -148,11 +228,15 @@ static void check_shape(int n_heads, int n_kv, int hd, int bs) {
                 free(w->q), free(w->out);
             }
     }
-    CHECK(worst < 2e-6, "heads %d/%d, hd %d, block %d: worst error %g of Σ|terms| against double softmax", n_heads,
-          n_kv, hd, bs, worst);
-    CHECK(differ == 0, "heads %d/%d, hd %d, block %d, %d threads: %d of %d outputs differ from the all-committed one",
-          n_heads, n_kv, hd, bs, k_threads(), differ, cases);
-    free(c.k), free(c.v);
+    static const char *const name[] = {"f32", "bf16", "q8_0"};
+    CHECK(c.rule_bad == 0, "%s cache, heads %d/%d, hd %d: %d stored elements break the rounding rule", name[type],
+          n_heads, n_kv, hd, c.rule_bad);
+    CHECK(worst < 2e-6, "%s cache, heads %d/%d, hd %d, block %d: worst error %g of Σ|terms| against double softmax",
+          name[type], n_heads, n_kv, hd, bs, worst);
+    CHECK(differ == 0,
+          "%s cache, heads %d/%d, hd %d, block %d, %d threads: %d of %d outputs differ from the all-committed one",
+          name[type], n_heads, n_kv, hd, bs, k_threads(), differ, cases);
+    free(c.k), free(c.v), free(c.ks), free(c.vs);
 }
 
 int main(void) {
@@ -164,8 +248,9 @@ int main(void) {
             CHECK(0, "k_init(%d)", threads);
             continue;
         }
-        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-            check_shape(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+        for (int t = 0; t < KV_COUNT; t++)
+            for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+                check_shape(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], (KVType)t);
     }
     return check_done("attention");
 }

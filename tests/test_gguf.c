@@ -498,6 +498,11 @@ static const char *check_tiny(const Tiny *m, const char *what) {
         }
         const WTensor *wt = &w.t[e->wt];
         size_t n = (size_t)e->cols * (e->rows ? e->rows : 1);
+        /* block matrices stay raw (their values checked below, dequantized); the rest f32 */
+        int block = wt->type == GGML_Q8_0 || wt->type == GGML_Q4_0 || wt->type == GGML_Q4_1;
+        CHECK((t->raw != NULL) == (block && e->rows) && (!t->raw || t->nraw == wt->data.n), "%s: %s kept %s", what,
+              e->hf, t->raw ? "raw" : "f32");
+        CHECK(ck_dequant(t) == 0 && t->data, "%s: %s dequantized", what, e->hf);
         CHECK(t->shape[0] == (e->rows ? e->rows : e->cols) && t->shape[1] == (e->rows ? e->cols : 1), "%s: %s shape",
               what, e->hf);
         float *want = malloc(sizeof(float) * n);
@@ -655,13 +660,32 @@ static void test_bad(void) {
     free(b.p);
     writer_free(&w);
 
-    /* a K-quant tensor: named, with its type */
+    /* a type paradec does not read (Q5_0, IQ2_XXS): named, with the tensor */
     memset(&w, 0, sizeof w);
     kv_str(&w, "general.architecture", "llama");
     WTensor *t = &w.t[w.n_t++];
-    *t = (WTensor){"blk.0.ffn_down.weight", 2, {256, 2}, 14, {0}};
+    *t = (WTensor){"blk.0.ffn_down.weight", 2, {32, 2}, 6, {0}};
     put(&t->data, "x", 1);
-    refused(finish(&w), "tensor 'blk.0.ffn_down.weight' has ggml type 14 (Q6_K)", "k-quant");
+    refused(finish(&w), "tensor 'blk.0.ffn_down.weight' has ggml type 6 (Q5_0)", "q5_0");
+    writer_free(&w);
+    kv_str(&w, "general.architecture", "llama");
+    t = &w.t[w.n_t++];
+    *t = (WTensor){"blk.3.attn_q.weight", 2, {256, 2}, 16, {0}};
+    put(&t->data, "x", 1);
+    refused(finish(&w), "tensor 'blk.3.attn_q.weight' has ggml type 16 (IQ2_XXS)", "iq2_xxs");
+    writer_free(&w);
+    /* a K type whose rows are not whole super-blocks, and one short of its blocks */
+    kv_str(&w, "general.architecture", "llama");
+    t = &w.t[w.n_t++];
+    *t = (WTensor){"x", 2, {128, 2}, GGML_Q4_K, {0}};
+    put(&t->data, "abcd", 4);
+    refused(finish(&w), "row length 128 is not a multiple of its type's block of 256", "q4_k partial block");
+    writer_free(&w);
+    kv_str(&w, "general.architecture", "llama");
+    t = &w.t[w.n_t++];
+    *t = (WTensor){"x", 2, {256, 2}, GGML_Q6_K, {0}};
+    put(&t->data, "abcd", 4); /* 420 bytes needed */
+    refused(finish(&w), "truncated: tensor 'x' (420 bytes", "q6_k truncated");
     writer_free(&w);
     /* a tensor whose data runs past the end */
     kv_str(&w, "general.architecture", "llama");

@@ -405,10 +405,12 @@ int main(void) {
     refusals(tpath_id);
     printf("greedy: %.1f s\n", pd_now() - t0);
 
-    double t1 = pd_now();
-    CHECK(!sampling_setup(NULL), "standard: %s", pd_errmsg());
-    sampling_draft(have_trained ? &tr2 : &id, have_trained ? "trained L2" : "identity L2");
-    printf("sampling: %.1f s; total %.1f s\n", pd_now() - t1, pd_now() - t0);
+    if (!parity_only()) {
+        double t1 = pd_now();
+        CHECK(!sampling_setup(NULL), "standard: %s", pd_errmsg());
+        sampling_draft(have_trained ? &tr2 : &id, have_trained ? "trained L2" : "identity L2");
+        printf("sampling: %.1f s; total %.1f s\n", pd_now() - t1, pd_now() - t0);
+    }
 
     model_free(&id);
     if (have_trained) model_free(&tr2), model_free(&tr3);

@@ -615,12 +615,42 @@ static void test_expect(void) {
 static void test_dtypes(void) {
     static const char *names[] = {"F32", "F16", "BF16", "U8", "I8", "I32", "I64"};
     static const size_t sizes[] = {4, 2, 2, 1, 1, 4, 8};
-    for (int i = 0; i < DT_COUNT; i++) {
+    for (int i = 0; i < DT_Q8_0; i++) {
         CHECK(!strcmp(dtype_name((DType)i), names[i]), "name %d", i);
         CHECK(dtype_parse(names[i]) == i, "parse %s", names[i]);
         CHECK(dtype_size((DType)i) == sizes[i], "size %s", names[i]);
+        CHECK(!dtype_is_quant((DType)i) && dtype_block((DType)i) == 1 && dtype_block_bytes((DType)i) == sizes[i] &&
+                  dtype_row_bytes((DType)i, 7) == 7 * sizes[i],
+              "%s is not a block type", names[i]);
     }
     CHECK(dtype_parse("f32") == -1 && dtype_parse("F64") == -1 && dtype_parse("") == -1, "unknown dtypes");
+    /* ggml's block structs (ggml-common.h): block_q8_0 {half d; int8 qs[32]}, block_q4_0
+       {half d; u8 qs[16]}, block_q4_1 {half d, m; u8 qs[16]}, block_q4_K {half d, dmin; u8
+       scales[12], qs[128]}, block_q5_K {… qh[32] …}, block_q6_K {u8 ql[128], qh[64]; i8
+       scales[16]; half d} */
+    static const struct {
+        const char *name, *lower;
+        int block;
+        size_t bytes;
+    } q[] = {{"Q8_0", "q8_0", 32, 34},   {"Q4_0", "q4_0", 32, 18},   {"Q4_1", "q4_1", 32, 20},
+             {"Q4_K", "q4_k", 256, 144}, {"Q5_K", "q5_k", 256, 176}, {"Q6_K", "q6_k", 256, 210}};
+    for (int i = 0; i < DT_COUNT - DT_Q8_0; i++) {
+        DType t = (DType)(DT_Q8_0 + i);
+        CHECK(!strcmp(dtype_name(t), q[i].name) && dtype_parse_quant(q[i].name) == (int)t &&
+                  dtype_parse_quant(q[i].lower) == (int)t && dtype_parse(q[i].name) == -1,
+              "names of %s", q[i].name);
+        CHECK(dtype_is_quant(t) && dtype_size(t) == 0 && dtype_block(t) == q[i].block &&
+                  dtype_block_bytes(t) == q[i].bytes,
+              "traits of %s", q[i].name);
+        /* a short row is still whole blocks */
+        CHECK(dtype_row_bytes(t, 1) == q[i].bytes && dtype_row_bytes(t, q[i].block) == q[i].bytes &&
+                  dtype_row_bytes(t, q[i].block + 1) == 2 * q[i].bytes && dtype_row_bytes(t, 0) == 0 &&
+                  dtype_row_bytes(t, -1) == SIZE_MAX &&
+                  dtype_row_bytes(t, INT64_MAX) == ((size_t)INT64_MAX / q[i].block + 1) * q[i].bytes,
+              "row bytes of %s", q[i].name);
+    }
+    CHECK(dtype_parse_quant("F32") == -1 && dtype_parse_quant("Q5_0") == -1 && dtype_parse_quant("") == -1,
+          "not block types");
 }
 
 /* opt-in (PD_TEST_BIG=1): a 2.5 GB tensor through both paths; needs ~3 GB RAM */

@@ -100,7 +100,7 @@ refuses "decode: --gamma 1.5" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method a
 refuses "decode: --exit-layer without a head" "" $BIN/decode -m "$MODEL" -p Once -n 5 --method self-speculative --heads "$H" --exit-layer 3
 fi
 # every tool states its memory footprint in --help
-for t in bench convert decode distill-heads membw pack randmodel recipe serve tokenize train-medusa verifycost widen; do
+for t in bench convert decode distill-heads kvquality membw pack perplexity randmodel recipe serve tokenize train-medusa verifycost widen; do
     check "$t --help states its memory" sh -c "$BIN/$t --help | grep -q '^memory: about\\|^memory: check'"
 done
 finish tools

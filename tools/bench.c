@@ -33,8 +33,9 @@
                                   "the datasets' prompts.\n"
 
 typedef struct {
-    const char *recipe, *methods, *out, *model, *exit, *medusa, *draft;
+    const char *recipe, *methods, *out, *model, *exit, *medusa, *draft, *kv_type;
     int samples, threads, no_oracle;
+    KVType kvt;
 } Args;
 
 /* what one (dataset, method[, oracle rate]) cell sums over its prompts */
@@ -73,6 +74,7 @@ static Args parse(int argc, char **argv) {
         {"--samples", "N", "the recipe's", "prompts per dataset at most", F_INT(&a.samples, 1, 100000)},
         {"--out", "DIR", "out/NAME", "where the tables (markdown, CSV) and plots go", F_STR(&a.out)},
         {"-t, --threads", "N", "the recipe's", "threads", F_INT(&a.threads, 1, 64)},
+        KV_TYPE_FLAG(&a.kv_type),
         {"-m, --model", "FILE", "the recipe's", "the model", F_STR(&a.model)},
         MODEL_FLAGS{"--exit-heads", "FILE", "the recipe's", "exit heads (adadecode, self-speculative)", F_STR(&a.exit)},
         {"--medusa", "FILE", "the recipe's", "Medusa heads", F_STR(&a.medusa)},
@@ -81,6 +83,7 @@ static Args parse(int argc, char **argv) {
     };
     flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, USAGE, MEMORY);
     if (!a.recipe) usage("--recipe");
+    a.kvt = kv_type_arg(a.kv_type);
     return a;
 }
 
@@ -155,7 +158,7 @@ static void load(Bench *b, const Args *a, const char *out) {
         if (!tok_same_vocab(b->m.tok, b->draft.tok, why, sizeof why)) die("%s: %s", path, why);
         b->has_draft = 1, free(path);
     }
-    if (kv_init(&b->kv, &b->m.c, 2, 2 * b->m.c.seq_len, 16)) die_lib();
+    if (kv_init_typed(&b->kv, &b->m.c, 2, 2 * b->m.c.seq_len, 16, a->kvt)) die_lib();
 }
 
 /* a method's option whose recipe key is "gamma" takes the dataset's γ (its guidance

@@ -29,7 +29,7 @@
     "is prefilled); Ctrl-C stops the answer, Ctrl-C at the prompt or Ctrl-D ends the conversation.\n" MEMORY
 
 typedef struct {
-    const char *model, *prompt, *file, *method, *chat_format, *system, *messages, *heads, *dump, *draft;
+    const char *model, *prompt, *file, *method, *chat_format, *system, *messages, *heads, *dump, *draft, *kv_type;
     int chat, json, conversation, n, ctx, top_k, threads;
     double temp, top_p, oracle;
     long long seed;
@@ -113,6 +113,7 @@ static void parse(Args *a, int argc, char **argv) {
         {"-c, --ctx-size", "N", "the model's",
          "the context: prompt and output hold at most N tokens (at most the model's)", F_INT(&a->ctx, 2, 1 << 30)},
         {"-t, --threads", "N", "1", "threads", F_INT(&a->threads, 1, 64)},
+        KV_TYPE_FLAG(&a->kv_type),
         {"--temp", "T", "1", "temperature; 0 is greedy", F_NUM(&a->temp, 0, 1e6)},
         {"--top-k", "K", "0: off", "sample among the K likeliest tokens", F_INT(&a->top_k, 0, 1 << 30)},
         {"--top-p", "P", "1: off", "sample within the likeliest tokens whose probabilities sum to P",
@@ -590,6 +591,7 @@ int main(int argc, char **argv) {
     else if (a.prompt && !strcmp(a.prompt, "-")) a.prompt = read_text("-p", "-");
     if (a.seed < 0) a.seed = (long long)random_seed();
 
+    KVType kvt = kv_type_arg(a.kv_type);
     double t_load = pd_now();
     Model m;
     ExitHeads heads;
@@ -618,7 +620,7 @@ int main(int argc, char **argv) {
     if (a.conversation) pthread_sigmask(SIG_SETMASK, &old, NULL);
     KVCache kv;
     Sampler s;
-    if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16) ||
+    if (kv_init_typed(&kv, &m.c, 2, 2 * m.c.seq_len, 16, kvt) ||
         sampler_init(&s, m.c.vocab_size, (float)a.temp, a.top_k, (float)a.top_p, (uint64_t)a.seed))
         die_lib();
     int rc = 0;

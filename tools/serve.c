@@ -39,6 +39,8 @@
     "  -c,  --ctx-size C          positions per request, prompt and answer together (the model's context, also the "   \
     "most)\n"                                                                                                          \
     "       --kv-blocks B         the paged KV pool in blocks of 16 positions (N x C / 16)\n"                          \
+    "       --kv-type T           the KV cache's elements: f32, bf16 or q8_0 (int8, a scale per token and kv head) "   \
+    "(f32)\n"                                                                                                          \
     "  -t,  --threads T           threads for the forward pass (every core)\n"                                         \
     "       --draft MODEL         a draft model for the speculative method (none)\n"                                   \
     "       --chat-format F       llama3, llama2 or chatml (recognised from the model's template)\n"                   \
@@ -56,8 +58,9 @@
 #define MEMORY                                                                                                         \
     "memory: about " MEMORY_MODEL                                                                                      \
     "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                     \
-    "        N × ctx / 16 by default) + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the\n"           \
-    "        answer's text per open connection; --draft adds the draft model's weights twice.\n"
+    "        N × ctx / 16 by default; --kv-type bf16: kv_dim × 4, q8_0: (kv_dim + 4 × kv heads) × 2)\n"            \
+    "        + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the answer's text per open\n"              \
+    "        connection; --draft adds the draft model's weights twice.\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
 #define HIST_MAX 20
@@ -733,6 +736,7 @@ int main(int argc, char **argv) {
         else if (IS("-a", "--alias")) alias = arg_next(argc, argv, &i);
         else if (IS("-np", "--parallel")) o.parallel = (int)arg_int(f, arg_next(argc, argv, &i), 1, 256);
         else if (IS("-c", "--ctx-size")) o.ctx = (int)arg_int(f, arg_next(argc, argv, &i), 2, 1 << 24);
+        else if (IS("--kv-type", "")) o.kv_type = kv_type_arg(arg_next(argc, argv, &i));
         else if (IS("--kv-blocks", "")) kv_blocks = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 24);
         else if (IS("--draft", "")) draft = arg_next(argc, argv, &i);
         else if (IS("--chat-format", "")) format = arg_next(argc, argv, &i);
@@ -795,8 +799,9 @@ int main(int argc, char **argv) {
         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, notify, NULL,
         MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_CONNECTION_TIMEOUT, S.timeout, MHD_OPTION_END);
     if (!d) die("cannot start the HTTP server on %s", shown);
-    fprintf(stderr, "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d, methods: %s)\n",
-            shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, ready_methods(&o.opt));
+    fprintf(stderr,
+            "serve: listening on http://%s (%s, %d parallel, context %d, %d KV blocks of %d in %s, methods: %s)\n",
+            shown, S.name, o.parallel, ctx, o.kv_blocks, o.block_size, kv_type_name(o.kv_type), ready_methods(&o.opt));
     int sig;
     do sigwait(&sigs, &sig);
     while (sig == SIGPIPE);

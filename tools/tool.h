@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/kvcache.h"
 #include "model/linear.h"
 #include "model/model.h"
 
@@ -115,8 +116,23 @@ __attribute__((noreturn)) static inline void help_exit(const char *usage_text, c
     "        and the packed copy the matrix products read) + RoPE tables of ctx × head_dim × 4\n"                    \
     "        bytes (ctx: the model's context)"
 #define MEMORY_KV(n)                                                                                                   \
-    n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; its pages are\n"                            \
-      "        touched only as far as the sequences grow)"
+    n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; --kv-type bf16: kv_dim × 4,\n"             \
+      "        q8_0: (kv_dim + 4 × kv heads) × 2; its pages are touched only as far as the sequences grow)"
+
+/* --kv-type: the flag every tool that makes a KV cache takes, and its value checked
+   before anything loads */
+#define KV_TYPE_FLAG(p)                                                                                                \
+    {                                                                                                                  \
+        "--kv-type", "TYPE", "f32",                                                                                    \
+            "the KV cache's elements: f32, bf16 (rounded to nearest even) or q8_0 (int8, a scale per token and kv "    \
+            "head)",                                                                                                   \
+            F_STR(p)                                                                                                   \
+    }
+static inline KVType kv_type_arg(const char *name) {
+    int t = kv_type_parse(name ? name : "f32");
+    if (t < 0) die("--kv-type: '%s' is not a KV cache type (f32, bf16 or q8_0)", name);
+    return (KVType)t;
+}
 
 /* the value after a flag, or a usage error */
 static inline const char *arg_next(int argc, char **argv, int *i) {

@@ -1,6 +1,6 @@
 /* verifycost — what one verification of an n-node token tree costs relative to one
    standard decoding step, on this machine and model (a benchmark, never a test).
-   bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS]
+   bin/verifycost -m MODEL [--sizes 1,4,8,16,32,64] [--ctx P] [--reps R] [-t THREADS] [--kv-type T]
    After a prompt of P tokens, each size is timed R times (the least of 3 runs in a
    row each time), the sizes in turn within a rep and a one-token step last: the
    tree's nodes through every layer and the final logits (what drafter_generate's
@@ -16,7 +16,7 @@
 
 #define MAX_N 256
 #define RUNS 3 /* in a row, per size and rep: the least counts */
-#define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS]"
+#define USAGE "-m MODEL [--sizes 1,4,8,...] [--ctx P] [--reps R] [-t THREADS] [--kv-type T]"
 #define MEMORY                                                                                                         \
     "memory: about " MEMORY_MODEL "\n        + " MEMORY_KV(                                                            \
         "1") "\n"                                                                                                      \
@@ -53,7 +53,7 @@ static double median(double *t, int n) {
 
 int main(int argc, char **argv) {
     tool_name = "verifycost";
-    const char *model = NULL, *sizes = "1,2,4,8,16,32,64";
+    const char *model = NULL, *sizes = "1,2,4,8,16,32,64", *kv_type = NULL;
     int ctx = 64, reps = 20, threads = 1;
     Flag fl[] = {
         {"-m, --model", "FILE", "required", "the model", F_STR(&model)},
@@ -61,9 +61,11 @@ int main(int argc, char **argv) {
         {"--ctx", "P", "64", "positions in the KV cache before the tree", F_INT(&ctx, 1, 1 << 20)},
         {"--reps", "R", "20", "repetitions (the median counts)", F_INT(&reps, 1, 100000)},
         {"-t, --threads", "N", "1", "threads", F_INT(&threads, 1, 64)},
+        KV_TYPE_FLAG(&kv_type),
     };
     flags_parse(fl, N_FLAGS(fl), argc, argv, NULL, 0, USAGE, MEMORY);
     if (!model) usage("-m MODEL");
+    KVType kvt = kv_type_arg(kv_type);
     int n[64], k = 0;
     for (const char *s = sizes; *s && k < 64;) {
         char *end;
@@ -81,7 +83,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < k; i++) most = n[i] > most ? n[i] : most;
     if (ctx + most > m.c.seq_len)
         die("--ctx %d and a %d-node tree do not fit the context of %d", ctx, most, m.c.seq_len);
-    if (kv_init(&kv, &m.c, 1, m.c.seq_len, 16) || kv_seq_new(&kv) != 0) die_lib();
+    if (kv_init_typed(&kv, &m.c, 1, m.c.seq_len, 16, kvt) || kv_seq_new(&kv) != 0) die_lib();
     float *hid = malloc(sizeof(float) * (size_t)(ctx > most ? ctx : most) * m.c.dim);
     float *lg = malloc(sizeof(float) * (size_t)most * m.c.vocab_size);
     int32_t *prompt = malloc(sizeof(int32_t) * ctx), *pos = malloc(sizeof(int32_t) * ctx);

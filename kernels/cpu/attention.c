@@ -11,10 +11,14 @@
    dimensions. For each (query head, dimension) the weighted sum keeps 16 partials,
    partial i taking keys j ≡ i mod 16 in key order, added by the halving tree (i + 8,
    then + 4, + 2, + 1 apart). Every path computes exactly that, so a token's result
-   never depends on the batch. */
+   never depends on the batch.
+   A bf16 or q8_0 cache is read in place: each element is widened (bf16, exact) or
+   dequantized as its scale times its integer (q8_0, one rounding) where the f32 cache's
+   element would be loaded, and the chains are the same. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
 #include "exp.h"
@@ -35,21 +39,59 @@ typedef struct {
 } Unit;
 
 /* this unit's kv head in slot's block of a layer array (keys or values): [hd][block_size],
-   from the slot's column */
-static inline const float *column(const Unit *u, const float *base, int slot) {
+   from the slot's column; the offset in elements of any KV type */
+static inline size_t col_off(const Unit *u, int slot) {
     const AttnArgs *a = u->a;
     int blk = u->shift >= 0 ? slot >> u->shift : slot / a->block_size; /* no division per chunk */
-    return base + (size_t)a->table[u->t][blk] * a->block_stride + (size_t)u->kvh * a->hd * a->block_size +
+    return (size_t)a->table[u->t][blk] * a->block_stride + (size_t)u->kvh * a->hd * a->block_size +
            (slot - blk * a->block_size);
+}
+static inline const float *column(const Unit *u, const float *base, int slot) { return base + col_off(u, slot); }
+
+/* a q8_0 slot's scale for this unit's kv head, in a layer's scales */
+static inline size_t scale_off(const Unit *u, int slot) {
+    const AttnArgs *a = u->a;
+    int blk = u->shift >= 0 ? slot >> u->shift : slot / a->block_size;
+    return (size_t)a->table[u->t][blk] * a->scale_stride + (size_t)u->kvh * a->block_size +
+           (slot - blk * a->block_size);
+}
+
+static inline float bf16_f32(uint16_t h) {
+    uint32_t w = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+/* dimension d of slot's key (val 0) or value (val 1) as attention computes with it */
+static inline float elem(const Unit *u, int val, int slot, int d) {
+    const AttnArgs *a = u->a;
+    size_t at = col_off(u, slot) + (size_t)d * a->block_size;
+    switch (a->kv_type) {
+    case KV_BF16:
+        return bf16_f32(((const uint16_t *)(val ? a->vq : a->kq))[at]);
+    case KV_Q8_0:
+        return (val ? a->v_scale : a->k_scale)[scale_off(u, slot)] * (float)((const int8_t *)(val ? a->vq : a->kq))[at];
+    default:
+        return (val ? a->v : a->k)[at];
+    }
 }
 
 static inline int lone_slot(const Unit *u, int x) { return u->lone_base + u->lone[x]; }
 
 static float score_one(const Unit *u, const float *q, int slot) {
-    const float *K = column(u, u->a->k, slot);
     float s = 0;
-    for (int d = 0; d < u->a->hd; d++) s = fmaf(q[d], K[(size_t)d * u->a->block_size], s);
+    if (u->a->kv_type == KV_F32) {
+        const float *K = column(u, u->a->k, slot);
+        for (int d = 0; d < u->a->hd; d++) s = fmaf(q[d], K[(size_t)d * u->a->block_size], s);
+    } else
+        for (int d = 0; d < u->a->hd; d++) s = fmaf(q[d], elem(u, 0, slot, d), s);
     return s * u->a->scale;
+}
+
+/* dimension d of slot's value */
+static inline float value_at(const Unit *u, int slot, int d) {
+    return u->a->kv_type == KV_F32 ? column(u, u->a->v, slot)[(size_t)d * u->a->block_size] : elem(u, 1, slot, d);
 }
 
 #ifdef __AVX512F__
@@ -104,7 +146,8 @@ static inline __attribute__((always_inline)) void score_chunks(const Unit *u, fl
         for (int h = 0; h < G; h++) max[h] = _mm512_reduce_max_ps(mx[h]);                                              \
     }
 SCORE_G(1)
-SCORE_G(2) SCORE_G(3) SCORE_G(4) SCORE_G(5) SCORE_G(6) SCORE_G(7)
+SCORE_G(2)
+SCORE_G(3) SCORE_G(4) SCORE_G(5) SCORE_G(6) SCORE_G(7)
     SCORE_G(8) static void (*const SCORE[MAX_GROUP + 1])(const Unit *, float *const *, float *) = {
         0, score_g1, score_g2, score_g3, score_g4, score_g5, score_g6, score_g7, score_g8};
 
@@ -213,9 +256,9 @@ typedef void (*TileFn)(const Unit *, float *const *, const float *, float *, int
         sum_tile(u, p, mx, inv, h0, d0, GT, 16 / GT, EXP);                                                             \
     }
 TILE_FN(1, 0)
-TILE_FN(2, 0) TILE_FN(4, 0) TILE_FN(8, 0) TILE_FN(1, 1) TILE_FN(2, 1) TILE_FN(4, 1)
-    TILE_FN(8, 1) static const TileFn TILES[2][4] = {{tile_1_0, tile_2_0, tile_4_0, tile_8_0},
-                                                     {tile_1_1, tile_2_1, tile_4_1, tile_8_1}};
+TILE_FN(2, 0)
+TILE_FN(4, 0) TILE_FN(8, 0) TILE_FN(1, 1) TILE_FN(2, 1) TILE_FN(4, 1) TILE_FN(8, 1) static const TileFn TILES[2][4] = {
+    {tile_1_0, tile_2_0, tile_4_0, tile_8_0}, {tile_1_1, tile_2_1, tile_4_1, tile_8_1}};
 
 /* softmax and the weighted sums, from the scores in p and their maxima */
 static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
@@ -235,22 +278,59 @@ static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
 #endif
 
 #if defined(PD_AVX2)
+/* one dimension of a 16-slot chunk (at: its offset in elements) as two vectors, each
+   element as elem() computes it, lanes at or past left 0. A chunk never straddles a
+   block (the block size is a multiple of 16), so bf16 and int8 read it whole. */
+static inline __attribute__((always_inline)) void load16(const void *base, size_t at, __m256 s0, __m256 s1, __m256 m0,
+                                                         __m256 m1, int left, __m256 *lo, __m256 *hi, const int T) {
+    if (T == KV_F32) {
+        const float *x = (const float *)base + at;
+        *lo = load8_or(x, left, 0), *hi = load8_or(x + 8, left - 8, 0);
+    } else if (T == KV_BF16) {
+        const uint16_t *x = (const uint16_t *)base + at;
+        __m256i w0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x));
+        __m256i w1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + 8)));
+        *lo = _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), m0);
+        *hi = _mm256_and_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)), m1);
+    } else {
+        __m128i b = _mm_loadu_si128((const __m128i *)((const int8_t *)base + at));
+        __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+               q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+        *lo = _mm256_and_ps(_mm256_mul_ps(s0, q0), m0);
+        *hi = _mm256_and_ps(_mm256_mul_ps(s1, q1), m1);
+    }
+}
+
+/* a chunk's 16 scales (q8_0; zeros otherwise) */
+static inline __attribute__((always_inline)) void scales16(const Unit *u, const float *scale, int j, __m256 *s0,
+                                                           __m256 *s1, const int T) {
+    *s0 = *s1 = _mm256_setzero_ps();
+    if (T == KV_Q8_0) {
+        const float *S = scale + scale_off(u, j);
+        *s0 = _mm256_loadu_ps(S), *s1 = _mm256_loadu_ps(S + 8);
+    }
+}
+
 /* the same lanes as AVX-512's, a 16-key chunk in two halves; heads four at a time */
-static void score_avx2(const Unit *u, float *const *p, float *max) {
+static inline __attribute__((always_inline)) void score_avx2_t(const Unit *u, float *const *p, float *max,
+                                                               const int T) {
     const AttnArgs *a = u->a;
+    const void *kb = T == KV_F32 ? (const void *)a->k : a->kq;
     __m256 sc = _mm256_set1_ps(a->scale);
     for (int h0 = 0; h0 < u->g; h0 += 4) {
         int G = u->g - h0 < 4 ? u->g - h0 : 4;
         __m256 mx[4][2];
         for (int h = 0; h < 4; h++) mx[h][0] = mx[h][1] = _mm256_set1_ps(-INFINITY);
         for (int j = 0; j < u->nc; j += 16) {
-            const float *K = column(u, a->k, j);
+            size_t K = col_off(u, j);
             int left = u->nc - j;
+            __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
+            scales16(u, a->k_scale, j, &s0, &s1, T);
             __m256 acc[4][2];
             for (int h = 0; h < 4; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
             for (int d = 0; d < a->hd; d++) {
-                const float *Kd = K + (size_t)d * a->block_size;
-                __m256 k0 = load8_or(Kd, left, 0), k1 = load8_or(Kd + 8, left - 8, 0);
+                __m256 k0, k1;
+                load16(kb, K + (size_t)d * a->block_size, s0, s1, m0, m1, left, &k0, &k1, T);
 #pragma GCC unroll 4
                 for (int h = 0; h < 4; h++) {
                     if (h >= G) break;
@@ -259,23 +339,36 @@ static void score_avx2(const Unit *u, float *const *p, float *max) {
                     acc[h][1] = _mm256_fmadd_ps(q, k1, acc[h][1]);
                 }
             }
-            __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8);
             for (int h = 0; h < G; h++) {
-                __m256 s0 = _mm256_mul_ps(acc[h][0], sc), s1 = _mm256_mul_ps(acc[h][1], sc);
-                store8_n(p[h0 + h] + j, s0, left);
-                store8_n(p[h0 + h] + j + 8, s1, left - 8);
-                mx[h][0] = _mm256_blendv_ps(mx[h][0], _mm256_max_ps(mx[h][0], s0), m0);
-                mx[h][1] = _mm256_blendv_ps(mx[h][1], _mm256_max_ps(mx[h][1], s1), m1);
+                __m256 r0 = _mm256_mul_ps(acc[h][0], sc), r1 = _mm256_mul_ps(acc[h][1], sc);
+                store8_n(p[h0 + h] + j, r0, left);
+                store8_n(p[h0 + h] + j + 8, r1, left - 8);
+                mx[h][0] = _mm256_blendv_ps(mx[h][0], _mm256_max_ps(mx[h][0], r0), m0);
+                mx[h][1] = _mm256_blendv_ps(mx[h][1], _mm256_max_ps(mx[h][1], r1), m1);
             }
         }
         for (int h = 0; h < G; h++) max[h0 + h] = hmax2(mx[h][0], mx[h][1]);
     }
 }
+static void score_avx2(const Unit *u, float *const *p, float *max) {
+    switch (u->a->kv_type) {
+    case KV_BF16:
+        score_avx2_t(u, p, max, KV_BF16);
+        break;
+    case KV_Q8_0:
+        score_avx2_t(u, p, max, KV_Q8_0);
+        break;
+    default:
+        score_avx2_t(u, p, max, KV_F32);
+    }
+}
 
 /* four dimensions of a head at a time: their 16 partials in registers over the
    committed keys, then the lone keys lane by lane and the tree */
-static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) {
+static inline __attribute__((always_inline)) void weighted_sums_avx2_t(const Unit *u, float *const *p, const float *mx,
+                                                                       const int T) {
     const AttnArgs *a = u->a;
+    const void *vb = T == KV_F32 ? (const void *)a->v : a->vq;
     int nk = u->nc + u->n_lone, bs = a->block_size;
     for (int h = 0; h < u->g; h++) {
         float inv = 1.0f / exp_sum(p[h], nk, mx[h]);
@@ -286,12 +379,16 @@ static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) 
             for (int j = 0; j < u->nc; j += 16) {
                 int left = u->nc - j;
                 __m256 p0 = load8_or(p[h] + j, left, 0), p1 = load8_or(p[h] + j + 8, left - 8, 0);
-                const float *V = column(u, a->v, j) + (size_t)d0 * bs;
+                __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
+                scales16(u, a->v_scale, j, &s0, &s1, T);
+                size_t V = col_off(u, j) + (size_t)d0 * bs;
 #pragma GCC unroll 4
                 for (int d = 0; d < 4; d++) {
                     if (d >= D) break;
-                    acc[d][0] = _mm256_fmadd_ps(p0, load8_or(V + (size_t)d * bs, left, 0), acc[d][0]);
-                    acc[d][1] = _mm256_fmadd_ps(p1, load8_or(V + (size_t)d * bs + 8, left - 8, 0), acc[d][1]);
+                    __m256 v0, v1;
+                    load16(vb, V + (size_t)d * bs, s0, s1, m0, m1, left, &v0, &v1, T);
+                    acc[d][0] = _mm256_fmadd_ps(p0, v0, acc[d][0]);
+                    acc[d][1] = _mm256_fmadd_ps(p1, v1, acc[d][1]);
                 }
             }
             for (int d = 0; d < D; d++) {
@@ -300,11 +397,23 @@ static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) 
                 _mm256_storeu_ps(s + 8, acc[d][1]);
                 for (int x = 0; x < u->n_lone; x++) {
                     int j = u->nc + x;
-                    s[j & 15] = fmaf(p[h][j], column(u, a->v, lone_slot(u, x))[(size_t)(d0 + d) * bs], s[j & 15]);
+                    s[j & 15] = fmaf(p[h][j], value_at(u, lone_slot(u, x), d0 + d), s[j & 15]);
                 }
                 u->out[h][d0 + d] = tree_sum16(s) * inv;
             }
         }
+    }
+}
+static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) {
+    switch (u->a->kv_type) {
+    case KV_BF16:
+        weighted_sums_avx2_t(u, p, mx, KV_BF16);
+        break;
+    case KV_Q8_0:
+        weighted_sums_avx2_t(u, p, mx, KV_Q8_0);
+        break;
+    default:
+        weighted_sums_avx2_t(u, p, mx, KV_F32);
     }
 }
 #endif
@@ -323,16 +432,14 @@ static void score_scalar(const Unit *u, float *const *p, float *max) {
 }
 
 static void weighted_sums_scalar(const Unit *u, float *const *p, const float *mx) {
-    int nk = u->nc + u->n_lone, bs = u->a->block_size;
+    int nk = u->nc + u->n_lone;
     float inv[MAX_GROUP];
     for (int h = 0; h < u->g; h++) inv[h] = 1.0f / exp_sum(p[h], nk, mx[h]);
     for (int h = 0; h < u->g; h++)
         for (int d = 0; d < u->a->hd; d++) {
             float acc[16] = {0};
-            for (int j = 0; j < nk; j++) {
-                const float *V = column(u, u->a->v, j < u->nc ? j : lone_slot(u, j - u->nc));
-                acc[j & 15] = fmaf(p[h][j], V[(size_t)d * bs], acc[j & 15]);
-            }
+            for (int j = 0; j < nk; j++)
+                acc[j & 15] = fmaf(p[h][j], value_at(u, j < u->nc ? j : lone_slot(u, j - u->nc), d), acc[j & 15]);
             u->out[h][d] = tree_sum16(acc) * inv[h];
         }
 }
@@ -356,6 +463,8 @@ static void attend(void *ctx, int b, int e) {
     float *buf = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63); /* no chunk straddles two cache lines */
     int shift = __builtin_ctz((unsigned)a->block_size), fast = a->block_size % 16 == 0;
     if (a->block_size != 1 << shift) shift = -1;
+    int fast512 = fast && a->kv_type == KV_F32; /* no AVX-512 path for bf16 / q8_0: the scalar spec */
+    (void)fast512;
     for (int i = b; i < e; i++) {
         int t = i / (a->n_kv * parts), kvh = i / parts % a->n_kv, part = i % parts;
         const int *extra = a->extra + a->extra_off[t];
@@ -371,7 +480,7 @@ static void attend(void *ctx, int b, int e) {
             p[h] = buf + (size_t)h * stride;
         }
 #if defined(__AVX512F__)
-        if (fast) SCORE[u.g](&u, p, mx);
+        if (fast512) SCORE[u.g](&u, p, mx);
         else
 #elif defined(PD_AVX2)
         if (fast) score_avx2(&u, p, mx);
@@ -384,7 +493,7 @@ static void attend(void *ctx, int b, int e) {
                 mx[h] = max1(s, mx[h]);
             }
 #if defined(__AVX512F__)
-        if (fast) weighted_sums(&u, p, mx);
+        if (fast512) weighted_sums(&u, p, mx);
         else
 #elif defined(PD_AVX2)
         if (fast) weighted_sums_avx2(&u, p, mx);
@@ -406,3 +515,58 @@ static void attention(const AttnArgs *a, int rel) {
 
 void k_attention(const AttnArgs *a) { attention(a, 0); }
 void k_attention_rel(const AttnArgs *a) { attention(a, 1); }
+
+/* ---- writing a typed cache ---- */
+
+static uint16_t f32_bf16(float f) {
+    uint32_t w;
+    memcpy(&w, &f, sizeof w);
+    if ((w & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((w >> 16) | 0x40); /* NaN: quiet, sign kept */
+    return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1)) >> 16);
+}
+
+/* one kv head's hd values (x) into int8 q (stride apart) and its scale, the rule in
+   backend.h */
+static float q8_head(const float *x, int hd, int8_t *q, size_t stride) {
+    float amax = 0;
+    for (int i = 0; i < hd; i++) {
+        float m = fabsf(x[i]);
+        amax = m > amax ? m : amax;
+    }
+    float d = amax / 127.0f;
+    for (int i = 0; i < hd; i++) {
+        float r = d != 0 ? nearbyintf(x[i] / d) : 0;
+        q[(size_t)i * stride] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r == r ? r : 0);
+    }
+    return d;
+}
+
+void k_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
+                      int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot, const float *src,
+                      size_t src_stride, size_t v_off, int n) {
+    int kv_dim = n_kv * hd;
+    if (t == KV_F32) {
+        k_kv_write(k, v, block_stride, block_size, kv_dim, table, slot, src, src_stride, v_off, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const float *sk = src + (size_t)i * src_stride, *sv = sk + v_off;
+        size_t blk = (size_t)table[i][slot[i] / block_size], col = (size_t)(slot[i] % block_size);
+        size_t b = blk * block_stride + col;
+        if (t == KV_BF16) {
+            uint16_t *K = k, *V = v;
+            for (int d = 0; d < kv_dim; d++) {
+                K[b + (size_t)d * block_size] = f32_bf16(sk[d]);
+                V[b + (size_t)d * block_size] = f32_bf16(sv[d]);
+            }
+            continue;
+        }
+        int8_t *K = k, *V = v;
+        size_t sb = blk * scale_stride + col;
+        for (int h = 0; h < n_kv; h++) {
+            size_t at = b + (size_t)h * hd * block_size;
+            ks[sb + (size_t)h * block_size] = q8_head(sk + (size_t)h * hd, hd, K + at, (size_t)block_size);
+            vs[sb + (size_t)h * block_size] = q8_head(sv + (size_t)h * hd, hd, V + at, (size_t)block_size);
+        }
+    }
+}

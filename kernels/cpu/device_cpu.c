@@ -191,28 +191,35 @@ int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n) {
 
 typedef struct {
     DevBuf base, list, count;
-    int max_count, len;
+    int max_count, len, elem;
     size_t stride;
 } MoveArgs;
 static void run_move(const void *a) {
     const MoveArgs *m = a;
-    float *base = (float *)(m->base.mem->p + m->base.off);
+    unsigned char *base = m->base.mem->p + m->base.off;
     const int64_t *list = (const int64_t *)(m->list.mem->p + m->list.off);
     int n = *(const int32_t *)(m->count.mem->p + m->count.off);
     n = n < 0 ? 0 : n > m->max_count ? m->max_count : n;
+    size_t e = (size_t)m->elem, step = m->stride * e;
     for (int i = 0; i < n; i++) {
-        const float *s = base + list[2 * i];
-        float *t = base + list[2 * i + 1];
-        for (int j = 0; j < m->len; j++) t[(size_t)j * m->stride] = s[(size_t)j * m->stride];
+        const unsigned char *s = base + (size_t)list[2 * i] * e;
+        unsigned char *t = base + (size_t)list[2 * i + 1] * e;
+        for (int j = 0; j < m->len; j++) memcpy(t + (size_t)j * step, s + (size_t)j * step, e);
     }
 }
-int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride) {
+int dev_move_cols_elem(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride,
+                       int elem_bytes) {
     if (max_count < 0 || len < 0) return fail("device: move_cols: negative sizes");
+    if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4)
+        return fail("device: move_cols: %d-byte elements", elem_bytes);
     if (in_bounds(list, sizeof(int64_t) * 2 * (size_t)max_count, "move_cols list") ||
         in_bounds(count_buf, sizeof(int32_t), "move_cols count") || in_bounds(base, 0, "move_cols base"))
         return -1;
-    MoveArgs m = {base, list, count_buf, max_count, len, stride};
+    MoveArgs m = {base, list, count_buf, max_count, len, elem_bytes, stride};
     return submit(d, run_move, &m, sizeof m);
+}
+int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride) {
+    return dev_move_cols_elem(d, base, list, count_buf, max_count, len, stride, 4);
 }
 
 int dev_sync(Device *d) {

@@ -381,7 +381,7 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     e->cap = o->parallel + e->o.prefill_chunk;
     size_t dim = m->c.dim, vocab = m->c.vocab_size;
     if (!(e->fwd = runner_new(m))) return free(e), NULL;
-    if (kv_init(&e->kv, &m->c, o->parallel, o->kv_blocks * o->block_size, o->block_size))
+    if (kv_init_typed(&e->kv, &m->c, o->parallel, o->kv_blocks * o->block_size, o->block_size, o->kv_type))
         return runner_free(e->fwd), free(e), NULL;
     e->st.kv_free = e->kv.n_free;
     e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);

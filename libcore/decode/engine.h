@@ -21,6 +21,7 @@ typedef struct {
     int ctx;       /* positions per request (prompt + answer) at most */
     int kv_blocks; /* KV pool, in blocks of block_size positions */
     int block_size;
+    KVType kv_type;     /* the KV cache's elements (0: f32) */
     int prefill_chunk;  /* prompt tokens a step takes at most, all requests together */
     int continuous;     /* 0: a batch is formed when none runs and runs to its end
                             (static batching, the load benchmark's baseline) */

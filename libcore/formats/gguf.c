@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "formats/quant.h"
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -50,6 +51,15 @@ static int ggml_traits(uint32_t type, GgmlTraits *tr) {
     case GGML_Q4_1:
         *tr = (GgmlTraits){32, 20};
         return 0; /* f16 d, f16 m, 16 bytes */
+    case GGML_Q4_K:
+        *tr = (GgmlTraits){256, 144};
+        return 0; /* f16 d, dmin; 12 bytes of 6-bit scales and minima; 128 bytes of nibbles */
+    case GGML_Q5_K:
+        *tr = (GgmlTraits){256, 176};
+        return 0; /* as Q4_K, and 32 bytes of fifth bits */
+    case GGML_Q6_K:
+        *tr = (GgmlTraits){256, 210};
+        return 0; /* 128 bytes low nibbles, 64 high bits, 16 int8 scales, f16 d */
     default:
         return -1;
     }
@@ -62,22 +72,6 @@ static const char *ggml_type_name(uint32_t type) {
                                         "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
                                         "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
     return type < sizeof names / sizeof *names ? names[type] : "unknown";
-}
-
-/* IEEE half → float, every case: normal, subnormal (exact as m·2^-24), ±0, ±inf, NaN
-   (quieted, as F16C's vcvtph2ps does, so the two agree bit for bit) */
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000 | (man << 13) | (man ? 0x400000u : 0);
-    else if (exp) u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    else {
-        float f = (float)man * 0x1p-24f;
-        memcpy(&u, &f, 4);
-        u |= sign;
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 static float bf16_to_f32(uint16_t h) {
@@ -237,7 +231,8 @@ static int place_tensors(Gguf *g, const Cur *c, const uint64_t *offsets, size_t 
         GgufTensor *t = &g->t[i];
         GgmlTraits tr;
         if (ggml_traits(t->type, &tr))
-            return pd_error("%s: tensor '%s' has ggml type %u (%s); paradec reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1",
+            return pd_error("%s: tensor '%s' has ggml type %u (%s); paradec reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                            "Q4_K, Q5_K and Q6_K",
                             c->what, t->name, t->type, ggml_type_name(t->type));
         size_t ne = 1;
         for (int d = 0; d < 4; d++) ne = pd_mul(ne, (size_t)t->dims[d]);
@@ -500,28 +495,22 @@ const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
 
 /* ---------------- tensor data ---------------- */
 
-/* ggml's dequantize_row_q8_0 / _q4_0 / _q4_1: per block of 32, the low nibbles of the
-   16 bytes are elements 0..15 and the high nibbles 16..31 */
-static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
-    float d = f16_to_f32(rd16(b));
+int gguf_block_dtype(uint32_t type) {
     switch (type) {
     case GGML_Q8_0:
-        for (int j = 0; j < 32; j++) y[j] = d * (float)(int8_t)b[2 + j];
-        break;
+        return DT_Q8_0;
     case GGML_Q4_0:
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)((b[2 + j] & 0x0f) - 8);
-            y[j + 16] = d * (float)((b[2 + j] >> 4) - 8);
-        }
-        break;
-    case GGML_Q4_1: {
-        float m = f16_to_f32(rd16(b + 2));
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)(b[4 + j] & 0x0f) + m;
-            y[j + 16] = d * (float)(b[4 + j] >> 4) + m;
-        }
-        break;
-    }
+        return DT_Q4_0;
+    case GGML_Q4_1:
+        return DT_Q4_1;
+    case GGML_Q4_K:
+        return DT_Q4_K;
+    case GGML_Q5_K:
+        return DT_Q5_K;
+    case GGML_Q6_K:
+        return DT_Q6_K;
+    default:
+        return -1;
     }
 }
 
@@ -536,18 +525,18 @@ int gguf_tensor_f32(const Gguf *g, const GgufTensor *t, float *out) {
         memcpy(out, p, t->nbytes);
         break;
     case GGML_F16:
-        for (size_t i = 0; i < blocks; i++) out[i] = f16_to_f32(rd16(p + 2 * i));
+        for (size_t i = 0; i < blocks; i++) out[i] = fp16_to_f32(rd16(p + 2 * i));
         break;
     case GGML_BF16:
         for (size_t i = 0; i < blocks; i++) out[i] = bf16_to_f32(rd16(p + 2 * i));
         break;
-    default:
-        for (size_t i = 0; i < blocks; i++) dequant_block(t->type, p + i * tr.bytes, out + i * 32);
+    default: /* rows are whole blocks (place_tensors), so the tensor is one long row */
+        dequant_row((DType)gguf_block_dtype(t->type), out, p, (int64_t)(blocks * (size_t)tr.block));
     }
     return 0;
 }
 
-float gguf_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
+float gguf_f16_to_f32(uint16_t h) { return fp16_to_f32(h); }
 
 /* ---------------- a vocabulary-only GGUF ---------------- */
 

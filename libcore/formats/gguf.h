@@ -39,7 +39,17 @@ typedef struct {
 } GgufKV;
 
 /* ggml tensor types paradec reads (others are refused by name) */
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum {
+    GGML_F32 = 0,
+    GGML_F16 = 1,
+    GGML_Q4_0 = 2,
+    GGML_Q4_1 = 3,
+    GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_Q5_K = 13,
+    GGML_Q6_K = 14,
+    GGML_BF16 = 30
+};
 
 typedef struct {
     char *name;
@@ -75,10 +85,12 @@ int gguf_get_f32(const Gguf *g, const char *key, float *out);
 int gguf_get_str(const Gguf *g, const char *key, GgufStr *out);
 int gguf_get_bool(const Gguf *g, const char *key, int *out);
 const GgufTensor *gguf_tensor(const Gguf *g, const char *name);
-/* a tensor's elements as f32 (dequantising Q8_0, Q4_0, Q4_1; converting F16, BF16);
-   out holds dims product floats */
+/* a tensor's elements as f32 (dequantising the block types by formats/quant.c;
+   converting F16, BF16); out holds dims product floats */
 int gguf_tensor_f32(const Gguf *g, const GgufTensor *t, float *out);
 float gguf_f16_to_f32(uint16_t h); /* IEEE half, every case (subnormals, inf, NaN) */
+/* the paradec block type of a ggml type (DT_Q8_0 … DT_Q6_K), -1 for the others */
+int gguf_block_dtype(uint32_t type);
 
 /* a vocabulary-only GGUF (version 3, no tensors) holding general.architecture and
    every tokenizer.* key (tokens, scores, types, merges, special ids, pre-tokenizer,

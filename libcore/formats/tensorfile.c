@@ -58,11 +58,17 @@ int dtype_block(DType t) { return t >= DT_Q4_K && t < DT_COUNT ? 256 : dtype_is_
 size_t dtype_block_bytes(DType t) { return (unsigned)t < DT_COUNT ? block_bytes[t] : 0; }
 size_t dtype_row_bytes(DType t, int64_t cols) {
     if (cols < 0) return SIZE_MAX;
-    return pd_mul((size_t)((cols + dtype_block(t) - 1) / dtype_block(t)), dtype_block_bytes(t));
+    int64_t b = dtype_block(t); /* ceil without cols + b - 1, which could overflow */
+    return pd_mul((size_t)(cols / b + (cols % b != 0)), dtype_block_bytes(t));
 }
 
-/* elements × element size; SIZE_MAX on overflow or a negative dimension */
+/* elements × element size (rows × row bytes for a block type); SIZE_MAX on overflow
+   or a negative dimension */
 static size_t tensor_bytes(DType dt, int ndim, const int64_t *shape) {
+    if (dtype_is_quant(dt)) {
+        if (ndim != 2 || shape[0] < 0 || shape[1] < 1) return SIZE_MAX;
+        return pd_mul((size_t)shape[0], dtype_row_bytes(dt, shape[1]));
+    }
     size_t n = dtype_size(dt);
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || (uint64_t)shape[i] > SIZE_MAX) return SIZE_MAX;
@@ -231,6 +237,67 @@ out:
     return rc;
 }
 
+/* "paradec.quant": {name: [type, cols]} turns U8 [rows][row bytes] tensors into block
+   tensors of their logical shape [rows][cols] */
+static int apply_quant(TensorFile *tf, const char *what) {
+    const char *list = tf_meta(tf, TF_QUANT_KEY);
+    if (!list) return 0;
+    json_error_t err;
+    json_t *o = json_loads(list, JSON_REJECT_DUPLICATES, &err), *v;
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return pd_error("%s: %s is not a JSON object of name: [type, cols]", what, TF_QUANT_KEY);
+    }
+    const char *name;
+    int rc = 0;
+    json_object_foreach(o, name, v) {
+        Tensor *t = NULL;
+        for (int i = 0; i < tf->n && !t; i++)
+            if (!strcmp(tf->t[i].name, name)) t = &tf->t[i];
+        const char *type = json_string_value(json_array_get(v, 0));
+        json_t *c = json_array_get(v, 1);
+        if (!json_is_array(v) || json_array_size(v) != 2 || !type || !json_is_integer(c)) {
+            rc = pd_error("%s: %s: tensor '%s': not a [type, cols] pair", what, TF_QUANT_KEY, name);
+            break;
+        }
+        int dt = dtype_parse_quant(type);
+        json_int_t cols = json_integer_value(c);
+        if (dt < 0) {
+            rc = pd_error("%s: tensor '%s': unknown block type '%.40s' (known: Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K)", what,
+                          name, type);
+            break;
+        }
+        if (!t) {
+            rc = pd_error("%s: %s names tensor '%s', which the file lacks", what, TF_QUANT_KEY, name);
+            break;
+        }
+        if (t->dtype != DT_U8 || t->ndim != 2) {
+            rc = pd_error("%s: tensor '%s': a %s block tensor must be stored U8 [rows, row bytes], not %s with %d "
+                          "dimensions",
+                          what, name, dtype_name((DType)dt), dtype_name(t->dtype), t->ndim);
+            break;
+        }
+        if (cols <= 0 || cols > INT32_MAX) {
+            rc = pd_error("%s: tensor '%s': %s row length %lld is not in [1, 2^31)", what, name, dtype_name((DType)dt),
+                          (long long)cols);
+            break;
+        }
+        size_t rb = dtype_row_bytes((DType)dt, cols);
+        if ((uint64_t)t->shape[1] != rb) {
+            rc = pd_error("%s: tensor '%s': rows of %lld bytes, but %lld %s elements are %lld blocks of %zu bytes "
+                          "(%zu)",
+                          what, name, (long long)t->shape[1], (long long)cols, dtype_name((DType)dt),
+                          (long long)((cols + dtype_block((DType)dt) - 1) / dtype_block((DType)dt)),
+                          dtype_block_bytes((DType)dt), rb);
+            break;
+        }
+        t->dtype = (DType)dt;
+        t->shape[1] = cols;
+    }
+    json_decref(o);
+    return rc;
+}
+
 int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what) {
     memset(tf, 0, sizeof *tf);
     if (!what) what = "<memory>";
@@ -264,7 +331,9 @@ int tf_parse(TensorFile *tf, const void *bytes, size_t n, const char *what) {
     } else {
         json_t *m = json_object_get(root, "__metadata__");
         const char *data = (const char *)p + 8 + hlen;
-        if ((!m || !parse_meta(tf, what, m)) && !parse_tensors(tf, what, root, data, n - 8 - (size_t)hlen)) rc = 0;
+        if ((!m || !parse_meta(tf, what, m)) && !parse_tensors(tf, what, root, data, n - 8 - (size_t)hlen) &&
+            !apply_quant(tf, what))
+            rc = 0;
     }
     json_decref(root);
     if (rc == 0) return 0;
@@ -682,6 +751,9 @@ int tfw_add(TfWriter *w, const char *name, DType dt, int ndim, const int64_t *sh
     if ((unsigned)dt >= DT_COUNT) return pd_error("%s: tensor '%s': invalid dtype %d", w->path, name, dt);
     if (ndim < 0 || ndim > TF_MAX_DIMS)
         return pd_error("%s: tensor '%s': %d dimensions (at most %d)", w->path, name, ndim, TF_MAX_DIMS);
+    if (dtype_is_quant(dt) && (ndim != 2 || shape[1] < 1 || shape[1] > INT32_MAX))
+        return pd_error("%s: tensor '%s': a %s tensor is a matrix [rows, cols] with 1 ≤ cols < 2^31", w->path, name,
+                        dtype_name(dt));
     size_t nbytes = tensor_bytes(dt, ndim, shape);
     if (nbytes == SIZE_MAX) return pd_error("%s: tensor '%s': negative or overflowing shape", w->path, name);
     if (nbytes && !data) return pd_error("%s: tensor '%s': no data", w->path, name);
@@ -738,6 +810,37 @@ static int put_digests(TfWriter *w) {
     json_decref(a);
     if (!s) return pd_error("%s: out of memory writing %s", w->path, TF_DIGESTS_KEY);
     int rc = tfw_meta(w, TF_DIGESTS_KEY, s);
+    free(s);
+    return rc;
+}
+
+/* paradec.quant: {name: [type, cols]} for the block tensors, in add order; any set
+   before by tfw_meta is replaced (the entries are the truth) */
+static int put_quant(TfWriter *w) {
+    json_t *o = json_object();
+    int bad = !o, any = 0;
+    for (int i = 0; !bad && i < w->n; i++) {
+        const WEntry *e = &w->e[i];
+        if (!dtype_is_quant(e->dtype)) continue;
+        any = 1;
+        bad |= json_object_set_new(o, e->name, json_pack("[s, I]", dtype_name(e->dtype), (json_int_t)e->shape[1]));
+    }
+    char *s = bad || !any ? NULL : json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!any && !bad) {
+        for (int i = 0; i < w->n_meta; i++) /* a copied key would name tensors that are not blocks here */
+            if (!strcmp(w->mkey[i], TF_QUANT_KEY)) {
+                free(w->mkey[i]);
+                free(w->mval[i]);
+                memmove(w->mkey + i, w->mkey + i + 1, sizeof(char *) * (size_t)(w->n_meta - i - 1));
+                memmove(w->mval + i, w->mval + i + 1, sizeof(char *) * (size_t)(w->n_meta - i - 1));
+                w->n_meta--;
+                break;
+            }
+        return 0;
+    }
+    if (!s) return pd_error("%s: out of memory writing %s", w->path, TF_QUANT_KEY);
+    int rc = tfw_meta(w, TF_QUANT_KEY, s);
     free(s);
     return rc;
 }
@@ -799,11 +902,15 @@ static char *build_header(TfWriter *w, const int *order, size_t *len) {
             bad = 1;
             break;
         }
-        for (int i = 0; i < e->ndim; i++) bad |= json_array_append_new(shape, json_integer(e->shape[i]));
+        /* a block tensor is stored as U8 [rows, row bytes] (paradec.quant says what it is) */
+        int q = dtype_is_quant(e->dtype);
+        for (int i = 0; i < e->ndim; i++)
+            bad |= json_array_append_new(
+                shape, json_integer(q && i == 1 ? (json_int_t)dtype_row_bytes(e->dtype, e->shape[1]) : e->shape[i]));
         bad |= json_array_append_new(offs, json_integer((json_int_t)off));
         off += e->nbytes;
         bad |= json_array_append_new(offs, json_integer((json_int_t)off));
-        bad |= json_object_set_new(entry, "dtype", json_string(dtype_name(e->dtype)));
+        bad |= json_object_set_new(entry, "dtype", json_string(dtype_name(q ? DT_U8 : e->dtype)));
         bad |= json_object_set_new(entry, "shape", shape);
         bad |= json_object_set_new(entry, "data_offsets", offs);
         bad |= json_object_set_new(root, e->name, entry);
@@ -898,7 +1005,7 @@ int tfw_commit(TfWriter *w) {
     size_t hlen = 0;
     Sink s = {0};
     int rc = -1;
-    if (!order || (w->digests && put_digests(w))) goto out;
+    if (!order || put_quant(w) || (w->digests && put_digests(w))) goto out;
     if (!(hdr = build_header(w, order, &hlen))) goto out;
     uint64_t total = 8 + hlen;
     for (int i = 0; i < w->n; i++) total += w->e[i].nbytes;

@@ -1,7 +1,9 @@
 /* gguf_model.c — a llama.cpp GGUF model file into a Checkpoint: the {arch}.* keys
    as the config, the blk.* tensors under Hugging Face names (q/k rows back to
    rotate-half order for 'llama'), the tokenizer.* keys as a vocabulary-only GGUF.
-   The file itself is read by formats/gguf.c. */
+   Matrices of block types (Q8_0 … Q6_K) stay raw blocks, their rows permuted whole;
+   F32/F16/BF16 and any block-typed vector become f32. The file itself is read by
+   formats/gguf.c. */
 #include "import/gguf_model.h"
 
 #include <math.h>
@@ -51,8 +53,8 @@ static const GgufTensor *take_tensor(Src *s, const char *name) {
 }
 
 /* the GGUF tensor `src` (ggml dims reversed: [cols, rows]) as the checkpoint's `dst`
-   [rows][cols] (rows 0: a vector of cols) */
-static float *import(Checkpoint *ck, Src *s, const char *src, const char *dst, int64_t rows, int64_t cols) {
+   [rows][cols] (rows 0: a vector of cols), f32 or raw blocks; the CkTensor */
+static CkTensor *import(Checkpoint *ck, Src *s, const char *src, const char *dst, int64_t rows, int64_t cols) {
     const GgufTensor *t = take_tensor(s, src);
     if (!t) {
         pd_error("%s: tensor '%s' is missing", s->g->path, src);
@@ -70,9 +72,16 @@ static float *import(Checkpoint *ck, Src *s, const char *src, const char *dst, i
         pd_error("%s: tensor '%s' has shape [%s] (rows first) but the config needs [%s]", s->g->path, src, have, want);
         return NULL;
     }
+    int bt = gguf_block_dtype(t->type);
+    if (rows && bt >= 0) {
+        void *r = ck_add_raw(ck, dst, (DType)bt, rows, cols);
+        if (!r) return NULL;
+        memcpy(r, t->data, t->nbytes); /* gguf.c checked nbytes = rows whole blocks */
+        return &ck->t[ck->n - 1];
+    }
     float *d = ck_add(ck, dst, rows, cols);
     if (!d || gguf_tensor_f32(s->g, t, d)) return NULL;
-    return d;
+    return &ck->t[ck->n - 1];
 }
 
 /* Llama 3.1 RoPE scaling: llama.cpp stores no parameters, only the per-frequency
@@ -243,12 +252,15 @@ static int read_tensors(Checkpoint *ck, Src *s, int permute) {
             snprintf(src, sizeof src, "blk.%d.%s", l, LAYER_MAP[k].gguf);
             layer_tensor_name(dst, sizeof dst, l, LAYER_MAP[k].hf);
             int64_t rows = config_size(c, LAYER_MAP[k].rows), cols = config_size(c, LAYER_MAP[k].cols);
-            float *d = import(ck, s, src, dst, rows, cols);
+            CkTensor *d = import(ck, s, src, dst, rows, cols);
             if (!d) return -1;
             /* llama.cpp's convert_hf_to_gguf permutes a llama's q/k rows (and q/k biases
                alike) into Meta's interleaved order (LlamaModel.permute); back to HF's */
             int heads = k == 1 || k == 9 ? c->n_heads : k == 2 || k == 10 ? c->n_kv_heads : 0;
-            if (permute && heads && rope_rows_permute(d, heads, c->head_dim, rows ? (int)cols : 1, 1)) return -1;
+            if (permute && heads &&
+                (d->raw ? rope_rows_permute_bytes(d->raw, heads, c->head_dim, dtype_row_bytes(d->dtype, cols), 1)
+                        : rope_rows_permute(d->data, heads, c->head_dim, rows ? (int)cols : 1, 1)))
+                return -1;
         }
     if (!import(ck, s, "token_embd.weight", NAME_EMBED, c->vocab_size, c->dim) ||
         !import(ck, s, "output_norm.weight", NAME_NORM, 0, c->dim) ||

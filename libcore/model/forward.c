@@ -90,9 +90,10 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
         k_add_rows(w->qkv + qd + kvd, row, L->bv, n, kvd);
     }
     k_rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
-    size_t lo = (size_t)l * kv->block_size * kv->kv_dim;
-    k_kv_write(kv->k + lo, kv->v + lo, kv_block_stride(kv), kv->block_size, kv->kv_dim, d->table, slot, w->qkv + qd,
-               row, kvd, n);
+    k_kv_write_typed(kv->type, kv_layer_k(kv, l), kv_layer_v(kv, l), kv_layer_ks(kv, l), kv_layer_vs(kv, l),
+                     kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, c->n_kv_heads, hd, d->table, slot,
+                     w->qkv + qd, row, kvd, n);
+    int f32 = kv->type == KV_F32;
     AttnArgs a = {n,
                   c->n_heads,
                   c->n_kv_heads,
@@ -101,14 +102,20 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
                   w->qkv,
                   row,
                   w->att,
-                  kv_layer_k(kv, l),
-                  kv_layer_v(kv, l),
+                  f32 ? kv_layer_k(kv, l) : NULL,
+                  f32 ? kv_layer_v(kv, l) : NULL,
                   kv_block_stride(kv),
                   kv->block_size,
                   d->table,
                   base,
                   d->vis_off,
-                  d->vis};
+                  d->vis,
+                  kv->type,
+                  kv_layer_k(kv, l),
+                  kv_layer_v(kv, l),
+                  kv_layer_ks(kv, l),
+                  kv_layer_vs(kv, l),
+                  kv_scale_stride(kv)};
     k_attention_rel(&a);
     k_matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
     k_add(x, w->out, (size_t)n * c->dim);

@@ -4,22 +4,52 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const TYPE_NAMES[KV_COUNT] = {"f32", "bf16", "q8_0"};
+
+int kv_type_parse(const char *name) {
+    for (int t = 0; t < KV_COUNT; t++)
+        if (name && !strcmp(name, TYPE_NAMES[t])) return t;
+    return pd_error("unknown KV cache type '%s' (f32, bf16 or q8_0)", name ? name : "");
+}
+
+const char *kv_type_name(KVType t) { return t >= 0 && t < KV_COUNT ? TYPE_NAMES[t] : "?"; }
+
+static int elem_bytes(KVType t) { return t == KV_F32 ? 4 : t == KV_BF16 ? 2 : 1; }
+
+size_t kv_bytes_per_token_layer(KVType t, int kv_dim, int n_kv_heads) {
+    return 2 * ((size_t)kv_dim * elem_bytes(t) + (t == KV_Q8_0 ? 4 * (size_t)n_kv_heads : 0));
+}
+
 int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size) {
+    return kv_init_typed(kv, c, max_seqs, max_tokens, block_size, KV_F32);
+}
+
+int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size, KVType t) {
     memset(kv, 0, sizeof *kv);
     if (max_seqs < 1 || max_tokens < 1 || block_size < 1) return pd_error("kv cache: bad sizes");
+    if (t < 0 || t >= KV_COUNT) return pd_error("kv cache: unknown type %d", (int)t);
     kv->n_layers = c->n_layers;
+    kv->n_kv_heads = c->n_kv_heads;
     kv->kv_dim = c->n_kv_heads * c->head_dim;
     kv->block_size = block_size;
+    kv->type = t;
+    kv->elem = elem_bytes(t);
     kv->max_seqs = max_seqs;
     kv->max_blocks = (c->seq_len + block_size - 1) / block_size;
     kv->n_blocks = (max_tokens + block_size - 1) / block_size;
-    size_t block = pd_mul(pd_mul((size_t)kv->n_layers, block_size), pd_mul(kv->kv_dim, sizeof(float)));
+    size_t block = pd_mul(pd_mul((size_t)kv->n_layers, block_size), pd_mul(kv->kv_dim, kv->elem));
     size_t data = pd_mul(block, kv->n_blocks);
+    size_t scales = t == KV_Q8_0 ? pd_mul(pd_mul(kv_scale_stride(kv), sizeof(float)), kv->n_blocks) : 0;
     size_t ints = sizeof(int) * ((size_t)kv->n_blocks + (size_t)max_seqs * (kv->max_blocks + 1 + kv->n_layers));
-    if (data >= SIZE_MAX / 4 || arena_init(&kv->arena, 2 * data + ints + max_seqs + 5 * 64))
+    if (data >= SIZE_MAX / 8 || scales >= SIZE_MAX / 8 ||
+        arena_init(&kv->arena, 2 * data + 2 * scales + ints + max_seqs + 7 * 64))
         return pd_error_prefix("kv cache");
     kv->k = arena_push(&kv->arena, data);
     kv->v = arena_push(&kv->arena, data);
+    if (scales) {
+        kv->ks = arena_push(&kv->arena, scales);
+        kv->vs = arena_push(&kv->arena, scales);
+    }
     kv->free_blocks = arena_push(&kv->arena, sizeof(int) * kv->n_blocks);
     kv->table = arena_push(&kv->arena, sizeof(int) * (size_t)max_seqs * kv->max_blocks);
     kv->n_table = arena_push(&kv->arena, sizeof(int) * max_seqs);
@@ -29,7 +59,8 @@ int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int bloc
     kv->n_free = kv->n_blocks;
     /* wrapped, not allocated: the arena maps its pages lazily, as a big pool needs */
     if (!(kv->dev = dev_open("cpu")) || dev_wrap(kv->dev, kv->k, data, &kv->kbuf) ||
-        dev_wrap(kv->dev, kv->v, data, &kv->vbuf)) {
+        dev_wrap(kv->dev, kv->v, data, &kv->vbuf) ||
+        (scales && (dev_wrap(kv->dev, kv->ks, scales, &kv->ksbuf) || dev_wrap(kv->dev, kv->vs, scales, &kv->vsbuf)))) {
         pd_error("kv cache: %s", dev_errmsg());
         kv_free(kv);
         return -1;
@@ -42,6 +73,9 @@ void kv_free(KVCache *kv) {
         dev_free(kv->dev, kv->kbuf);
         dev_free(kv->dev, kv->vbuf);
         dev_free(kv->dev, kv->moves);
+        dev_free(kv->dev, kv->ksbuf);
+        dev_free(kv->dev, kv->vsbuf);
+        dev_free(kv->dev, kv->smoves);
         dev_close(kv->dev);
     }
     arena_free(&kv->arena);
@@ -82,31 +116,53 @@ int kv_reserve(KVCache *kv, int seq, int slots) {
 }
 
 size_t kv_block_stride(const KVCache *kv) { return (size_t)kv->n_layers * kv->block_size * kv->kv_dim; }
-const float *kv_layer_k(const KVCache *kv, int layer) { return kv->k + (size_t)layer * kv->block_size * kv->kv_dim; }
-const float *kv_layer_v(const KVCache *kv, int layer) { return kv->v + (size_t)layer * kv->block_size * kv->kv_dim; }
+void *kv_layer_k(const KVCache *kv, int layer) {
+    return (char *)kv->k + (size_t)layer * kv->block_size * kv->kv_dim * kv->elem;
+}
+void *kv_layer_v(const KVCache *kv, int layer) {
+    return (char *)kv->v + (size_t)layer * kv->block_size * kv->kv_dim * kv->elem;
+}
+size_t kv_scale_stride(const KVCache *kv) { return (size_t)kv->n_layers * kv->block_size * kv->n_kv_heads; }
+float *kv_layer_ks(const KVCache *kv, int layer) {
+    return kv->ks ? kv->ks + (size_t)layer * kv->block_size * kv->n_kv_heads : NULL;
+}
+float *kv_layer_vs(const KVCache *kv, int layer) {
+    return kv->vs ? kv->vs + (size_t)layer * kv->block_size * kv->n_kv_heads : NULL;
+}
 const int *kv_table(const KVCache *kv, int seq) { return kv->table + (size_t)seq * kv->max_blocks; }
 
-/* the slot's block for this layer: its offset in k (or v) */
-static size_t block_at(const KVCache *kv, int seq, int layer, int slot) {
-    int blk = kv_table(kv, seq)[slot / kv->block_size];
-    return (size_t)blk * kv_block_stride(kv) + (size_t)layer * kv->block_size * kv->kv_dim;
+/* the same call forward.c makes, so a test's cache holds what a forward pass writes */
+void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v) {
+    const int *table = kv_table(kv, seq);
+    int32_t s = slot;
+    float *row = malloc(sizeof(float) * 2 * kv->kv_dim); /* k | v, as the projection's row holds them */
+    if (!row) return;
+    memcpy(row, k, sizeof(float) * kv->kv_dim);
+    memcpy(row + kv->kv_dim, v, sizeof(float) * kv->kv_dim);
+    k_kv_write_typed(kv->type, kv_layer_k(kv, layer), kv_layer_v(kv, layer), kv_layer_ks(kv, layer),
+                     kv_layer_vs(kv, layer), kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, kv->n_kv_heads,
+                     kv->kv_dim / kv->n_kv_heads, &table, &s, row, 0, (size_t)kv->kv_dim, 1);
+    free(row);
 }
 
-void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v) {
-    size_t b = block_at(kv, seq, layer, slot);
-    int i = slot % kv->block_size;
-    for (int d = 0; d < kv->kv_dim; d++) {
-        kv->k[b + (size_t)d * kv->block_size + i] = k[d];
-        kv->v[b + (size_t)d * kv->block_size + i] = v[d];
-    }
+static float elem_at(const KVCache *kv, const void *base, const float *scale, size_t at, size_t sat) {
+    if (kv->type == KV_F32) return ((const float *)base)[at];
+    if (kv->type == KV_Q8_0) return scale[sat] * (float)((const int8_t *)base)[at];
+    uint32_t w = (uint32_t)((const uint16_t *)base)[at] << 16;
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
 }
 
 void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v) {
-    size_t b = block_at(kv, seq, layer, slot);
-    int i = slot % kv->block_size;
+    int blk = kv_table(kv, seq)[slot / kv->block_size], i = slot % kv->block_size, hd = kv->kv_dim / kv->n_kv_heads;
+    size_t b = (size_t)blk * kv_block_stride(kv), sb = (size_t)blk * kv_scale_stride(kv);
+    const void *K = kv_layer_k(kv, layer), *V = kv_layer_v(kv, layer);
+    const float *KS = kv_layer_ks(kv, layer), *VS = kv_layer_vs(kv, layer);
     for (int d = 0; d < kv->kv_dim; d++) {
-        k[d] = kv->k[b + (size_t)d * kv->block_size + i];
-        v[d] = kv->v[b + (size_t)d * kv->block_size + i];
+        size_t at = b + (size_t)d * kv->block_size + i, sat = sb + (size_t)(d / hd) * kv->block_size + i;
+        k[d] = elem_at(kv, K, KS, at, sat);
+        v[d] = elem_at(kv, V, VS, at, sat);
     }
 }
 
@@ -126,26 +182,50 @@ int kv_truncate(KVCache *kv, int seq, int len) {
 /* the list's room: a count (8 bytes, for alignment) then n {src, dst} pairs */
 static int moves_reserve(KVCache *kv, size_t n) {
     if (n <= kv->cap_moves) return 0;
-    DevBuf b;
+    DevBuf b, s = {0};
     if (dev_alloc(kv->dev, 8 + sizeof(int64_t) * 2 * n, &b)) return pd_error("kv cache: %s", dev_errmsg());
+    if (kv->ks && dev_alloc(kv->dev, sizeof(int64_t) * 2 * n, &s)) {
+        dev_free(kv->dev, b);
+        return pd_error("kv cache: %s", dev_errmsg());
+    }
     dev_free(kv->dev, kv->moves);
-    kv->moves = b, kv->cap_moves = n;
+    dev_free(kv->dev, kv->smoves);
+    kv->moves = b, kv->smoves = s, kv->cap_moves = n;
     return 0;
 }
 
-/* where a slot's column (kv_dim floats, block_size apart) starts in k or v */
+/* where a slot's column (kv_dim elements, block_size apart) starts in k or v */
 static size_t col(const KVCache *kv, int seq, int layer, int slot) {
     int blk = kv_table(kv, seq)[slot / kv->block_size];
     return (size_t)blk * kv_block_stride(kv) + (size_t)layer * kv->block_size * kv->kv_dim + slot % kv->block_size;
 }
 
+/* list: the values' {src, dst} pairs as col() gives them; the scales' pairs follow
+   from them */
 static int run_moves(KVCache *kv, const int64_t *list, int n) {
     int32_t count = n;
     if (!n) return 0;
+    size_t per_layer = (size_t)kv->block_size * kv->kv_dim, stride = kv_block_stride(kv);
+    if (kv->ks) { /* col() → scale_col(): block, layer and slot in the block */
+        int64_t *sl = malloc(sizeof(int64_t) * 2 * n);
+        if (!sl) return pd_error("kv cache: out of memory moving slots");
+        for (int i = 0; i < 2 * n; i++) {
+            size_t c = (size_t)list[i], blk = c / stride, in = c % stride, layer = in / per_layer,
+                   slot = in % per_layer;
+            sl[i] = (int64_t)(blk * kv_scale_stride(kv) + layer * kv->block_size * kv->n_kv_heads + slot);
+        }
+        int rc = dev_upload(kv->dev, kv->smoves, sl, sizeof(int64_t) * 2 * n);
+        free(sl);
+        if (rc) return pd_error("kv cache: %s", dev_errmsg());
+    }
     if (dev_upload(kv->dev, kv->moves, &count, sizeof count) ||
         dev_upload(kv->dev, dbuf_at(kv->moves, 8), list, sizeof(int64_t) * 2 * n) ||
-        dev_move_cols(kv->dev, kv->kbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size) ||
-        dev_move_cols(kv->dev, kv->vbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size))
+        dev_move_cols_elem(kv->dev, kv->kbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size,
+                           kv->elem) ||
+        dev_move_cols_elem(kv->dev, kv->vbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size,
+                           kv->elem) ||
+        (kv->ks && (dev_move_cols(kv->dev, kv->ksbuf, kv->smoves, kv->moves, n, kv->n_kv_heads, kv->block_size) ||
+                    dev_move_cols(kv->dev, kv->vsbuf, kv->smoves, kv->moves, n, kv->n_kv_heads, kv->block_size))))
         return pd_error("kv cache: %s", dev_errmsg());
     return 0;
 }

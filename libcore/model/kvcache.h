@@ -5,18 +5,26 @@
    flight occupies the slots after the accepted ones until kv_keep_path compacts the
    accepted branch.
    Within a block, keys and values are stored transposed ([kv_dim][block_size]) so
-   attention takes a block's slots 16 at a time. */
+   attention takes a block's slots 16 at a time.
+   The elements are f32, bf16 or int8 (KVType, kernels/backend.h states the rounding);
+   an int8 cache keeps one f32 scale per slot and kv head, per block transposed the same
+   way ([n_kv_heads][block_size]), and every slot move moves the scales with the values. */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
+#include "backend.h"
 #include "device.h"
 #include "model/model.h"
 
 typedef struct {
-    int n_layers, kv_dim, block_size;
+    int n_layers, kv_dim, block_size, n_kv_heads;
     int n_blocks, max_seqs, max_blocks; /* pool size, sequences, blocks per sequence */
-    float *k;                           /* [n_blocks][n_layers][kv_dim][block_size] */
-    float *v;                           /* [n_blocks][n_layers][kv_dim][block_size] */
-    int *free_blocks;                   /* [n_blocks] stack of free block ids */
+    KVType type;
+    int elem;         /* bytes an element: 4, 2 or 1 */
+    void *k;          /* [n_blocks][n_layers][kv_dim][block_size] elements */
+    void *v;          /* [n_blocks][n_layers][kv_dim][block_size] */
+    float *ks;        /* q8_0: [n_blocks][n_layers][n_kv_heads][block_size] key scales */
+    float *vs;        /* q8_0: the values' */
+    int *free_blocks; /* [n_blocks] stack of free block ids */
     int n_free;
     int *table;   /* [max_seqs][max_blocks] block ids */
     int *n_table; /* [max_seqs] blocks held */
@@ -24,26 +32,40 @@ typedef struct {
     char *live;   /* [max_seqs] */
     Arena arena;
     /* the storage as device buffers (on the CPU k and v wrapped in place) and the
-       slot moves' list, {src, dst} float indices, grown on demand */
+       slot moves' list, {src, dst} element indices, grown on demand; the scales' list
+       (q8_0) shares the count at the start of moves */
     Device *dev;
-    DevBuf kbuf, vbuf, moves;
+    DevBuf kbuf, vbuf, moves, ksbuf, vsbuf, smoves;
     size_t cap_moves;
 } KVCache;
 
 /* room for max_tokens slots in all, shared by up to max_seqs sequences, each at most
    seq_len slots (the model's context) */
 int kv_init(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size);
+/* the same for a cache of type t (kv_init: f32) */
+int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, int block_size, KVType t);
+/* "f32", "bf16", "q8_0" → the type; -1 with the error set otherwise */
+int kv_type_parse(const char *name);
+const char *kv_type_name(KVType t);
+/* bytes one position takes in one layer, keys and values: 2 × kv_dim × 4 (f32),
+   2 × kv_dim × 2 (bf16), 2 × (kv_dim + 4 × n_kv_heads) (q8_0) */
+size_t kv_bytes_per_token_layer(KVType t, int kv_dim, int n_kv_heads);
 void kv_free(KVCache *kv);
 int kv_seq_new(KVCache *kv);            /* a sequence id, or -1 when none is free */
 void kv_seq_free(KVCache *kv, int seq); /* its blocks go back to the pool */
 int kv_len(const KVCache *kv, int seq, int layer);
 int kv_reserve(KVCache *kv, int seq, int slots); /* blocks for slots [0, slots) */
-void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v); /* [kv_dim] each; tests */
-void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v); /* tests */
-const int *kv_table(const KVCache *kv, int seq);       /* the sequence's block ids */
-size_t kv_block_stride(const KVCache *kv);             /* floats between blocks of one layer */
-const float *kv_layer_k(const KVCache *kv, int layer); /* block 0's keys of this layer */
-const float *kv_layer_v(const KVCache *kv, int layer);
+/* [kv_dim] each, rounded or quantized as the forward pass writes; tests */
+void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v);
+/* what attention reads (widened or dequantized); tests */
+void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v);
+const int *kv_table(const KVCache *kv, int seq); /* the sequence's block ids */
+size_t kv_block_stride(const KVCache *kv);       /* elements between blocks of one layer */
+void *kv_layer_k(const KVCache *kv, int layer);  /* block 0's keys of this layer */
+void *kv_layer_v(const KVCache *kv, int layer);
+size_t kv_scale_stride(const KVCache *kv);        /* q8_0: floats between blocks' scales */
+float *kv_layer_ks(const KVCache *kv, int layer); /* q8_0: block 0's key scales (NULL otherwise) */
+float *kv_layer_vs(const KVCache *kv, int layer);
 void kv_set_len(KVCache *kv, int seq, int layer, int len);
 /* rollback: every layer keeps at most len slots; whole blocks past it are freed (the
    storage does not move: a device only forgets) */

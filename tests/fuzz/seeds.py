@@ -63,6 +63,11 @@ def safetensors_seeds():
          ("small", "I8", [2], b"\x80\x7f")],
         {"paradec.kind": "medusa-heads", "paradec.medusa.heads": "1",
          "paradec.bundle": '[{"prefix":"heads.0/","kind":"exit-heads"}]'})
+    # block tensors: U8 [rows][row bytes] and paradec.quant (a short Q4_K row of 300)
+    put("safetensors", "blocks.safetensors", safetensors(
+        [("w8", "U8", [2, 68], blocks(8, 4, 1)), ("wk", "U8", [1, 288], blocks(12, 2, 2)),
+         ("w6", "U8", [1, 210], blocks(14, 1, 3)), ("f", "F32", [2], f(2, 4))],
+        {"paradec.quant": json.dumps({"w8": ["Q8_0", 64], "wk": ["Q4_K", 300], "w6": ["q6_k", 17]})}))
     # the same model with its digests (docs/formats.md, "Checked weights"), right when the
     # xxhash module is there, else placeholders (the mismatch path)
     try:
@@ -303,8 +308,26 @@ def gguf_model():
     return gguf(kvs, t)
 
 
+def blocks(typ, n_blocks, seed):
+    """n_blocks of a ggml block type: bytes of a fixed pattern, the f16 scales sane"""
+    size, scales = {8: (34, [0]), 2: (18, [0]), 3: (20, [0, 2]), 12: (144, [0, 2]), 13: (176, [0, 2]),
+                    14: (210, [208])}[typ]
+    out = b""
+    for b in range(n_blocks):
+        blk = bytearray((i * 37 + b * 11 + seed * 5) % 256 for i in range(size))
+        for k, at in enumerate(scales):
+            blk[at:at + 2] = struct.pack("<e", 0.01 * (1 + (b + k + seed) % 7) * (-1 if (b + k) % 3 == 0 else 1))
+        out += bytes(blk)
+    return out
+
+
 def gguf_seeds():
     put("gguf", "llama_tiny.gguf", gguf_model())
+    # the block types' traits and dequantization: K types, one short of a model
+    put("gguf", "block_types.gguf", gguf([("general.architecture", STRING, "llama")], [
+        ("q4k", [256, 2], 12, blocks(12, 2, 1)), ("q5k", [256, 1], 13, blocks(13, 1, 2)),
+        ("q6k", [512, 1], 14, blocks(14, 2, 3)), ("q80", [64, 2], 8, blocks(8, 4, 4)),
+        ("q40", [32, 1], 2, blocks(2, 1, 5)), ("q41", [32, 3], 3, blocks(3, 3, 6))]))
     d = cut_llama3()
     vocab = sorted(d["model"]["vocab"].items(), key=lambda kv: kv[1])[:300]
     names = {k for k, _ in vocab}

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "decode/drafter.h"
 #include "formats/gguf.h"
+#include "formats/quant.h"
 #include "formats/tensorfile.h"
 #include "import/gguf_model.h"
 #include "import/hf.h"
@@ -48,13 +49,34 @@ static unsigned touch(const void *p, size_t n) { /* reads the first and last byt
     return n ? c[0] + c[n - 1] : 0;
 }
 
-/* every tensor lies inside the data and holds dtype × shape bytes */
+/* a block matrix: rows of whole blocks, each dequantized (the bytes it reads are its own) */
+static void use_blocks(DType dt, const void *data, int64_t rows, int64_t cols) {
+    if (cols > (1 << 16) || rows * cols > (1 << 20)) return;
+    float *row = malloc(sizeof(float) * (size_t)cols + 1);
+    EXPECT(row);
+    size_t rb = dtype_row_bytes(dt, cols);
+    volatile float sum = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        dequant_row(dt, row, (const uint8_t *)data + (size_t)r * rb, cols);
+        sum += row[cols - 1];
+    }
+    (void)sum;
+    free(row);
+}
+
+/* every tensor lies inside the data and holds dtype × shape bytes (rows × row bytes for
+   a block type) */
 static void use_tensors(const TensorFile *tf) {
     volatile unsigned sum = 0;
     for (int i = 0; i < tf->n; i++) {
         const Tensor *t = &tf->t[i];
         size_t want = dtype_size(t->dtype);
         for (int d = 0; d < t->ndim; d++) want *= (size_t)t->shape[d];
+        if (dtype_is_quant(t->dtype)) {
+            EXPECT(t->ndim == 2 && t->shape[1] > 0);
+            want = (size_t)t->shape[0] * dtype_row_bytes(t->dtype, t->shape[1]);
+            use_blocks(t->dtype, t->data, t->shape[0], t->shape[1]);
+        }
         EXPECT(t->nbytes == want && tf_get(tf, t->name) != NULL);
         sum += touch(t->data, t->nbytes);
     }
@@ -144,7 +166,16 @@ int fuzz_gguf(const uint8_t *data, size_t n) {
     Gguf g;
     if (gguf_parse(&g, data, n, "fuzz")) return refused();
     volatile unsigned sum = 0;
-    for (int i = 0; i < g.n_tensors; i++) sum += touch(g.t[i].data, g.t[i].nbytes);
+    for (int i = 0; i < g.n_tensors; i++) {
+        const GgufTensor *t = &g.t[i];
+        sum += touch(t->data, t->nbytes);
+        size_t ne = (size_t)t->dims[0] * t->dims[1] * t->dims[2] * t->dims[3];
+        if (ne <= (1 << 20) && t->dims[0] && t->dims[1] && t->dims[2] && t->dims[3]) {
+            float *f = malloc(sizeof(float) * ne);
+            EXPECT(f && gguf_tensor_f32(&g, t, f) == 0);
+            free(f);
+        }
+    }
     (void)sum;
     unsigned char *vocab;
     size_t len;
@@ -162,6 +193,12 @@ int fuzz_gguf(const uint8_t *data, size_t n) {
     Checkpoint ck; /* a vocabulary-only file is no model: still accepted as a GGUF */
     if (gguf_read_model_mem(&ck, data, n, "fuzz")) return refused() + 1;
     EXPECT(config_check(&ck.c, "fuzz") == 0);
+    for (int i = 0; i < ck.n; i++) { /* block matrices kept raw: whole rows of blocks */
+        CkTensor *t = &ck.t[i];
+        if (!t->raw) continue;
+        EXPECT(dtype_is_quant(t->dtype) && t->nraw == (size_t)t->shape[0] * dtype_row_bytes(t->dtype, t->shape[1]));
+        use_blocks(t->dtype, t->raw, t->shape[0], t->shape[1]);
+    }
     ck_free(&ck);
     return 1;
 }

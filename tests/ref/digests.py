@@ -50,6 +50,9 @@ def tensor_bytes(name):
     return data[a:b]
 
 
+# block tensors (paradec.quant) are fed as their block type and logical shape [rows, cols]
+QTYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
+quant = json.loads(meta.get("paradec.quant", "{}"))
 stream = bytearray()
 for name, rec in json.loads(meta["paradec.digests"]):
     b = tensor_bytes(name)
@@ -57,6 +60,9 @@ for name, rec in json.loads(meta["paradec.digests"]):
     if name == "tokenizer.bytes" or (meta.get("paradec.kind") == "bundle" and name.startswith("heads.")):
         continue
     shape = header[name]["shape"]
-    stream += name.encode() + b"\0" + struct.pack("<i", DTYPES.index(header[name]["dtype"]))
+    code = DTYPES.index(header[name]["dtype"])
+    if name in quant:
+        code, shape = 7 + QTYPES.index(quant[name][0].upper()), [shape[0], quant[name][1]]
+    stream += name.encode() + b"\0" + struct.pack("<i", code)
     stream += struct.pack("<qq", shape[0], shape[1] if len(shape) == 2 else 1) + b
 print("paradec.digest", meta["paradec.digest"], h128(bytes(stream)))
