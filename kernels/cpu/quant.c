@@ -93,17 +93,31 @@ INLINE void unpack(__m256i w[16], const uint8_t *const blk[GROUP], const WType w
     }
 }
 
-/* a chunk's f16 scales, rows side by side (hd[b][i]; Q4_1's minima in hm): stored as
-   2-byte values long before they are read back 16 bytes at a time, so that the stores
-   have left the store buffer (read straight after, they would stall forwarding) */
-INLINE void scales(uint16_t (*hd)[GROUP], uint16_t (*hm)[GROUP], const uint8_t *const p[GROUP], int c0, int nc,
+/* a chunk's f16 scales, rows side by side (hd[b][i]; Q4_1: d and m together, as one
+   dword, in dm): stored long before they are read back 32 bytes at a time, so that the
+   stores have left the store buffer (read straight after, they would stall forwarding) */
+INLINE void scales(uint16_t (*hd)[GROUP], uint32_t (*dm)[GROUP], const uint8_t *const p[GROUP], int c0, int nc,
                    const WType wt) {
     const size_t bb = block_bytes(wt);
     for (int b = 0; b < nc; b++) _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) {
             const uint8_t *blk = p[i] + (size_t)(c0 + b) * bb;
-            memcpy(&hd[b][i], blk, 2);
-            if (wt == WT_Q4_1) memcpy(&hm[b][i], blk + 2, 2);
+            if (wt == WT_Q4_1) memcpy(&dm[b][i], blk, 4);
+            else memcpy(&hd[b][i], blk, 2);
         }
+}
+/* block b's scales as floats: Q4_1's dwords split into their halves, [d0..d3 m0..m3 |
+   d4..d7 m4..m7], then the middle quads swapped */
+INLINE void load_scales(__m256 *d, __m256 *m, uint16_t (*hd)[GROUP], uint32_t (*dm)[GROUP], int b, const WType wt) {
+    if (wt != WT_Q4_1) {
+        *d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b]));
+        *m = *d;
+        return;
+    }
+    const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
+                                           13, 2, 3, 6, 7, 10, 11, 14, 15);
+    __m256i v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_load_si256((const __m256i *)dm[b]), split), 0xd8);
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
 }
 
 /* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
@@ -153,15 +167,16 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
         __m256 a = _mm256_setzero_ps();
         for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
             int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
-            _Alignas(16) uint16_t hd[CHUNK][GROUP], hm[CHUNK][GROUP];
-            scales(hd, hm, p, c0, nc, wt);
+            _Alignas(32) uint16_t hd[CHUNK][GROUP];
+            _Alignas(32) uint32_t dm[CHUNK][GROUP];
+            scales(hd, dm, p, c0, nc, wt);
             for (int b = c0; b < c0 + nc; b++) {
                 const uint8_t *blk[GROUP];
                 _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
                 __m256i w[16];
                 unpack(w, blk, wt);
-                __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b - c0]));
-                __m256 m = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hm[b - c0])) : d;
+                __m256 d, m;
+                load_scales(&d, &m, hd, dm, b - c0, wt);
                 a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
             }
         }
@@ -172,14 +187,14 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
-        _Alignas(16) uint16_t hd[CHUNK][GROUP], hm[CHUNK][GROUP];
-        scales(hd, hm, p, c0, nc, wt);
+        _Alignas(32) uint16_t hd[CHUNK][GROUP];
+        _Alignas(32) uint32_t dm[CHUNK][GROUP];
+        scales(hd, dm, p, c0, nc, wt);
         for (int b = 0; b < nc; b++) {
             const uint8_t *blk[GROUP];
             _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)(c0 + b) * bb;
             unpack(U[b], blk, wt);
-            D[b] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b]));
-            M[b] = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hm[b])) : D[b];
+            load_scales(&D[b], &M[b], hd, dm, b, wt);
         }
         int t = t0;
         for (; t + 1 < t0 + nt; t += 2) {
