@@ -183,7 +183,8 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
         _mm256_storeu_ps(acc, a);
         return;
     }
-    _Alignas(32) __m256i U[CHUNK][16]; /* Q8_0: w, then |w| */
+    const int PANELS = wt == WT_Q8_0 ? 16 : 8; /* vectors a block's panels take (Q8_0: w, then |w|) */
+    _Alignas(32) __m256i U[CHUNK * 16];
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
@@ -193,7 +194,7 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
         for (int b = 0; b < nc; b++) {
             const uint8_t *blk[GROUP];
             _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)(c0 + b) * bb;
-            unpack(U[b], blk, wt);
+            unpack(U + b * PANELS, blk, wt);
             load_scales(&D[b], &M[b], hd, dm, b, wt);
         }
         int t = t0;
@@ -203,8 +204,10 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
             __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps(),
                    a1 = c0 ? _mm256_loadu_ps(r1) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++) {
-                a0 = step(a0, U[b], D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b], x->sf[o0 + b], wt);
-                a1 = step(a1, U[b], D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b], x->sf[o1 + b], wt);
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
+                          x->sf[o0 + b], wt);
+                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b],
+                          x->sf[o1 + b], wt);
             }
             _mm256_storeu_ps(r0, a0), _mm256_storeu_ps(r1, a1);
         }
@@ -213,7 +216,8 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
             float *r0 = acc + (size_t)(t - t0) * GROUP;
             __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++)
-                a0 = step(a0, U[b], D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b], x->sf[o0 + b], wt);
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
+                          x->sf[o0 + b], wt);
             _mm256_storeu_ps(r0, a0);
         }
     }
