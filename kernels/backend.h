@@ -36,6 +36,12 @@ size_t k_packed_bytes(WType wt, int rows, int cols);
 /* packs the rows of n_src matrices, one after another, as one [Σ rows][cols] matrix
    (q, k and v share their input; so do gate and up). dst: k_packed_bytes, 64-aligned */
 void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, const int *src_rows);
+/* k_pack of block-type sources whose types may differ (llama.cpp's Q4_K_M keeps v_proj
+   in Q6_K where q and k are Q4_K): k_matmul, given any one of them as wt, multiplies
+   each source by its own type, each output element's bits as in a one-type matrix.
+   Each source of a mixed matrix has at most K_MIXED_MAX_ROWS rows */
+#define K_MIXED_MAX_ROWS 16384
+void k_pack_blocks(void *dst, int cols, int n_src, const void *const *src, const int *src_rows, const WType *types);
 /* y[n][rows] = x[n][cols] · W^T, W packed by k_pack */
 void k_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* y[n][dim] = x / rms(x) * g   (per row; eps inside the root) */

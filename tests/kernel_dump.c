@@ -340,6 +340,42 @@ static void q32(void) {
         }
 }
 
+/* the K block types (quant_k.c): random blocks with sane f16 scales, odd shapes (short
+   and padded last super-blocks), x with a zero block and an outlier */
+static void qk(void) {
+    static const int shape[][2] = {{1, 64}, {7, 172}, {9, 320}, {17, 576}, {65, 1536}, {130, 256}, {8, 2048}};
+    static const int ns[] = {1, 2, 3, 4, 5, 13};
+    static const char *files[] = {"qk_matmul_q4_k", "qk_matmul_q5_k", "qk_matmul_q6_k"};
+    for (int wt = WT_Q4_K; wt <= WT_Q6_K; wt++)
+        for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
+            int rows = shape[s][0], cols = shape[s][1], n = ns[urand(6)], nb = (cols + 255) / 256;
+            int bb = wt == WT_Q4_K ? 144 : wt == WT_Q5_K ? 176 : 210;
+            size_t rb = (size_t)nb * bb;
+            uint8_t *w = malloc(rb * rows);
+            for (size_t i = 0; i < rb * rows; i++) w[i] = (uint8_t)next32();
+            for (size_t b = 0; b < (size_t)nb * rows; b++) /* d (and dmin): halves in 2^-12 .. 2^-2 */
+                for (int k = 0; k < (wt == WT_Q6_K ? 1 : 2); k++) {
+                    uint8_t *h = w + b * bb + (wt == WT_Q6_K ? 208 : 2 * k);
+                    int v = (3 + urand(10)) << 10 | urand(1024) | (urand(8) == 0 ? 0x8000 : 0);
+                    h[0] = (uint8_t)v, h[1] = (uint8_t)(v >> 8);
+                }
+            float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * rows);
+            fill(x, (size_t)n * cols, -2, 2);
+            x[urand(n * cols)] = 300.0f;
+            if (n > 1) memset(x + cols, 0, sizeof(float) * (cols < 256 ? cols : 256));
+            void *P = malloc(k_packed_bytes(wt, rows, cols)); /* an index: the blocks stay where they are */
+            const void *src = w;
+            k_pack(P, wt, cols, 1, &src, &rows);
+            k_matmul(y, x, P, wt, n, cols, rows);
+            put(files[wt - WT_Q4_K], y, sizeof(float) * n * rows);
+            for (int r = 0; r < rows; r += 1 + urand(8)) {
+                k_row_to_f32(x, w, wt, (size_t)r, cols);
+                put("qk_row_to_f32", x, sizeof(float) * cols);
+            }
+            free(w), free(x), free(y), free(P);
+        }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: kernel_dump SEED DIR\n");
@@ -350,5 +386,6 @@ int main(int argc, char **argv) {
     matmul(), rows(), elementwise(), batch_forms(), attention(), q8();
     kv8_attention();
     q32();
+    qk();
     return 0;
 }

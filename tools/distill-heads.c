@@ -120,6 +120,9 @@ int main(int argc, char **argv) {
 
     Model m;
     tool_model_load(&m, model);
+    if (m.lm_head.t != WT_F32 && m.lm_head.t != WT_BF16) /* the trainers transpose it as floats */
+        die("%s: the lm_head is %s: training heads needs an F32 or BF16 one (convert --dtype f32)", model,
+            mat_type_name(&m.lm_head));
     if (model_threads((int)threads)) die("cannot start %ld threads", threads);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */

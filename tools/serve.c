@@ -564,7 +564,7 @@ static void load_methods(EngineOptions *o, const char *path, const char *draft) 
     }
     if (draft) {
         char why[160];
-        if (model_load(&dm, draft)) die_lib();
+        tool_model_load(&dm, draft);
         if (!tok_same_vocab(S.m.tok, dm.tok, why, sizeof why)) die("--draft %s: %s", draft, why);
         o->opt.draft = &dm;
     }
@@ -769,7 +769,7 @@ int main(int argc, char **argv) {
     raise_open_files(hard_limit);
     char shown[INET6_ADDRSTRLEN + 16];
     int ls = listen_on(host, port, shown, sizeof shown); /* before the model: a port in use fails at once */
-    if (model_load(&S.m, model)) die_lib();
+    tool_model_load(&S.m, model);
     if (o.ctx > S.m.c.seq_len)
         die("--ctx-size %d: the model's context is %d positions, the most a request can hold", o.ctx, S.m.c.seq_len);
     size_t e = strlen(model), b, nl; /* the name: --alias, or the file's (or directory's) own name */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "import/model_open.h"
 #include "model/kvcache.h"
 #include "model/linear.h"
 #include "model/model.h"
@@ -112,9 +113,11 @@ __attribute__((noreturn)) static inline void help_exit(const char *usage_text, c
 
 /* what holding a model costs, said alike by every tool that decodes */
 #define MEMORY_MODEL                                                                                                   \
-    "the model's weights twice (its file, mapped, or decompressed when it is .zst,\n"                                  \
-    "        and the packed copy the matrix products read) + RoPE tables of ctx × head_dim × 4\n"                    \
-    "        bytes (ctx: the model's context)"
+    "the model's weights once: f32/bf16 as the packed copy the matrix products read (a\n"                              \
+    "        mapped file's pages are given back once packed; a .zst or stdin is held decompressed\n"                   \
+    "        beside it), block types read in the file itself; a GGUF file or a Hugging Face directory\n"               \
+    "        is imported first (4 bytes a parameter, and its f32 file in /dev/shm while it is loaded)\n"               \
+    "        + RoPE tables of ctx × head_dim × 4 bytes (ctx: the model's context)"
 #define MEMORY_KV(n)                                                                                                   \
     n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; --kv-type bf16: kv_dim × 4,\n"             \
       "        q8_0: (kv_dim + 4 × kv heads) × 2; its pages are touched only as far as the sequences grow)"
@@ -185,8 +188,25 @@ static int tool_no_verify;
 #define MODEL_FLAGS                                                                                                    \
     {"--no-verify", NULL, NULL, "skip checking the weights against their recorded digests", F_SWITCH(&tool_no_verify)},
 
+/* -m: a paradec model file, a GGUF file or a Hugging Face directory (imported in memory,
+   with a note that converting once is faster) */
 static inline void tool_model_load(Model *m, const char *path) {
-    if (model_load(m, path)) die_lib();
+    int kind = model_source(path);
+    if (kind < 0) die_lib();
+    if (kind == MODEL_SRC_FILE) {
+        if (model_load(m, path)) die_lib();
+        return;
+    }
+    Checkpoint ck;
+    if (model_import(&ck, path, kind)) die_lib();
+    {
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') n--;
+        if (kind == MODEL_SRC_GGUF && n > 5 && !strncmp(path + n - 5, ".gguf", 5)) n -= 5;
+        fprintf(stderr, "%s: importing %s in memory (bin/convert %s -o %.*s.safetensors once loads faster)\n",
+                tool_name, path, path, (int)n, path);
+    }
+    if (model_load_imported(m, &ck, path)) die_lib();
 }
 
 /* does `names` (comma-separated spellings) hold arg[0..len)? */

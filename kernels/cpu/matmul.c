@@ -61,10 +61,8 @@ static const void *source_row(WType wt, int cols, int n_src, const void *const *
 
 void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, const int *src_rows) {
     if (k_wtype_quant(wt)) {
-        QIndex *q = dst;
-        memset(q, 0, sizeof *q);
-        q->n_src = n_src;
-        for (int s = 0; s < n_src && s < 3; s++) q->src[s] = src[s], q->rows[s] = src_rows[s];
+        const WType types[3] = {wt, wt, wt};
+        k_pack_blocks(dst, cols, n_src, src, src_rows, types);
         return;
     }
     int rows = 0;
@@ -399,9 +397,42 @@ static void matmul_blocks(void *ctx, int bb, int be) {
 }
 #endif
 
+void k_pack_blocks(void *dst, int cols, int n_src, const void *const *src, const int *src_rows, const WType *types) {
+    (void)cols;
+    QIndex *q = dst;
+    memset(q, 0, sizeof *q);
+    q->n_src = n_src;
+    for (int s = 0; s < n_src && s < 3; s++) q->src[s] = src[s], q->rows[s] = src_rows[s], q->wt[s] = types[s];
+}
+
+static void block_matmul(float *y, const float *x, const QIndex *w, int n, int cols, int rows) {
+    if (w->wt[0] >= WT_Q4_K) qk_matmul(y, x, w, w->wt[0], n, cols, rows);
+    else q32_matmul(y, x, w, w->wt[0], n, cols, rows);
+}
+
+/* sources of different types: each its own product (one row's bits never depend on the
+   others), gathered into y's columns, a few tokens at a time through a stack buffer */
+static void mixed_matmul(float *y, const float *x, const QIndex *w, int n, int cols, int rows) {
+    float part[K_MIXED_MAX_ROWS];
+    for (int s = 0, r0 = 0; s < w->n_src; r0 += w->rows[s++]) {
+        QIndex one = {1, {w->src[s]}, {w->rows[s]}, {w->wt[s]}};
+        int rs = w->rows[s], step = K_MIXED_MAX_ROWS / rs;
+        for (int t0 = 0; t0 < n; t0 += step) {
+            int nt = n - t0 < step ? n - t0 : step;
+            block_matmul(part, x + (size_t)t0 * cols, &one, nt, cols, rs);
+            for (int t = 0; t < nt; t++)
+                memcpy(y + (size_t)(t0 + t) * rows + r0, part + (size_t)t * rs, sizeof(float) * rs);
+        }
+    }
+}
+
 void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols, int rows) {
-    if (wt >= WT_Q4_K) return qk_matmul(y, x, w, wt, n, cols, rows);
-    if (wt >= WT_Q8_0) return q32_matmul(y, x, w, wt, n, cols, rows);
+    if (k_wtype_quant(wt)) {
+        const QIndex *q = w;
+        int mixed = 0;
+        for (int s = 1; s < q->n_src; s++) mixed |= q->wt[s] != q->wt[0];
+        return mixed ? mixed_matmul(y, x, q, n, cols, rows) : block_matmul(y, x, q, n, cols, rows);
+    }
     MatmulJob j = {y, x, w, wt, n, cols, rows};
     /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
     int per_block = PANEL * BLOCK * cols * n;

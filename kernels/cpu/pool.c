@@ -15,7 +15,6 @@ static struct {
     int n; /* threads including the caller */
     pthread_t tid[MAX_THREADS];
     atomic_int gen, done, quit;
-    int start_gen; /* gen when the workers were made: a new worker must not rerun an old call */
     PoolFn fn;
     void *ctx;
     int items, align;
@@ -35,7 +34,7 @@ static void chunk(int id, int nthreads, int *b, int *e) {
 }
 
 static void *worker(void *arg) {
-    int id = (int)(long)arg, seen = P.start_gen;
+    int id = (int)(long)arg, seen = 0;
     for (;;) {
         int g, spins = 0;
         while ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen) {
@@ -65,6 +64,8 @@ static void pool_stop(void) {
     pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
     for (int i = 1; i < P.n; i++) pthread_join(P.tid[i], NULL);
+    /* new workers start at seen = 0: a stale count would run the last call again */
+    atomic_store(&P.gen, 0);
     atomic_store(&P.quit, 0);
     P.n = 1;
 }
@@ -75,7 +76,6 @@ int k_init(int n_threads) {
     if (n_threads == P.n) return 0;
     pool_stop();
     P.n = n_threads;
-    P.start_gen = atomic_load(&P.gen);
     for (int i = 1; i < n_threads; i++)
         if (pthread_create(&P.tid[i], NULL, worker, (void *)(long)i)) {
             P.n = i;

@@ -39,6 +39,7 @@ typedef struct {
     int n_src;
     const uint8_t *src[3];
     int rows[3];
+    WType wt[3]; /* each source's type (k_pack_blocks may mix block types) */
 } QIndex;
 
 /* bytes of one row of cols elements */

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* per-layer tensor suffixes, Hugging Face names */
@@ -145,15 +147,33 @@ int config_check(const Config *c, const char *what) {
     return 0;
 }
 
-/* a weight matrix: f32 or bf16, exactly [rows][cols] */
+/* the matmul's name for a stored type; -1 for one it cannot read (F16, integers) */
+static int wtype_of(DType d) {
+    if (d == DT_F32) return WT_F32;
+    if (d == DT_BF16) return WT_BF16;
+    if (dtype_is_quant(d)) return WT_Q8_0 + (d - DT_Q8_0); /* the same order (tensorfile.h, backend.h) */
+    return -1;
+}
+
+static DType dtype_of(WType t) { return t == WT_F32 ? DT_F32 : t == WT_BF16 ? DT_BF16 : DT_Q8_0 + (t - WT_Q8_0); }
+
+/* a weight matrix: f32, bf16 or a GGUF block type, exactly [rows][cols] (a block type's
+   logical shape); block types are multiplied where they lie in the file */
 static int load_mat(Model *m, const char *name, int rows, int cols, Mat *out) {
     const Tensor *t = tf_get(&m->tf, name);
     if (!t) return pd_error("%s: tensor '%s' is missing", m->tf.path, name);
-    if (t->dtype != DT_F32 && t->dtype != DT_BF16)
-        return pd_error("%s: tensor '%s' is %s; paradec runs F32 or BF16", m->tf.path, name, dtype_name(t->dtype));
+    int wt = wtype_of(t->dtype);
+    if (wt < 0)
+        return pd_error("%s: tensor '%s' is %s; paradec runs F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K",
+                        m->tf.path, name, dtype_name(t->dtype));
     int64_t shape[2] = {rows, cols};
     if (tf_expect(&m->tf, name, t->dtype, 2, shape, &t)) return -1;
-    *out = (Mat){t->dtype == DT_F32 ? WT_F32 : WT_BF16, t->data, NULL, rows, cols};
+    /* the reader checks this; the kernels index rows by it, so make sure */
+    size_t rb = dtype_row_bytes(t->dtype, cols);
+    if (rb == SIZE_MAX || t->nbytes / (size_t)rows != rb || t->nbytes % (size_t)rows)
+        return pd_error("%s: tensor '%s': %zu bytes for %d rows of %d %s elements", m->tf.path, name, t->nbytes, rows,
+                        cols, dtype_name(t->dtype));
+    *out = (Mat){(WType)wt, t->data, NULL, rows, cols};
     return 0;
 }
 
@@ -215,6 +235,25 @@ static int load_biases(Model *m, int l, Layer *L) {
     return load_vec(m, name, kvd, &L->bv);
 }
 
+/* q|k|v and gate|up are each one matrix product (kernels/backend.h's k_pack): of one
+   float type, or of block types that may differ (llama.cpp's Q4_K_M keeps v_proj in Q6_K
+   in some layers: k_pack_blocks); a float mixed with another type is refused by name */
+static int stackable(const Model *m, int l, const Mat *const *w, int n, const char *names) {
+    int same = 1, blocks = 1, short_enough = 1;
+    for (int i = 0; i < n; i++) {
+        same &= w[i]->t == w[0]->t;
+        blocks &= k_wtype_quant(w[i]->t);
+        short_enough &= w[i]->rows <= K_MIXED_MAX_ROWS;
+    }
+    if (same || (blocks && short_enough)) return 0;
+    char types[64] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", i ? ", " : "", mat_type_name(w[i]));
+    return pd_error("%s: layer %d: %s are %s: paradec multiplies them as one matrix, so they must share a type or all "
+                    "be block types (of at most %d rows each); convert --dtype gives them one",
+                    m->tf.path, l, names, types, K_MIXED_MAX_ROWS);
+}
+
 static int load_layers(Model *m) {
     const Config *c = &m->c;
     int q = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -232,6 +271,9 @@ static int load_layers(Model *m) {
             load_mat(m, NM(8), c->dim, c->hidden_dim, &L->w2))
             return -1;
 #undef NM
+        const Mat *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->w1, &L->w3};
+        if (stackable(m, l, qkv, 3, "q_proj, k_proj, v_proj") || stackable(m, l, gu, 2, "gate_proj, up_proj"))
+            return -1;
         if (c->qkv_bias && load_biases(m, l, L)) return -1;
     }
     return 0;
@@ -250,6 +292,41 @@ static int load_tokenizer(Model *m) {
         return pd_error("%s: tokenizer has %d pieces but the model's vocabulary is %d", m->tf.path,
                         tok_vocab_size(m->tok), m->c.vocab_size);
     return 0;
+}
+
+/* is p inside a mapping of a file (not anonymous memory, such as a decompressed .zst)? */
+static int file_mapped(const void *p) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return 0;
+    char line[512];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, inode;
+        if (sscanf(line, "%lx-%lx %*s %*x %*x:%*x %lu", &lo, &hi, &inode) == 3 && (uintptr_t)p >= lo &&
+            (uintptr_t)p < hi)
+            found = inode ? 1 : -1;
+        /* a line longer than the buffer: skip its rest */
+        while (!strchr(line, '\n') && fgets(line, sizeof line, f)) {}
+    }
+    fclose(f);
+    return found == 1;
+}
+
+static size_t page_size(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    return pg > 0 ? (size_t)pg : 4096;
+}
+
+/* the whole pages inside [p, p + n) go back to the kernel: in a private read-only file
+   mapping they fault in again from the file if anything reads them, so nothing is lost */
+static void drop_pages(const void *p, size_t n, size_t page) {
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1), e = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+static void drop_mat(const Mat *w, size_t page) {
+    if (w->w && !k_wtype_quant(w->t))
+        drop_pages(w->w, (size_t)w->rows * dtype_row_bytes(dtype_of(w->t), w->cols), page);
 }
 
 /* what forward() multiplies, packed once into one arena: per layer q|k|v stacked,
@@ -282,7 +359,8 @@ static void pack_shape(const Pack *p, Mat *shape, const void **src, int *rows) {
     }
 }
 
-static int pack_weights(Model *m) {
+/* drop: the file's pages of each f32/bf16 source go back once it is packed (below) */
+static int pack_weights(Model *m, int drop, size_t page) {
     Pack *list = pd_alloc(sizeof(Pack) * (4 * m->c.n_layers + 1));
     if (!list) return -1;
     int n = pack_list(m, list);
@@ -293,11 +371,6 @@ static int pack_weights(Model *m) {
         int rows[3];
         pack_shape(&list[i], &s, src, rows);
         total += (k_packed_bytes(s.t, s.rows, s.cols) + 63) & ~(size_t)63;
-        for (int k = 1; k < 3 && list[i].src[k]; k++)
-            if (list[i].src[k]->t != s.t) {
-                free(list);
-                return pd_error("%s: q/k/v (or gate/up) weights of one layer must share a dtype", m->tf.path);
-            }
     }
     int rc = arena_init(&m->packed, total) ? pd_error_prefix(m->tf.path) : 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -310,11 +383,27 @@ static int pack_weights(Model *m) {
             rc = -1;
             break;
         }
-        k_pack(dst, s.t, s.cols, n_src, src, rows);
+        WType types[3] = {s.t, s.t, s.t};
+        for (int k = 1; k < n_src; k++) types[k] = list[i].src[k]->t;
+        if (k_wtype_quant(s.t)) k_pack_blocks(dst, s.cols, n_src, src, rows, types);
+        else k_pack(dst, s.t, s.cols, n_src, src, rows);
+        for (int k = 0; k < n_src && drop; k++) drop_mat(list[i].src[k], page);
         *list[i].dst = (Mat){s.t, n_src == 1 ? s.w : NULL, dst, s.rows, s.cols};
     }
     free(list);
     return rc;
+}
+
+/* Zero copy for f32/bf16: the matmuls read the packed copy, so the file's pages of those
+   matrices are needed no more (model_verify reads each tensor once, then drops it;
+   pack_weights drops each source once packed). The embedding is read a row at a time,
+   so its pages come back only for the tokens used (and the lm_head's for a head that
+   reads a row). Block types are read in the file itself and stay. Only in a file
+   mapping: there a dropped page faults in again from the file; dropped anonymous pages
+   (a decompressed .zst, stdin) would read back as zeros. */
+static void release_embedding(const Model *m, size_t page) {
+    drop_mat(&m->embed, page);
+    if (!m->c.tied) drop_mat(&m->lm_head, page);
 }
 
 /* ---- checked weights ---- */
@@ -346,7 +435,7 @@ void model_digest_update(XXH3_state_t *s, const char *name, DType dt, const int6
 }
 
 /* paradec.digest of these tensors in this order, as hex */
-static int digest_of(const Tensor *const *t, int n, char hex[33]) {
+static int digest_of(const Tensor *const *t, int n, char hex[33], int drop, size_t page) {
     XXH3_state_t *s = XXH3_createState();
     if (!s) return pd_error("out of memory");
     XXH3_128bits_reset(s);
@@ -355,6 +444,9 @@ static int digest_of(const Tensor *const *t, int n, char hex[33]) {
         int nd = t[i]->ndim;
         int64_t shape[2] = {nd >= 1 ? t[i]->shape[0] : -1, nd == 2 ? t[i]->shape[1] : nd == 1 ? 1 : -1};
         model_digest_update(s, t[i]->name, t[i]->dtype, shape, t[i]->data, t[i]->nbytes);
+        /* read once, then packed from the page cache: RSS stays small (block types are
+           read where they lie, at the first token) */
+        if (drop && !dtype_is_quant(t[i]->dtype)) drop_pages(t[i]->data, t[i]->nbytes, page);
     }
     XXH128_hash_t d = XXH3_128bits_digest(s);
     XXH3_freeState(s);
@@ -399,12 +491,14 @@ int model_verify(const TensorFile *tf) {
         qsort(w, (size_t)n, sizeof *w, by_tensor_order);
     }
     char got[33];
-    rc = rc ? rc : digest_of(w, n, got);
+    size_t page = page_size();
+    int drop = tf->map && file_mapped(tf->map);
+    rc = rc ? rc : digest_of(w, n, got, drop, page);
     if (!rc && !d && strcmp(got, want)) { /* else the file's own (older drafts and random models) */
         n = 0;
         for (int i = 0; i < tf->n; i++)
             if (is_weight(&tf->t[i], bundle)) w[n++] = &tf->t[i];
-        rc = digest_of(w, n, got);
+        rc = digest_of(w, n, got, drop, page);
     }
     if (!rc && strcmp(got, want)) {
         if (!d)
@@ -452,7 +546,10 @@ int model_load(Model *m, const char *path) {
     rc = rc ? rc : build_rope(m);
     rc = rc ? rc : load_tokenizer(m);
     if (!rc) m->chat_template = tf_meta(&m->tf, "paradec.chat_template");
-    rc = rc ? rc : pack_weights(m);
+    size_t page = page_size();
+    int drop = !rc && m->tf.map && file_mapped(m->tf.map);
+    rc = rc ? rc : pack_weights(m, drop, page);
+    if (!rc && drop) release_embedding(m, page);
     if (rc) model_free(m);
     return rc;
 }
@@ -465,7 +562,10 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static double mat_bytes(const Mat *w) { return (double)w->rows * w->cols * (w->t == WT_F32 ? 4 : 2); }
+const char *mat_type_name(const Mat *w) { return dtype_name(dtype_of(w->t)); }
+
+/* as stored: a block type's rows are its blocks */
+static double mat_bytes(const Mat *w) { return (double)w->rows * (double)dtype_row_bytes(dtype_of(w->t), w->cols); }
 
 double model_weight_bytes(const Model *m) {
     double b = mat_bytes(&m->lm_head) + mat_bytes(&m->embed) / m->c.vocab_size;

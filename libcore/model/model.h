@@ -87,6 +87,8 @@ struct XXH3_state_s;
 void model_digest_update(struct XXH3_state_s *s, const char *name, DType dt, const int64_t shape[2], const void *bytes,
                          size_t n);
 void model_free(Model *m);
+/* a matrix's stored type by its file name ("F32", "BF16", "Q4_K", ...) */
+const char *mat_type_name(const Mat *w);
 /* bytes of weights one decode step reads (every matrix once; one embedding row) */
 double model_weight_bytes(const Model *m);
 
