@@ -306,6 +306,40 @@ static void q8(void) {
     }
 }
 
+/* the 32-element block types: random blocks (f16 scales 2^-8 .. 2, Q8_0's −128 among
+   the bytes), short rows, several sources; then the rows dequantized */
+static void q32(void) {
+    static const int shape[][2] = {{1, 32}, {7, 172}, {9, 64}, {17, 96}, {65, 576}, {130, 1536}, {9, 1600}};
+    static const int ns[] = {1, 2, 3, 4, 5, 13};
+    static const char *names[] = {"q32_q8_0", "q32_q4_0", "q32_q4_1"};
+    for (int wt = WT_Q8_0; wt <= WT_Q4_1; wt++)
+        for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
+            int rows = shape[s][0], cols = shape[s][1], nb = (cols + 31) / 32;
+            int n = cols == 1600 ? 70 : ns[urand(6)]; /* 70: past a tile of 64 tokens */
+            size_t bb = wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : 20, rb = bb * nb;
+            uint8_t *W = malloc(rb * rows);
+            for (size_t i = 0; i < rb * rows; i++) W[i] = (uint8_t)next32();
+            for (int r = 0; r < rows * nb; r++)
+                for (int k = 0; k < (wt == WT_Q4_1 ? 2 : 1); k++) {
+                    uint16_t h = (uint16_t)((7 + urand(10)) << 10 | urand(1024) | urand(2) << 15);
+                    memcpy(W + (size_t)r * bb + 2 * k, &h, 2);
+                }
+            float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * (rows > cols ? rows : cols));
+            fill(x, (size_t)n * cols, -2, 2);
+            int src_rows[3] = {rows - 2 * (rows / 3), rows / 3, rows / 3};
+            const void *src[3] = {W, W + rb * src_rows[0], W + rb * (src_rows[0] + src_rows[1])};
+            void *P = aligned_alloc(64, (k_packed_bytes(wt, rows, cols) + 63) / 64 * 64);
+            k_pack(P, wt, cols, rows >= 3 ? 3 : 1, src, rows >= 3 ? src_rows : &rows);
+            k_matmul(y, x, P, wt, n, cols, rows);
+            put(names[wt - WT_Q8_0], y, sizeof(float) * n * rows);
+            for (int r = 0; r < rows; r += 1 + rows / 8) {
+                k_row_to_f32(y, W, wt, (size_t)r, cols);
+                put(names[wt - WT_Q8_0], y, sizeof(float) * cols);
+            }
+            free(W), free(x), free(y), free(P);
+        }
+}
+
 /* the K block types (quant_k.c): random blocks with sane f16 scales, odd shapes (short
    and padded last super-blocks), x with a zero block and an outlier */
 static void qk(void) {
@@ -351,6 +385,7 @@ int main(int argc, char **argv) {
     k_init(2);
     matmul(), rows(), elementwise(), batch_forms(), attention(), q8();
     kv8_attention();
+    q32();
     qk();
     return 0;
 }

@@ -1,9 +1,351 @@
-/* quant.c — placeholder until the 32-element block types land. */
+/* quant.c — y[n][rows] = x[n][cols] · W^T for Q8_0, Q4_0 and Q4_1 weights, by quant.h's rule.
+
+   x is quantized once per call (the caller's thread), then the threads take groups of 8
+   rows. The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector: a block is
+   unpacked into panels (for each 4-element quad, the 8 rows' 4 bytes side by side), so
+   that maddubs against the token's broadcast quad gives each row's sums in its own
+   lane, with no horizontal adds, and one fmadd per block advances the 8 rows' chains:
+   the scalar chain's operations lane by lane, so the bits are the spec's. One token
+   takes each block straight from registers; several take a chunk of panels kept in L1,
+   so verifying n tokens reads the weights from memory once. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
 #include "quant.h"
 
-void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
-    (void)y, (void)x, (void)w, (void)wt, (void)n, (void)cols, (void)rows;
+#define GROUP 8  /* rows a group (and a vector) holds */
+#define CHUNK 32 /* blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
+#define STACK_BYTES 32768
+#define TILE 64 /* tokens a group's blocks take at a time */
+
+static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : Q4_1_BYTES; }
+
+/* x's rows quantized: per block 32 int8, the scale, and Σ q (exact in an int and a float) */
+typedef struct {
+    int8_t *q;   /* [n][nb * QK] */
+    float *d;    /* [n][nb] */
+    int32_t *si; /* [n][nb] */
+    float *sf;   /* [n][nb] */
+} QX;
+
+static void quantize_row(int8_t *q, float *d, int32_t *si, float *sf, const float *x, int cols) {
+    int nb = (cols + QK - 1) / QK;
+    for (int b = 0; b < nb; b++) {
+        float v[QK], amax = 0;
+        for (int i = 0; i < QK; i++) {
+            int c = b * QK + i;
+            v[i] = c < cols ? x[c] : 0.0f;
+            float a = fabsf(v[i]);
+            amax = a > amax ? a : amax;
+        }
+        float dd = amax / 127.0f, id = dd != 0 ? 1.0f / dd : 0.0f;
+        int32_t s = 0;
+        for (int i = 0; i < QK; i++) {
+            float r = nearbyintf(v[i] * id);
+            r = r > 127 ? 127 : r < -127 ? -127 : r;
+            q[b * QK + i] = (int8_t)r;
+            s += (int32_t)r;
+        }
+        d[b] = dd, si[b] = s, sf[b] = (float)s;
+    }
 }
+
+typedef struct {
+    float *y;
+    const QIndex *w;
+    WType wt;
+    int n, cols, rows, nb;
+    size_t row_bytes;
+    QX x;
+} Job;
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define INLINE static inline __attribute__((always_inline))
+/* 16 bytes at each of the 8 rows' o (4 quads) → q[k] = quad k of rows 0..7: rows i and
+   i + 4 share a vector, then a 4 × 4 transpose of dwords in each half */
+INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
+    __m256i v[4];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) v[i] =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk[i] + o))),
+                                _mm_loadu_si128((const __m128i *)(blk[i + 4] + o)), 1);
+    __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    q[0] = _mm256_unpacklo_epi64(t0, t2), q[1] = _mm256_unpackhi_epi64(t0, t2);
+    q[2] = _mm256_unpacklo_epi64(t1, t3), q[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
+   rows 0..7 (Q4: the nibbles as bytes; Q8_0: then |w| in w[8 + k]) */
+INLINE void unpack(__m256i w[16], const uint8_t *const blk[GROUP], const WType wt) {
+    if (wt == WT_Q8_0) {
+        quads4(w, blk, 2), quads4(w + 4, blk, 18);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k + 8] = _mm256_abs_epi8(w[k]);
+    } else {
+        const __m256i low = _mm256_set1_epi8(0x0f);
+        quads4(w, blk, wt == WT_Q4_1 ? 4 : 2);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
+            w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(w[k], 4), low);
+            w[k] = _mm256_and_si256(w[k], low);
+        }
+    }
+}
+
+/* a chunk's f16 scales, rows side by side (hd[b][i]; Q4_1: d and m together, as one
+   dword, in dm): stored long before they are read back 32 bytes at a time, so that the
+   stores have left the store buffer (read straight after, they would stall forwarding) */
+INLINE void scales(uint16_t (*hd)[GROUP], uint32_t (*dm)[GROUP], const uint8_t *const p[GROUP], int c0, int nc,
+                   const WType wt) {
+    const size_t bb = block_bytes(wt);
+    for (int b = 0; b < nc; b++) _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) {
+            const uint8_t *blk = p[i] + (size_t)(c0 + b) * bb;
+            if (wt == WT_Q4_1) memcpy(&dm[b][i], blk, 4);
+            else memcpy(&hd[b][i], blk, 2);
+        }
+}
+/* block b's scales as floats: Q4_1's dwords split into their halves, [d0..d3 m0..m3 |
+   d4..d7 m4..m7], then the middle quads swapped */
+INLINE void load_scales(__m256 *d, __m256 *m, uint16_t (*hd)[GROUP], uint32_t (*dm)[GROUP], int b, const WType wt) {
+    if (wt != WT_Q4_1) {
+        *d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b]));
+        *m = *d;
+        return;
+    }
+    const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
+                                           13, 2, 3, 6, 7, 10, 11, 14, 15);
+    __m256i v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_load_si256((const __m256i *)dm[b]), split), 0xd8);
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+}
+
+/* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
+   multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
+   quads stay exact, ≤ 8·2·15·127) */
+INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si,
+                   float sf, const WType wt) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i sum;
+    if (wt == WT_Q8_0) {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+            int32_t q0, q1;
+            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
+            __m256i p0 = _mm256_maddubs_epi16(w[k + 8], _mm256_sign_epi8(_mm256_set1_epi32(q0), w[k]));
+            __m256i p1 = _mm256_maddubs_epi16(w[k + 9], _mm256_sign_epi8(_mm256_set1_epi32(q1), w[k + 1]));
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones)),
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+        }
+        sum = _mm256_add_epi32(s0, s1);
+    } else {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+            int32_t q0, q1;
+            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(q0)));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(w[k + 1], _mm256_set1_epi32(q1)));
+        }
+        sum = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+        if (wt == WT_Q4_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * si));
+    }
+    __m256 vdx = _mm256_set1_ps(dx);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(sum), acc);
+    if (wt == WT_Q4_1) acc = _mm256_fmadd_ps(_mm256_mul_ps(m, vdx), _mm256_set1_ps(sf), acc);
+    return acc;
+}
+
+/* One group of 8 rows (pointers p; a short group repeats its last row) for every token.
+   One token takes each block as it is unpacked; more take a chunk of blocks unpacked
+   once into panels that stay in L1, two tokens at a time (two chains in flight). */
+INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /* [nt][GROUP] */, int t0, int nt,
+                       const WType wt) {
+    const size_t bb = block_bytes(wt);
+    const QX *x = &j->x;
+    if (nt == 1) {
+        size_t o = (size_t)t0 * j->nb;
+        __m256 a = _mm256_setzero_ps();
+        for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
+            int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
+            _Alignas(32) uint16_t hd[CHUNK][GROUP];
+            _Alignas(32) uint32_t dm[CHUNK][GROUP];
+            scales(hd, dm, p, c0, nc, wt);
+            for (int b = c0; b < c0 + nc; b++) {
+                const uint8_t *blk[GROUP];
+                _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
+                __m256i w[16];
+                unpack(w, blk, wt);
+                __m256 d, m;
+                load_scales(&d, &m, hd, dm, b - c0, wt);
+                a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
+            }
+        }
+        _mm256_storeu_ps(acc, a);
+        return;
+    }
+    const int PANELS = wt == WT_Q8_0 ? 16 : 8; /* vectors a block's panels take (Q8_0: w, then |w|) */
+    _Alignas(32) __m256i U[CHUNK * 16];
+    _Alignas(32) __m256 D[CHUNK], M[CHUNK];
+    for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
+        int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
+        _Alignas(32) uint16_t hd[CHUNK][GROUP];
+        _Alignas(32) uint32_t dm[CHUNK][GROUP];
+        scales(hd, dm, p, c0, nc, wt);
+        for (int b = 0; b < nc; b++) {
+            const uint8_t *blk[GROUP];
+            _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)(c0 + b) * bb;
+            unpack(U + b * PANELS, blk, wt);
+            load_scales(&D[b], &M[b], hd, dm, b, wt);
+        }
+        int t = t0;
+        for (; t + 1 < t0 + nt; t += 2) {
+            size_t o0 = (size_t)t * j->nb + c0, o1 = o0 + j->nb;
+            float *r0 = acc + (size_t)(t - t0) * GROUP, *r1 = r0 + GROUP;
+            __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps(),
+                   a1 = c0 ? _mm256_loadu_ps(r1) : _mm256_setzero_ps();
+            for (int b = 0; b < nc; b++) {
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
+                          x->sf[o0 + b], wt);
+                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b],
+                          x->sf[o1 + b], wt);
+            }
+            _mm256_storeu_ps(r0, a0), _mm256_storeu_ps(r1, a1);
+        }
+        if (t < t0 + nt) {
+            size_t o0 = (size_t)t * j->nb + c0;
+            float *r0 = acc + (size_t)(t - t0) * GROUP;
+            __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps();
+            for (int b = 0; b < nc; b++)
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
+                          x->sf[o0 + b], wt);
+            _mm256_storeu_ps(r0, a0);
+        }
+    }
+}
+static void group_q8_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q8_0);
+}
+static void group_q4_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q4_0);
+}
+static void group_q4_1(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q4_1);
+}
+#else
+/* the spec: each output one fmaf chain over its row's blocks in order */
+static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc /* [nt][GROUP] */, int t0, int nt) {
+    const size_t bb = block_bytes(j->wt);
+    for (int i = 0; i < GROUP; i++)
+        for (int t = t0; t < t0 + nt; t++) {
+            float a = 0;
+            for (int b = 0; b < j->nb; b++) {
+                const uint8_t *blk = p[i] + (size_t)b * bb;
+                size_t xo = (size_t)t * j->nb + b;
+                const int8_t *xq = j->x.q + xo * QK;
+                float dx = j->x.d[xo], dw = q_f16(blk);
+                int32_t s = 0;
+                if (j->wt == WT_Q8_0) {
+                    for (int k = 0; k < QK; k++) s += (int8_t)blk[2 + k] * xq[k];
+                } else {
+                    const uint8_t *qs = blk + (j->wt == WT_Q4_1 ? 4 : 2);
+                    int off = j->wt == WT_Q4_0 ? 8 : 0;
+                    for (int k = 0; k < QK / 2; k++)
+                        s += ((qs[k] & 15) - off) * xq[k] + ((qs[k] >> 4) - off) * xq[k + QK / 2];
+                }
+                a = fmaf(dw * dx, (float)s, a);
+                if (j->wt == WT_Q4_1) a = fmaf(q_f16(blk + 2) * dx, j->x.sf[xo], a);
+            }
+            acc[(size_t)(t - t0) * GROUP + i] = a;
+        }
+}
+#endif
+
+static void matmul_rows(void *ctx, int begin, int end) {
+    const Job *j = ctx;
+    _Alignas(32) float acc[GROUP * TILE];
+    for (int r0 = begin; r0 < end; r0 += GROUP) {
+        int nr = end - r0 < GROUP ? end - r0 : GROUP;
+        const uint8_t *p[GROUP];
+        for (int i = 0; i < GROUP; i++) p[i] = q_row(j->w, j->row_bytes, r0 + (i < nr ? i : nr - 1));
+        /* a group reads 8 rows side by side: 8 streams, more than the hardware's
+           prefetcher runs ahead of (without this, half the speed); the next group, whole */
+        for (int r = r0 + GROUP; r < r0 + 2 * GROUP && r < end; r++) {
+            const char *q = (const char *)q_row(j->w, j->row_bytes, r);
+            for (size_t o = 0; o < j->row_bytes; o += 64) _mm_prefetch(q + o, _MM_HINT_T0);
+        }
+        for (int t0 = 0; t0 < j->n; t0 += TILE) {
+            int nt = j->n - t0 < TILE ? j->n - t0 : TILE;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+            if (j->wt == WT_Q8_0) group_q8_0(j, p, acc, t0, nt);
+            else if (j->wt == WT_Q4_0) group_q4_0(j, p, acc, t0, nt);
+            else group_q4_1(j, p, acc, t0, nt);
+#else
+            group_scalar(j, p, acc, t0, nt);
+#endif
+            for (int t = 0; t < nt; t++)
+                memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, acc + (size_t)t * GROUP, sizeof(float) * nr);
+        }
+    }
+}
+
+/* n tokens whose quantized rows fit buf */
+static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows,
+                          unsigned char *buf) {
+    int nb = (cols + QK - 1) / QK;
+    Job j = {y, w, wt, n, cols, rows, nb, q_row_bytes(wt, cols), {0}};
+    j.x.q = (int8_t *)buf;
+    j.x.d = (float *)(buf + (size_t)n * nb * QK);
+    j.x.si = (int32_t *)(j.x.d + (size_t)n * nb);
+    j.x.sf = (float *)(j.x.si + (size_t)n * nb);
+    for (int t = 0; t < n; t++) {
+        size_t o = (size_t)t * nb;
+        quantize_row(j.x.q + o * QK, j.x.d + o, j.x.si + o, j.x.sf + o, x + (size_t)t * cols, cols);
+    }
+    /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
+    long per_row = (long)cols * n;
+    pool_run(matmul_rows, &j, rows, GROUP, 1 + (int)(65536 / per_row));
+}
+
+void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
+    if (n < 1 || rows < 1 || cols < 1) return;
+    size_t per_token = (size_t)(cols + QK - 1) / QK * (QK + 3 * sizeof(float)), bytes = per_token * (size_t)n;
+    _Alignas(32) unsigned char stack[STACK_BYTES];
+    unsigned char *buf = bytes <= sizeof stack ? stack : malloc(bytes);
+    if (buf) {
+        matmul_tokens(y, x, w, wt, n, cols, rows, buf);
+        if (buf != stack) free(buf);
+        return;
+    }
+    /* out of memory: as many tokens at a time as the stack holds (the same bits; the
+       weights read once per batch of them), or NaN where not even one fits */
+    int fit = (int)(sizeof stack / per_token);
+    for (int t0 = 0; t0 < n; t0 += fit ? fit : n) {
+        int nt = n - t0 < fit ? n - t0 : fit;
+        if (nt) matmul_tokens(y + (size_t)t0 * rows, x + (size_t)t0 * cols, w, wt, nt, cols, rows, stack);
+        else
+            for (size_t i = 0; i < (size_t)n * rows; i++) y[i] = NAN;
+    }
+}
+
+/* as ggml's dequantize_row_q8_0 / q4_0 / q4_1: d·q, (q − 8)·d, d·q + m (two roundings) */
 void q32_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
-    (void)y, (void)w, (void)wt, (void)row, (void)cols;
+    const uint8_t *r = (const uint8_t *)w + row * q_row_bytes(wt, cols);
+    const size_t bb = block_bytes(wt);
+    for (int c0 = 0, b = 0; c0 < cols; c0 += QK, b++) {
+        const uint8_t *blk = r + (size_t)b * bb;
+        float d = q_f16(blk), v[QK];
+        if (wt == WT_Q8_0) {
+            for (int k = 0; k < QK; k++) v[k] = (float)(int8_t)blk[2 + k] * d;
+        } else if (wt == WT_Q4_0) {
+            for (int k = 0; k < QK / 2; k++)
+                v[k] = (float)((blk[2 + k] & 15) - 8) * d, v[k + QK / 2] = (float)((blk[2 + k] >> 4) - 8) * d;
+        } else {
+            float m = q_f16(blk + 2);
+            for (int k = 0; k < QK / 2; k++) {
+                float p0 = (float)(blk[4 + k] & 15) * d, p1 = (float)(blk[4 + k] >> 4) * d;
+                v[k] = p0 + m, v[k + QK / 2] = p1 + m;
+            }
+        }
+        memcpy(y + c0, v, sizeof(float) * (size_t)(cols - c0 < QK ? cols - c0 : QK));
+    }
 }
