@@ -11,7 +11,7 @@
    (ggml's byte layouts) exactly as a GGUF file stores them, rows one after another, a
    row of cols elements in ceil(cols / block) blocks (a short row's last block padded
    with zero elements); blocks may lie at any byte address. */
-typedef enum { WT_F32, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_1, WT_Q4_K, WT_Q5_K, WT_Q6_K, WT_COUNT } WType;
+typedef enum { WT_F32, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_1, WT_Q5_0, WT_Q4_K, WT_Q5_K, WT_Q6_K, WT_COUNT } WType;
 int k_wtype_quant(WType wt); /* one of the block types */
 
 /* thread pool; n_threads ≥ 1 (the caller's thread counts as one) */

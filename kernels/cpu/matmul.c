@@ -40,8 +40,9 @@ static size_t block_offset(WType wt, int b, int cols) {
 int k_wtype_quant(WType wt) { return wt >= WT_Q8_0 && wt < WT_COUNT; }
 
 size_t q_row_bytes(WType wt, int cols) {
-    static const size_t bytes[WT_COUNT] = {[WT_Q8_0] = Q8_0_BYTES, [WT_Q4_0] = Q4_0_BYTES, [WT_Q4_1] = Q4_1_BYTES,
-                                           [WT_Q4_K] = Q4_K_BYTES, [WT_Q5_K] = Q5_K_BYTES, [WT_Q6_K] = Q6_K_BYTES};
+    static const size_t bytes[WT_COUNT] = {
+        [WT_Q8_0] = Q8_0_BYTES, [WT_Q4_0] = Q4_0_BYTES, [WT_Q4_1] = Q4_1_BYTES, [WT_Q5_0] = Q5_0_BYTES,
+        [WT_Q4_K] = Q4_K_BYTES, [WT_Q5_K] = Q5_K_BYTES, [WT_Q6_K] = Q6_K_BYTES};
     int block = wt >= WT_Q4_K ? QK_K : QK;
     return (size_t)(cols + block - 1) / block * bytes[wt];
 }
@@ -139,7 +140,8 @@ static inline __m512 bf16_hi(__m512i v) {
     }
 KERNEL(1)
 KERNEL(2)
-KERNEL(3) KERNEL(4)
+KERNEL(3)
+KERNEL(4)
 
 /* A tile of T tokens × G panels over columns [c0, c1) (c0 even): the same chains as
    above, carried between calls in A (even) and B (odd), [T][ACC] each, so that several
@@ -208,11 +210,11 @@ KERNEL(3) KERNEL(4)
             }                                                                                                          \
         TILE_CHAINS_OUT(T, G)                                                                                          \
     }
-    /* tiles of 1-3 tokens × a whole block (24 chains at most) */
-    TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2)
-        TILE(3, 3) TILE(3, 4)
+/* tiles of 1-3 tokens × a whole block (24 chains at most) */
+TILE(1, 1)
+TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
-            typedef void (*KF32)(float *, const float *, int, const float *, int);
+    typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
 static const KF32 K_F32[BLOCK + 1] = {0, f32_1, f32_2, f32_3, f32_4};
 static const KBF16 K_BF16[BLOCK + 1] = {0, bf16_1, bf16_2, bf16_3, bf16_4};
@@ -343,7 +345,9 @@ typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void 
 CHAINS(f32_1x1, 0, 1, 1)
 CHAINS(f32_1x2, 0, 1, 2)
 CHAINS(f32_2x1, 0, 2, 1)
-CHAINS(bf16_1x1, 1, 1, 1) CHAINS(bf16_1x2, 1, 1, 2) CHAINS(bf16_2x1, 1, 2, 1)
+CHAINS(bf16_1x1, 1, 1, 1)
+CHAINS(bf16_1x2, 1, 1, 2)
+CHAINS(bf16_2x1, 1, 2, 1)
 
     static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;

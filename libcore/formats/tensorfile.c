@@ -33,10 +33,10 @@
 
 /* ---- dtypes ---- */
 
-static const char *const dtype_names[DT_COUNT] = {"F32",  "F16",  "BF16", "U8",   "I8",   "I32", "I64",
-                                                  "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"};
+static const char *const dtype_names[DT_COUNT] = {"F32",  "F16",  "BF16", "U8",   "I8",   "I32",  "I64",
+                                                  "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K"};
 static const size_t dtype_sizes[DT_COUNT] = {4, 2, 2, 1, 1, 4, 8};
-static const size_t block_bytes[DT_COUNT] = {4, 2, 2, 1, 1, 4, 8, 34, 18, 20, 144, 176, 210};
+static const size_t block_bytes[DT_COUNT] = {4, 2, 2, 1, 1, 4, 8, 34, 18, 20, 22, 144, 176, 210};
 
 const char *dtype_name(DType t) { return (unsigned)t < DT_COUNT ? dtype_names[t] : "?"; }
 
@@ -263,8 +263,8 @@ static int apply_quant(TensorFile *tf, const char *what) {
         int dt = dtype_parse_quant(type);
         json_int_t cols = json_integer_value(c);
         if (dt < 0) {
-            rc = pd_error("%s: tensor '%s': unknown block type '%.40s' (known: Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K)", what,
-                          name, type);
+            rc = pd_error("%s: tensor '%s': unknown block type '%.40s' (known: Q8_0 Q4_0 Q4_1 Q5_0 Q4_K Q5_K Q6_K)",
+                          what, name, type);
             break;
         }
         if (!t) {

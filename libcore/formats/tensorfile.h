@@ -29,6 +29,7 @@ typedef enum {
     DT_Q8_0,
     DT_Q4_0,
     DT_Q4_1,
+    DT_Q5_0,
     DT_Q4_K,
     DT_Q5_K,
     DT_Q6_K, /* GGUF blocks */
