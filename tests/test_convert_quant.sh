@@ -70,12 +70,12 @@ check "widen names the way out ($(cat "$TMP/err"))" grep -q "widen needs f32 or 
 
 # ---- bad input: one line, non-zero exit, no output ----
 O=$TMP/out.safetensors
-refuses "--dtype q5_0" "$O" $BIN/convert "$MODEL" --dtype q5_0 -o "$O"
+refuses "--dtype q5_1" "$O" $BIN/convert "$MODEL" --dtype q5_1 -o "$O"
 P=tests/ref/gguf_patch.py
-python3 $P "$TMP/tiny.gguf" "$TMP/b1.gguf" blk.0.attn_q.weight type 6
-refuses "GGUF Q5_0 tensor" "$O" $BIN/convert "$TMP/b1.gguf" -o "$O"
+python3 $P "$TMP/tiny.gguf" "$TMP/b1.gguf" blk.0.attn_q.weight type 7
+refuses "GGUF Q5_1 tensor" "$O" $BIN/convert "$TMP/b1.gguf" -o "$O"
 $BIN/convert "$TMP/b1.gguf" -o "$O" 2>"$TMP/err"
-check "GGUF Q5_0: names type and tensor ($(cat "$TMP/err"))" grep -q "tensor 'blk.0.attn_q.weight' has ggml type 6 (Q5_0)" "$TMP/err"
+check "GGUF Q5_1: names type and tensor ($(cat "$TMP/err"))" grep -q "tensor 'blk.0.attn_q.weight' has ggml type 7 (Q5_1)" "$TMP/err"
 python3 $P "$TMP/tiny.gguf" "$TMP/b2.gguf" blk.1.ffn_down.weight type 16
 $BIN/convert "$TMP/b2.gguf" -o "$O" 2>"$TMP/err"
 check "GGUF IQ2_XXS: names type and tensor ($(cat "$TMP/err"))" grep -q "tensor 'blk.1.ffn_down.weight' has ggml type 16 (IQ2_XXS)" "$TMP/err"

@@ -660,13 +660,13 @@ static void test_bad(void) {
     free(b.p);
     writer_free(&w);
 
-    /* a type paradec does not read (Q5_0, IQ2_XXS): named, with the tensor */
+    /* a type paradec does not read (Q5_1, IQ2_XXS): named, with the tensor */
     memset(&w, 0, sizeof w);
     kv_str(&w, "general.architecture", "llama");
     WTensor *t = &w.t[w.n_t++];
-    *t = (WTensor){"blk.0.ffn_down.weight", 2, {32, 2}, 6, {0}};
+    *t = (WTensor){"blk.0.ffn_down.weight", 2, {32, 2}, 7, {0}};
     put(&t->data, "x", 1);
-    refused(finish(&w), "tensor 'blk.0.ffn_down.weight' has ggml type 6 (Q5_0)", "q5_0");
+    refused(finish(&w), "tensor 'blk.0.ffn_down.weight' has ggml type 7 (Q5_1)", "q5_1");
     writer_free(&w);
     kv_str(&w, "general.architecture", "llama");
     t = &w.t[w.n_t++];

@@ -40,8 +40,8 @@ static float gauss(void) { /* Box-Muller */
     return (float)(sqrt(-2 * log(u)) * cos(2 * M_PI * v));
 }
 
-static const DType TYPES[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
-#define NT 6
+static const DType TYPES[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q5_0};
+#define NT 7
 
 static void test_f16(void) {
     int bad = 0;
@@ -135,6 +135,7 @@ static void test_error(void) {
     CHECK(rms[3] < 0.08 && rms[3] > rms[4], "Q4_K error %g", rms[3]);
     CHECK(rms[3] < rms[2] && rms[3] < rms[1], "Q4_K %g beats Q4_1 %g and Q4_0 %g", rms[3], rms[2], rms[1]);
     CHECK(rms[2] < 0.15 && rms[1] < 0.15, "Q4_1 %g, Q4_0 %g", rms[2], rms[1]);
+    CHECK(rms[6] < rms[1] / 1.5 && rms[6] > rms[0], "Q5_0 %g between Q8_0 %g and Q4_0 %g", rms[6], rms[0], rms[1]);
     free(x);
     free(y);
     free(q);
@@ -244,7 +245,7 @@ static void test_bad(void) {
     CHECK(hand_file(&tf, "{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 68, "U8", 0) == 0, "a good one: %s", pd_errmsg());
     CHECK(hand_file(&tf, "{\\\"w\\\":[\\\"q4_k\\\",300]}", 2, 288, "U8", 0) == 0, "lower case, short row: %s",
           pd_errmsg());
-    refused("{\\\"w\\\":[\\\"Q5_0\\\",64]}", 3, 44, "U8", 0, "tensor 'w': unknown block type 'Q5_0'");
+    refused("{\\\"w\\\":[\\\"Q5_1\\\",64]}", 3, 44, "U8", 0, "tensor 'w': unknown block type 'Q5_1'");
     refused("{\\\"w\\\":[\\\"IQ2_XXS\\\",256]}", 3, 66, "U8", 0, "tensor 'w': unknown block type 'IQ2_XXS'");
     refused("{\\\"v\\\":[\\\"Q8_0\\\",64]}", 3, 68, "U8", 0, "names tensor 'v', which the file lacks");
     refused("{\\\"w\\\":[\\\"Q8_0\\\",64]}", 3, 34, "U8", 0,

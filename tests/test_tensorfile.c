@@ -626,14 +626,15 @@ static void test_dtypes(void) {
     CHECK(dtype_parse("f32") == -1 && dtype_parse("F64") == -1 && dtype_parse("") == -1, "unknown dtypes");
     /* ggml's block structs (ggml-common.h): block_q8_0 {half d; int8 qs[32]}, block_q4_0
        {half d; u8 qs[16]}, block_q4_1 {half d, m; u8 qs[16]}, block_q4_K {half d, dmin; u8
-       scales[12], qs[128]}, block_q5_K {… qh[32] …}, block_q6_K {u8 ql[128], qh[64]; i8
+       scales[12], qs[128]}, block_q5_0 {half d; u8 qh[4], qs[16]}, block_q5_K {… qh[32] …}, block_q6_K {u8 ql[128], qh[64]; i8
        scales[16]; half d} */
     static const struct {
         const char *name, *lower;
         int block;
         size_t bytes;
-    } q[] = {{"Q8_0", "q8_0", 32, 34},   {"Q4_0", "q4_0", 32, 18},   {"Q4_1", "q4_1", 32, 20},
-             {"Q4_K", "q4_k", 256, 144}, {"Q5_K", "q5_k", 256, 176}, {"Q6_K", "q6_k", 256, 210}};
+    } q[] = {{"Q8_0", "q8_0", 32, 34},  {"Q4_0", "q4_0", 32, 18},   {"Q4_1", "q4_1", 32, 20},
+             {"Q5_0", "q5_0", 32, 22},  {"Q4_K", "q4_k", 256, 144}, {"Q5_K", "q5_k", 256, 176},
+             {"Q6_K", "q6_k", 256, 210}};
     for (int i = 0; i < DT_COUNT - DT_Q8_0; i++) {
         DType t = (DType)(DT_Q8_0 + i);
         CHECK(!strcmp(dtype_name(t), q[i].name) && dtype_parse_quant(q[i].name) == (int)t &&
@@ -649,7 +650,7 @@ static void test_dtypes(void) {
                   dtype_row_bytes(t, INT64_MAX) == ((size_t)INT64_MAX / q[i].block + 1) * q[i].bytes,
               "row bytes of %s", q[i].name);
     }
-    CHECK(dtype_parse_quant("F32") == -1 && dtype_parse_quant("Q5_0") == -1 && dtype_parse_quant("") == -1,
+    CHECK(dtype_parse_quant("F32") == -1 && dtype_parse_quant("Q5_1") == -1 && dtype_parse_quant("") == -1,
           "not block types");
 }
 

@@ -22,7 +22,7 @@
 #define NOTES                                                                                                          \
     "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n"                                   \
     "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n"                     \
-    "     a llama.cpp GGUF file (F32/F16/BF16, and Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K kept as blocks;\n"                    \
+    "     a llama.cpp GGUF file (F32/F16/BF16, and Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K kept as blocks;\n"                    \
     "     its tokenizer inside), a paradec model file (.safetensors[.zst]), or a llama2.c .bin\n"                      \
     "     checkpoint (needs --tokenizer); - reads stdin (GGUF or llama2.c).\n"                                         \
     "TYPE: f32, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, or keep. Default: keep for GGUF and paradec\n"               \
@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     Flag t[] = {
         {"-o, --output", "OUT", "required", "the model file to write (.safetensors[.zst]); - is stdout", F_STR(&out)},
         {"--tokenizer", "TOK", "the source's", "the tokenizer (needed for a llama2.c checkpoint)", F_STR(&tok)},
-        {"--dtype", "TYPE", "keep/f32", "the weights' type: f32, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k or keep",
+        {"--dtype", "TYPE", "keep/f32", "the weights' type: f32, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k or keep",
          F_STR(&dtype)},
         MODEL_FLAGS{"--layers", "L", NULL, "a draft model: the source's first L layers (with --heads)",
                     F_INT(&layers, 1, 1 << 20)},

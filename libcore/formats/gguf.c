@@ -51,6 +51,9 @@ static int ggml_traits(uint32_t type, GgmlTraits *tr) {
     case GGML_Q4_1:
         *tr = (GgmlTraits){32, 20};
         return 0; /* f16 d, f16 m, 16 bytes */
+    case GGML_Q5_0:
+        *tr = (GgmlTraits){32, 22};
+        return 0; /* f16 d, 4 bytes of fifth bits, 16 bytes of nibbles */
     case GGML_Q4_K:
         *tr = (GgmlTraits){256, 144};
         return 0; /* f16 d, dmin; 12 bytes of 6-bit scales and minima; 128 bytes of nibbles */
@@ -232,7 +235,7 @@ static int place_tensors(Gguf *g, const Cur *c, const uint64_t *offsets, size_t 
         GgmlTraits tr;
         if (ggml_traits(t->type, &tr))
             return pd_error("%s: tensor '%s' has ggml type %u (%s); paradec reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                            "Q4_K, Q5_K and Q6_K",
+                            "Q5_0, Q4_K, Q5_K and Q6_K",
                             c->what, t->name, t->type, ggml_type_name(t->type));
         size_t ne = 1;
         for (int d = 0; d < 4; d++) ne = pd_mul(ne, (size_t)t->dims[d]);
@@ -503,6 +506,8 @@ int gguf_block_dtype(uint32_t type) {
         return DT_Q4_0;
     case GGML_Q4_1:
         return DT_Q4_1;
+    case GGML_Q5_0:
+        return DT_Q5_0;
     case GGML_Q4_K:
         return DT_Q4_K;
     case GGML_Q5_K:

@@ -44,6 +44,7 @@ enum {
     GGML_F16 = 1,
     GGML_Q4_0 = 2,
     GGML_Q4_1 = 3,
+    GGML_Q5_0 = 6,
     GGML_Q8_0 = 8,
     GGML_Q4_K = 12,
     GGML_Q5_K = 13,

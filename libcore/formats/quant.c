@@ -82,6 +82,25 @@ static void quant_q4_0(uint8_t *y, const float *x) {
     }
 }
 
+static void quant_q5_0(uint8_t *y, const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+    wr_f16(y, d);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        const float x0 = x[j] * id, x1 = x[QK / 2 + j] * id;
+        const int xi0 = (int)fminf(31.0f, truncf(x0 + 16.5f)), xi1 = (int)fminf(31.0f, truncf(x1 + 16.5f));
+        y[6 + j] = (uint8_t)((xi0 & 0x0f) | (xi1 & 0x0f) << 4);
+        qh |= (uint32_t)(xi0 >> 4) << j | (uint32_t)(xi1 >> 4) << (j + QK / 2);
+    }
+    for (int k = 0; k < 4; k++) y[2 + k] = (uint8_t)(qh >> 8 * k); /* little-endian */
+}
+
 static void quant_q4_1(uint8_t *y, const float *x) {
     float min = x[0], max = x[0];
     for (int j = 1; j < QK; j++) {
@@ -108,6 +127,17 @@ static void dequant_q4_0(float *y, const uint8_t *b) {
     for (int j = 0; j < QK / 2; j++) {
         y[j] = (float)((b[2 + j] & 0x0f) - 8) * d;
         y[j + QK / 2] = (float)((b[2 + j] >> 4) - 8) * d;
+    }
+}
+
+static void dequant_q5_0(float *y, const uint8_t *b) {
+    const float d = rd_f16(b);
+    const uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+    for (int j = 0; j < QK / 2; j++) {
+        const int x0 = ((b[6 + j] & 0x0f) | (int)((qh >> j) << 4 & 0x10)) - 16;
+        const int x1 = ((b[6 + j] >> 4) | (int)((qh >> (j + 12)) & 0x10)) - 16;
+        y[j] = (float)x0 * d;
+        y[j + QK / 2] = (float)x1 * d;
     }
 }
 
@@ -424,6 +454,8 @@ static QuantFn quant_fn(DType t) {
         return quant_q4_0;
     case DT_Q4_1:
         return quant_q4_1;
+    case DT_Q5_0:
+        return quant_q5_0;
     case DT_Q4_K:
         return quant_q4_k;
     case DT_Q5_K:
@@ -443,6 +475,8 @@ static DequantFn dequant_fn(DType t) {
         return dequant_q4_0;
     case DT_Q4_1:
         return dequant_q4_1;
+    case DT_Q5_0:
+        return dequant_q5_0;
     case DT_Q4_K:
         return dequant_q4_k;
     case DT_Q5_K:

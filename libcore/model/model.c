@@ -164,7 +164,7 @@ static int load_mat(Model *m, const char *name, int rows, int cols, Mat *out) {
     if (!t) return pd_error("%s: tensor '%s' is missing", m->tf.path, name);
     int wt = wtype_of(t->dtype);
     if (wt < 0)
-        return pd_error("%s: tensor '%s' is %s; paradec runs F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K",
+        return pd_error("%s: tensor '%s' is %s; paradec runs F32, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K or Q6_K",
                         m->tf.path, name, dtype_name(t->dtype));
     int64_t shape[2] = {rows, cols};
     if (tf_expect(&m->tf, name, t->dtype, 2, shape, &t)) return -1;

@@ -5,10 +5,10 @@ usage: quant_ref.py TEST_QUANT_FORMAT [SMOLLM2.gguf] [CONVERTED.safetensors]
   (a) every tensor of the SmolLM2 Q4_1 GGUF dequantized by paradec (gguf.c → quant.c) and by
       gguf.quants.dequantize: identical bits; and the converted paradec file (convert, no
       --dtype) holds the GGUF's very blocks (q/k rows un-permuted as whole rows)
-  (b) random blocks of Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K (bytes from a fixed seed, f16 scales
+  (b) random blocks of Q8_0 Q4_0 Q4_1 Q5_0 Q4_K Q5_K Q6_K (bytes from a fixed seed, f16 scales
       sane) written as a GGUF by gguf-py's GGUFWriter, read by paradec (the GGUF, and the
       same blocks through a paradec safetensors file): identical dequantization
-  (c) paradec's Q8_0 / Q4_0 / Q4_1 quantizer bytes == gguf.quants.quantize's
+  (c) paradec's Q8_0 / Q4_0 / Q4_1 / Q5_0 quantizer bytes == gguf.quants.quantize's
 Prints SKIP and exits 0 when numpy or gguf is missing (a / the model part when absent)."""
 import json
 import os
@@ -48,9 +48,9 @@ def same_bits(a, b):
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-TYPES = {"Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "Q4_1": T.Q4_1, "Q4_K": T.Q4_K, "Q5_K": T.Q5_K, "Q6_K": T.Q6_K}
+TYPES = {"Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "Q4_1": T.Q4_1, "Q5_0": T.Q5_0, "Q4_K": T.Q4_K, "Q5_K": T.Q5_K, "Q6_K": T.Q6_K}
 # where each type keeps its f16 scales (byte offsets in a block) and, for Q6_K, int8 scales
-F16_AT = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+F16_AT = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
 
 
 def random_blocks(name, rows, cols, rng):
@@ -93,13 +93,13 @@ def test_quantize(tmp):
     x[3, :40] = 0  # a zero block
     x[4, 32:64] = 0.5  # a constant block
     x[5, 0] = -x[5, 1:32].max() * 2  # a negative extreme
-    for name in ("Q8_0", "Q4_0", "Q4_1"):
+    for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0"):
         out = subprocess.run([BIN, "--quant", name, "256"], input=x.tobytes(), check=True, capture_output=True).stdout
         want = gguf.quants.quantize(x, TYPES[name])
         got = np.frombuffer(out, dtype=np.uint8).reshape(want.shape)
         bad = int((got != want).any(axis=1).sum())
         check(bad == 0, f"(c) {name}: {bad} of {len(x)} rows differ from gguf.quants.quantize")
-    print("(c) Q8_0 Q4_0 Q4_1 quantizer bytes identical to gguf-py's")
+    print("(c) Q8_0 Q4_0 Q4_1 Q5_0 quantizer bytes identical to gguf-py's")
 
 
 def read_safetensors(path):
