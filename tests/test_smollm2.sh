@@ -11,9 +11,11 @@ if [ ! -f "$G" ] || ! "$PY" -c "import numpy, gguf, tokenizers" 2>/dev/null; the
     finish smollm2
     exit 0
 fi
-M=$BUILD/smollm2.safetensors
-[ "$M" -nt "$BIN/convert" ] || $BIN/convert "$G" -o "$M" 2>/dev/null
-check "convert SmolLM2's Q4_1 GGUF" test -f "$M"
+M=$BUILD/smollm2.safetensors MQ=$TMP/smollm2-q4_1.safetensors
+[ "$M" -nt "$BIN/convert" ] || $BIN/convert "$G" --dtype f32 -o "$M" 2>/dev/null
+check "convert SmolLM2's Q4_1 GGUF to f32" test -f "$M"
+$BIN/convert "$G" -o "$MQ" 2>/dev/null
+check "convert SmolLM2's Q4_1 GGUF keeping its blocks" grep -aq '"paradec.quant"' "$MQ"
 
 # logits of a fixed prompt against numpy float64 on gguf-py's dequantised weights
 ids=$(printf "The capital of France is" | $BIN/tokenize --tokenizer "$G")
@@ -25,12 +27,22 @@ a = np.fromfile('$TMP/ref.f32', np.float32).astype(float); b = np.fromfile('$TMP
 rel = abs(a - b).max() / abs(a).max() if len(a) == len(b) == 49152 else 1
 print('smollm2 logits: max relative difference %.2e, argmax %d / %d' % (rel, a.argmax(), b.argmax()))
 sys.exit(not (rel < 1e-4 and a.argmax() == b.argmax()))"
+# the Q4_1 blocks run as they are, x quantized to 8 bits: the same next token, a small KL
+$BIN/decode -m "$MQ" -p "The capital of France is" -n 1 --dump-logits "$TMP/q.f32" 2>/dev/null
+check "Q4_1 kept: the reference's next token, KL < 0.01" "$PY" -c "
+import numpy as np, sys
+a = np.fromfile('$TMP/ref.f32', np.float32).astype(float); b = np.fromfile('$TMP/q.f32', np.float32).astype(float)
+if len(a) != len(b): sys.exit(1)
+la, lb = a - a.max() - np.log(np.exp(a - a.max()).sum()), b - b.max() - np.log(np.exp(b - b.max()).sum())
+kl = (np.exp(la) * (la - lb)).sum()
+print('smollm2 Q4_1: KL %.2e, argmax %d / %d' % (kl, a.argmax(), b.argmax()))
+sys.exit(not (kl < 0.01 and a.argmax() == b.argmax()))"
 
 # the tokenizer against Hugging Face tokenizers on llama.cpp's strings and the datasets
 check "tokenizer agrees with HF tokenizers" "$PY" tests/ref/smollm2_tokenizer.py --gguf "$G" --tool "$BIN/tokenize"
 
-# greedy chat answers (ChatML from the model's own template)
-ask() { $BIN/decode -m "$M" -p "$1" -n 60 --chat --temp 0 2>/dev/null; }
+# greedy chat answers (ChatML from the model's own template) from the Q4_1 file as kept
+ask() { $BIN/decode -m "$MQ" -p "$1" -n 60 --chat --temp 0 2>/dev/null; }
 a=$(ask "What is the capital of France?")
 case "$a" in *Paris*) ok ;; *) bad "capital of France: $a" ;; esac
 a=$(ask "Name three colors.")
