@@ -87,30 +87,24 @@ for src in $SRCS; do
     fi
 done
 # ---- block types: a Q8_0 copy (gguf-py's quantizer; ffn_down's 172-wide rows stay F32)
-# and one whose v_proj is Q4_0 beside Q8_0 q/k. While the import dequantises (until
-# convert keeps block types) both decode as f32; once the model file keeps them, the Q8_0
-# copy runs on the block-type kernels and the mixed one is refused by name ----
-placeholders() { grep -q "(void)y, (void)x" kernels/cpu/quant.c; }
+# and one whose v_proj is Q4_0 beside Q8_0 q/k (as llama.cpp's Q4_K_M mixes types in one
+# layer): -m on the GGUF keeps the blocks as convert does, so both give the converted
+# file's text; a layer mixing a float type with blocks in q/k/v is refused by name ----
 if "$PY" -c "import gguf, numpy" 2>/dev/null; then
     "$PY" tests/ref/gguf_with_vocab.py "$TMP/s.gguf" "$S/tok512.bin" "$TMP/q8.gguf" "attn=Q8_0,ffn=Q8_0,token_embd=Q8_0"
     "$PY" tests/ref/gguf_with_vocab.py "$TMP/s.gguf" "$S/tok512.bin" "$TMP/mix.gguf" "attn_q=Q8_0,attn_k=Q8_0,attn_v=Q4_0"
-    $BIN/convert "$TMP/q8.gguf" -o "$TMP/q8.safetensors" 2>/dev/null
-    if grep -aq '"paradec.quant"' "$TMP/q8.safetensors" && placeholders; then
-        echo "SKIP model_open: Q8_0 model file: the block-type kernels are still placeholders"
-    else
-        want=$(story "$TMP/q8.safetensors")
-        got=$(story "$TMP/q8.gguf")
-        case "$got" in "Once upon a time, there was a little girl"*) ok ;; *) bad "Q8_0 stories260K: $got" ;; esac
-        check "decode -m q8.gguf: the converted file's text (got: $got / want: $want)" test "$got" = "$want"
-    fi
-    $BIN/convert "$TMP/mix.gguf" -o "$TMP/mix.safetensors" 2>/dev/null
-    if grep -aq '"paradec.quant"' "$TMP/mix.safetensors"; then
-        refuses "decode a model whose q/k/v mix block types" "" $BIN/decode -m "$TMP/mix.safetensors" -p x -n 1
-        grep -q "q_proj, k_proj, v_proj are Q8_0, Q8_0, Q4_0" "$TMP/stderr" && ok || bad "mixed q/k/v: $(cat "$TMP/stderr")"
-    else
-        got=$(story "$TMP/mix.gguf")
-        check "decode -m mix.gguf (dequantised): the converted file's text" test -n "$got" -a "$got" = "$(story "$TMP/mix.safetensors")"
-    fi
+    "$PY" tests/ref/gguf_with_vocab.py "$TMP/s.gguf" "$S/tok512.bin" "$TMP/fmix.gguf" "attn_q=Q8_0,attn_k=Q8_0"
+    for g in q8 mix; do
+        $BIN/convert "$TMP/$g.gguf" -o "$TMP/$g.safetensors" 2>/dev/null
+        check "$g: the converted file keeps block types" grep -aq '"paradec.quant"' "$TMP/$g.safetensors"
+        want=$(story "$TMP/$g.safetensors")
+        got=$(story "$TMP/$g.gguf")
+        case "$got" in "Once upon a time, there was a little girl"*) ok ;; *) bad "$g stories260K: $got" ;; esac
+        check "decode -m $g.gguf: the converted file's text (got: $got / want: $want)" test "$got" = "$want"
+    done
+    $BIN/convert "$TMP/fmix.gguf" -o "$TMP/fmix.safetensors" 2>/dev/null
+    refuses "decode a model whose q/k/v mix F32 and blocks" "" $BIN/decode -m "$TMP/fmix.safetensors" -p x -n 1
+    grep -q "q_proj, k_proj, v_proj are Q8_0, Q8_0, F32" "$TMP/stderr" && ok || bad "float beside blocks: $(cat "$TMP/stderr")"
 fi
 check "nothing left in /dev/shm or \$TMPDIR ($(ls /dev/shm/paradec-import-* "$TMPDIR" 2>/dev/null | tr '\n' ' '))" \
     test "$(leftovers)" = "$shm0"
@@ -143,15 +137,12 @@ if [ ! -f "$G" ]; then
 else
     $BIN/convert "$G" -o "$TMP/smol.safetensors" 2>/dev/null
     ask() { $BIN/decode -m "$1" -p "What is the capital of France?" -n 24 --chat --temp 0 2>"$TMP/err"; }
-    if grep -aq '"paradec.quant"' "$TMP/smol.safetensors" && grep -q "(void)y, (void)x" kernels/cpu/quant.c; then
-        echo "SKIP model_open: SmolLM2: convert keeps its block types but the block-type kernels are still placeholders"
-    else
-        want=$(ask "$TMP/smol.safetensors")
-        got=$(ask "$G")
-        case "$got" in *Paris*) ok ;; *) bad "SmolLM2 -m GGUF: capital of France: $got" ;; esac
-        check "SmolLM2 -m GGUF: the converted file's text (got: $got / want: $want)" test "$got" = "$want"
-        note "$TMP/err" decode "$G"
-    fi
+    check "SmolLM2: the converted file keeps its Q4_1 blocks" grep -aq '"paradec.quant"' "$TMP/smol.safetensors"
+    want=$(ask "$TMP/smol.safetensors")
+    got=$(ask "$G")
+    case "$got" in *Paris*) ok ;; *) bad "SmolLM2 -m GGUF: capital of France: $got" ;; esac
+    check "SmolLM2 -m GGUF: the converted file's text (got: $got / want: $want)" test "$got" = "$want"
+    note "$TMP/err" decode "$G"
     check "SmolLM2: nothing left behind" test "$(leftovers)" = "$shm0"
 fi
 finish model_open
