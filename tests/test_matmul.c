@@ -3,7 +3,9 @@
    bit-identical to the same token computed alone, for n = 1..40, on shapes that
    reach every path (odd column counts, a last block of a few rows, a matrix above
    the size that is taken in chunks with prefetching, a last chunk shorter than the
-   others), with f32 and bf16 weights and 1 and 2 threads. */
+   others), with f32 and bf16 weights and 1 and 2 threads. And a matrix whose sources
+   are of different block types (k_pack_blocks): each source's rows bit-identical to
+   that source multiplied alone. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +14,11 @@
 #include "check.h"
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void) { /* uniform in [-1, 1) */
+static uint64_t next(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (2.0 / 16777216.0) - 1.0);
+    return rng;
 }
+static float frand(void) { return (float)((next() >> 40) * (2.0 / 16777216.0) - 1.0); } /* uniform in [-1, 1) */
 static float bf16_value(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -72,6 +75,41 @@ static void check_shape(WType wt, int rows, int cols, int max_n) {
     free(w), free(wf), free(packed), free(x), free(y), free(alone);
 }
 
+/* q|k|v as Q8_0, Q4_K, Q4_0 (random bytes; sane f16 scales) against each alone */
+static void check_mixed(int n) {
+    enum { COLS = 256 };
+    static const WType types[3] = {WT_Q8_0, WT_Q4_K, WT_Q4_0};
+    static const size_t row_bytes[3] = {8 * 34, 144, 8 * 18}; /* COLS elements of each */
+    static const int rows[3] = {24, 9, 17}, scale_at[3][2] = {{0, -1}, {0, 2}, {0, -1}};
+    static const int block[3] = {34, 144, 18};
+    uint8_t *src[3];
+    for (int s = 0; s < 3; s++) {
+        src[s] = malloc(row_bytes[s] * rows[s]);
+        for (size_t i = 0; i < row_bytes[s] * rows[s]; i++) src[s][i] = (uint8_t)(next() >> 24);
+        for (size_t b = 0; b < row_bytes[s] * rows[s] / block[s]; b++)
+            for (int k = 0; k < 2 && scale_at[s][k] >= 0; k++) { /* f16 0x1c00 + a little: about 2^-8 */
+                src[s][b * block[s] + scale_at[s][k]] = (uint8_t)next();
+                src[s][b * block[s] + scale_at[s][k] + 1] = 0x1c;
+            }
+    }
+    float *x = malloc(sizeof(float) * n * COLS), *y = malloc(sizeof(float) * n * 50),
+          *one = malloc(sizeof(float) * n * 24);
+    for (int i = 0; i < n * COLS; i++) x[i] = frand();
+    _Alignas(64) unsigned char packed[256], alone[256];
+    const void *const srcs[3] = {src[0], src[1], src[2]};
+    k_pack_blocks(packed, COLS, 3, srcs, rows, types);
+    k_matmul(y, x, packed, WT_Q8_0, n, COLS, 50);
+    int bad = 0;
+    for (int s = 0, r0 = 0; s < 3; r0 += rows[s++]) {
+        k_pack(alone, types[s], COLS, 1, &srcs[s], &rows[s]);
+        k_matmul(one, x, alone, types[s], n, COLS, rows[s]);
+        for (int t = 0; t < n; t++) bad += memcmp(y + t * 50 + r0, one + t * rows[s], sizeof(float) * rows[s]) != 0;
+    }
+    CHECK(bad == 0, "mixed block types, %d tokens: %d rows of a source differ from it alone", n, bad);
+    for (int s = 0; s < 3; s++) free(src[s]);
+    free(x), free(y), free(one);
+}
+
 int main(void) {
     /* rows × cols: small (cached) ones with partial panels and blocks, odd columns;
        big ones (over 1 MiB) that are chunked, one with a short last chunk and an odd
@@ -86,6 +124,7 @@ int main(void) {
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
             for (int wt = WT_F32; wt <= WT_BF16; wt++)
                 check_shape((WType)wt, shapes[i][0], shapes[i][1], shapes[i][0] * shapes[i][1] > 500000 ? 26 : 40);
+        for (int n = 1; n <= 5; n += 2) check_mixed(n);
     }
     return check_done("matmul");
 }
