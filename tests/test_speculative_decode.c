@@ -87,7 +87,9 @@ static int make_draft(Model *draft, const char *heads_path, int L, const char *n
         double e = fold_error(draft, &h, heads_find(&h, L));
         printf("  draft %-22s layer %d: logits vs the source's head_logits, max error %.2e of their scale\n", name, L,
                e);
-        CHECK(e < 1e-5, "draft %s: its logits differ from the head's by %g of their scale", name, e);
+        /* a block-type LM head multiplies x quantized to 8 bits; the folded head is floats */
+        double tol = k_wtype_quant(M.lm_head.t) ? 0.02 : 1e-5;
+        CHECK(e < tol, "draft %s: its logits differ from the head's by %g of their scale (at most %g)", name, e, tol);
         heads_free(&h);
     } else CHECK(0, "%s: %s", heads_path, pd_errmsg());
     return 0;

@@ -46,7 +46,9 @@ static int write_tensors(ModelWriter *mw, const Checkpoint *ck, int layer, const
         int l;
         if (!strcmp(t->name, NAME_LM_HEAD)) continue;
         if (sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= layer) continue;
-        if (mw_add(mw, t->name, t->ndim, t->shape, t->data)) return -1;
+        if (t->raw ? mw_add_raw(mw, t->name, t->dtype, t->shape, t->raw)
+                   : mw_add(mw, t->name, t->ndim, t->shape, t->data))
+            return -1;
     }
     int64_t shape[2] = {ck->c.vocab_size, ck->c.dim};
     return mw_add(mw, NAME_LM_HEAD, 2, shape, W);
@@ -69,8 +71,14 @@ int draft_from_head(const char *model_path, const char *heads_path, int layer, c
     }
     char from[40];
     snprintf(from, sizeof from, "%s", m.digest);
-    if ((k = pick_head(&m, &h, layer, heads_path)) >= 0 && !ck_read_model(&ck, model_path)) {
-        const CkTensor *E = ck_get(&ck, ck.c.tied ? NAME_EMBED : NAME_LM_HEAD);
+    /* a block-type model's layers go into the draft as they are (DT_KEEP); the folded
+       LM head is floats, from the output embedding dequantized */
+    if ((k = pick_head(&m, &h, layer, heads_path)) >= 0 && !ck_read_model_blocks(&ck, model_path)) {
+        int blocks = 0;
+        for (int i = 0; i < ck.n; i++) blocks |= ck.t[i].raw != NULL;
+        if (blocks) dt = DT_KEEP;
+        CkTensor *E = ck_get(&ck, ck.c.tied ? NAME_EMBED : NAME_LM_HEAD);
+        if (E && E->raw && ck_dequant(E)) E = NULL;
         int V = ck.c.vocab_size, d = ck.c.dim;
         float *W = E ? pd_alloc(pd_mul(pd_mul(sizeof(float), V), d)) : NULL;
         double *acc = pd_alloc(sizeof(double) * d);
