@@ -2,16 +2,20 @@
 """bench_quant.py — paradec against llama.cpp on the same quantized model, side by side in
 one run (a benchmark, never a test).
 
-    scripts/bench_quant.py --llama-bench PATH [--reps 3] [-n 128] [--threads 1,2]
-                           NAME=PARADEC_MODEL[:GGUF] ...
+    scripts/bench_quant.py --llama-bench PATH [--llama-simple PATH] [--reps 3] [-n 128]
+                           [--threads 1,2] NAME=PARADEC_MODEL[:GGUF] ...
 
 For each rep, each model and each thread count in turn (interleaved, so the machine's
 drift falls on both alike): `bin/decode -m PARADEC_MODEL -n N --temp 0 -t T --json`
 (its decode rate: tokens after the first over their time) and, when a GGUF is given,
 `llama-bench -m GGUF -p 0 -n N -t T -r 1` (its tg rate). The medians go into a Markdown
 table with the ratio, the bytes of weights a token reads, and the share of the read
-bandwidth `bin/membw` measured in the same run (before and after the runs).
+bandwidth `bin/membw` measured in the same run (before and after the runs). With
+--llama-simple, also the time to the first token as a user sees it: the wall time of a
+whole process that loads the model, reads the prompt and prints one token
+(`bin/decode -n 1` against `llama-simple -n 1`), the least of 5 runs each, interleaved.
 """
+import time
 import argparse
 import json
 import statistics
@@ -39,6 +43,22 @@ def llama(bench, gguf, n, threads):
     return json.loads(out.stdout)[0]["avg_ts"]
 
 
+def wall(cmd):
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def first_token(simple, model, gguf):
+    ours = [f"{BIN}/decode", "-m", model, "-p", PROMPT, "-n", "1", "--temp", "0", "-t", "1"]
+    theirs = [simple, "-m", gguf, "-n", "1", PROMPT]
+    a, b = [], []
+    for _ in range(5):
+        a.append(wall(ours))
+        b.append(wall(theirs))
+    return min(a), min(b)
+
+
 def membw(threads):
     out = subprocess.run([f"{BIN}/membw", "-t", str(threads)], capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
@@ -47,6 +67,7 @@ def membw(threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--llama-simple")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--threads", default="1,2")
@@ -82,6 +103,11 @@ def main():
             band = statistics.mean(bw[t])
             print(f"| {name} | {t} | {p:.1f} | {f'{ll:.1f}' if ll else '—'} | {f'{p / ll:.2f}×' if ll else '—'} | "
                   f"{wbytes[name] / 1e6:.1f} | {gbs:.2f} | {100 * gbs / band:.0f} % |")
+    if a.llama_simple:
+        for name, model, gguf in models:
+            if gguf:
+                ours_s, theirs_s = first_token(a.llama_simple, model, gguf)
+                print(f"time to the first token, {name}: paradec {1e3 * ours_s:.0f} ms, llama.cpp {1e3 * theirs_s:.0f} ms")
     print("membw (GB/s, before / after): " + ", ".join(f"{t} thread(s) {bw[t][0]:.2f} / {bw[t][1]:.2f}"
                                                        for t in threads))
 
