@@ -311,12 +311,12 @@ static void q8(void) {
 static void q32(void) {
     static const int shape[][2] = {{1, 32}, {7, 172}, {9, 64}, {17, 96}, {65, 576}, {130, 1536}, {9, 1600}};
     static const int ns[] = {1, 2, 3, 4, 5, 13};
-    static const char *names[] = {"q32_q8_0", "q32_q4_0", "q32_q4_1"};
-    for (int wt = WT_Q8_0; wt <= WT_Q4_1; wt++)
+    static const char *names[] = {"q32_q8_0", "q32_q4_0", "q32_q4_1", "q32_q5_0"};
+    for (int wt = WT_Q8_0; wt <= WT_Q5_0; wt++)
         for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
             int rows = shape[s][0], cols = shape[s][1], nb = (cols + 31) / 32;
             int n = cols == 1600 ? 70 : ns[urand(6)]; /* 70: past a tile of 64 tokens */
-            size_t bb = wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : 20, rb = bb * nb;
+            size_t bb = wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22, rb = bb * nb;
             uint8_t *W = malloc(rb * rows);
             for (size_t i = 0; i < rb * rows; i++) W[i] = (uint8_t)next32();
             for (int r = 0; r < rows * nb; r++)

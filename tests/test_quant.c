@@ -1,4 +1,4 @@
-/* test_quant — the 32-element block types (Q8_0, Q4_0, Q4_1) through k_pack / k_matmul /
+/* test_quant — the 32-element block types (Q8_0, Q4_0, Q4_1, Q5_0) through k_pack / k_matmul /
    k_row_to_f32, on random blocks and odd shapes, against this file's own reading of
    ggml's block layout: the product in double on the dequantized weights (with x quantized
    by quant.h's rule: only float rounding may differ; with x as given: also the
@@ -25,8 +25,10 @@ static int urand(int n) { return (int)(next32() % (uint32_t)n); }
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(next32() >> 8) / (1 << 24); }
 
 /* ggml's blocks, as the GGUF spec lays them out */
-static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : 20; }
-static const char *type_name(WType wt) { return wt == WT_Q8_0 ? "q8_0" : wt == WT_Q4_0 ? "q4_0" : "q4_1"; }
+static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22; }
+static const char *type_name(WType wt) {
+    return wt == WT_Q8_0 ? "q8_0" : wt == WT_Q4_0 ? "q4_0" : wt == WT_Q4_1 ? "q4_1" : "q5_0";
+}
 
 static double half(const uint8_t *p) {
     unsigned h = p[0] | (unsigned)p[1] << 8, e = (h >> 10) & 31, m = h & 1023;
@@ -54,8 +56,10 @@ static void random_row(uint8_t *row, WType wt, int nb) {
 /* element k of a block as an integer, and its weight exactly (double) */
 static int elem(const uint8_t *blk, WType wt, int k) {
     if (wt == WT_Q8_0) return (int8_t)blk[2 + k];
-    const uint8_t *qs = blk + (wt == WT_Q4_1 ? 4 : 2);
+    const uint8_t *qs = blk + (wt == WT_Q4_1 ? 4 : wt == WT_Q5_0 ? 6 : 2);
     int v = k < 16 ? qs[k] & 15 : qs[k - 16] >> 4;
+    if (wt == WT_Q5_0) /* qh: 4 bytes after d, little-endian, bit k = element k's fifth bit */
+        return (v | (blk[2 + k / 8] >> (k % 8) & 1) << 4) - 16;
     return wt == WT_Q4_0 ? v - 8 : v;
 }
 static double weight(const uint8_t *blk, WType wt, int k) {
@@ -227,18 +231,39 @@ static void test_gguf_py(void) {
     gguf_close(&g);
 }
 
+/* gguf-py 0.19.0's Q5_0 (test_gguf_py's file predates it): x =
+   np.random.default_rng(23).standard_normal((1, 32)).astype(np.float32), x[0, 5] = 3.5;
+   the block is gguf.quants.quantize(x, Q5_0), the floats gguf.quants.dequantize of it
+   (d is negative: zeros come out −0) */
+static void test_gguf_py_q5_0(void) {
+    static const uint8_t blk[22] = {0x00, 0xb3, 0x0c, 0xd8, 0xf7, 0xdb, 0x3d, 0x2f, 0x10, 0xfb, 0x1e,
+                                    0x20, 0x3c, 0x0d, 0x6c, 0x0c, 0xaf, 0x42, 0x01, 0x39, 0x53, 0x71};
+    static const float want[32] = {0x1.5p-1f,  0x1.cp-3f,  -0x0p+0f,    -0x1.34p+1f, 0x1.cp-2f,  0x1.cp+1f,  0x1.cp-1f,
+                                   0x1.5p-1f,  0x1.cp-1f,  0x1.cp-1f,   0x1.cp-3f,   -0x1.cp-2f, -0x1.cp-3f, 0x1.88p+0f,
+                                   -0x1.5p-1f, -0x1.cp-3f, -0x1.5p-1f,  -0x1.cp-2f,  -0x1.cp-3f, 0x1.cp-3f,  -0x1.cp-3f,
+                                   -0x1.cp-2f, -0x1.5p-1f, -0x0p+0f,    -0x1.5p+0f,  -0x0p+0f,   0x1.5p+0f,  -0x1.cp-1f,
+                                   -0x0p+0f,   0x1.6cp+1f, -0x1.18p+0f, -0x1.88p+0f};
+    float y[32];
+    k_row_to_f32(y, blk, WT_Q5_0, 0, 32);
+    CHECK(same_bits(y, want, 32), "gguf-py q5_0: k_row_to_f32 == gguf.quants.dequantize");
+    float e[32];
+    dequant_f32(e, blk, WT_Q5_0, 32);
+    CHECK(same_bits(e, want, 32), "gguf-py q5_0: this file's reading of the block == gguf.quants.dequantize");
+}
+
 int main(void) {
     static const int cols[] = {32, 64, 96, 172, 576, 1536}, rows[] = {1, 7, 8, 9, 17, 65, 960};
-    const WType types[] = {WT_Q8_0, WT_Q4_0, WT_Q4_1};
-    for (int ti = 0; ti < 3; ti++)
+    const WType types[] = {WT_Q8_0, WT_Q4_0, WT_Q4_1, WT_Q5_0};
+    for (int ti = 0; ti < 4; ti++)
         for (int c = 0; c < 6; c++)
             for (int r = 0; r < 7; r++) {
                 int nr = rows[r], n = 1 + urand(13), n_src = nr == 960 ? 3 : nr > 1 ? 2 : 1;
                 run_case(types[ti], nr, cols[c], n, n_src);
             }
-    for (int n = 1; n <= 13; n++) run_case(types[n % 3], 17, 172, n, 3); /* every n */
-    for (int ti = 0; ti < 3; ti++) run_case(types[ti], 9, 1600, 70, 2);  /* tokens past a tile of 64 */
+    for (int n = 1; n <= 13; n++) run_case(types[n % 4], 17, 172, n, 3); /* every n */
+    for (int ti = 0; ti < 4; ti++) run_case(types[ti], 9, 1600, 70, 2);  /* many tokens */
     test_gguf_py();
+    test_gguf_py_q5_0();
     k_init(1);
     return check_done("quant");
 }

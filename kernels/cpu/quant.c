@@ -1,4 +1,4 @@
-/* quant.c — y[n][rows] = x[n][cols] · W^T for Q8_0, Q4_0 and Q4_1 weights, by quant.h's rule.
+/* quant.c — y[n][rows] = x[n][cols] · W^T for Q8_0, Q4_0, Q4_1 and Q5_0 weights, by quant.h's rule.
 
    x is quantized once per call (the caller's thread), then the threads take groups of 8
    rows. The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector: a block is
@@ -21,7 +21,13 @@
 #define STACK_BYTES 32768
 #define TILE 64 /* tokens a group's blocks take at a time */
 
-static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : Q4_1_BYTES; }
+static size_t block_bytes(WType wt) {
+    return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : wt == WT_Q5_0 ? Q5_0_BYTES : Q4_1_BYTES;
+}
+/* Q5_0's fifth bits of a block, as a mask over its 32 elements */
+static inline uint32_t q5_high(const uint8_t *blk) {
+    return (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+}
 
 /* x's rows quantized: per block 32 int8, the scale, and Σ q (exact in an int and a float) */
 typedef struct {
@@ -78,17 +84,29 @@ INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
 }
 
 /* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
-   rows 0..7 (Q4: the nibbles as bytes; Q8_0: then |w| in w[8 + k]) */
+   rows 0..7 (Q4: the nibbles as bytes; Q5_0: with the fifth bit as 16; Q8_0: then |w|
+   in w[8 + k]) */
 INLINE void unpack(__m256i w[16], const uint8_t *const blk[GROUP], const WType wt) {
     if (wt == WT_Q8_0) {
         quads4(w, blk, 2), quads4(w + 4, blk, 18);
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k + 8] = _mm256_abs_epi8(w[k]);
     } else {
         const __m256i low = _mm256_set1_epi8(0x0f);
-        quads4(w, blk, wt == WT_Q4_1 ? 4 : 2);
+        quads4(w, blk, wt == WT_Q4_1 ? 4 : wt == WT_Q5_0 ? 6 : 2);
         _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
             w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(w[k], 4), low);
             w[k] = _mm256_and_si256(w[k], low);
+        }
+        if (wt == WT_Q5_0) { /* quad k's 4 bits of each row's mask, spread to bit 4 of its 4 bytes */
+            __m256i qh = _mm256_setr_epi32((int)q5_high(blk[0]), (int)q5_high(blk[1]), (int)q5_high(blk[2]),
+                                           (int)q5_high(blk[3]), (int)q5_high(blk[4]), (int)q5_high(blk[5]),
+                                           (int)q5_high(blk[6]), (int)q5_high(blk[7]));
+            const __m256i nib = _mm256_set1_epi32(0xf), spread = _mm256_set1_epi32(0x02040810),
+                          bit4 = _mm256_set1_epi32(0x10101010);
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                __m256i b = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), nib);
+                w[k] = _mm256_or_si256(w[k], _mm256_and_si256(_mm256_mullo_epi32(b, spread), bit4));
+            }
         }
     }
 }
@@ -127,7 +145,18 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
                    float sf, const WType wt) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum;
-    if (wt == WT_Q8_0) {
+    if (wt == WT_Q5_0) { /* 5-bit values: a quad pair's 16-bit sums stay exact (≤ 2·2·31·127), not 8 quads' */
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+            int32_t q0, q1;
+            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w[k], _mm256_set1_epi32(q0)),
+                                         _mm256_maddubs_epi16(w[k + 1], _mm256_set1_epi32(q1)));
+            if (k < 4) s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p, ones));
+            else s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, ones));
+        }
+        sum = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * si));
+    } else if (wt == WT_Q8_0) {
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
             int32_t q0, q1;
@@ -231,6 +260,9 @@ static void group_q4_0(const Job *j, const uint8_t *const p[GROUP], float *acc, 
 static void group_q4_1(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
     group_avx2(j, p, acc, t0, nt, WT_Q4_1);
 }
+static void group_q5_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
+    group_avx2(j, p, acc, t0, nt, WT_Q5_0);
+}
 #else
 /* the spec: each output one fmaf chain over its row's blocks in order */
 static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc /* [nt][GROUP] */, int t0, int nt) {
@@ -246,6 +278,11 @@ static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc
                 int32_t s = 0;
                 if (j->wt == WT_Q8_0) {
                     for (int k = 0; k < QK; k++) s += (int8_t)blk[2 + k] * xq[k];
+                } else if (j->wt == WT_Q5_0) {
+                    uint32_t qh = q5_high(blk);
+                    for (int k = 0; k < QK / 2; k++)
+                        s += (((blk[6 + k] & 15) | (int)(qh >> k & 1) << 4) - 16) * xq[k] +
+                             (((blk[6 + k] >> 4) | (int)(qh >> (k + 16) & 1) << 4) - 16) * xq[k + QK / 2];
                 } else {
                     const uint8_t *qs = blk + (j->wt == WT_Q4_1 ? 4 : 2);
                     int off = j->wt == WT_Q4_0 ? 8 : 0;
@@ -278,6 +315,7 @@ static void matmul_rows(void *ctx, int begin, int end) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
             if (j->wt == WT_Q8_0) group_q8_0(j, p, acc, t0, nt);
             else if (j->wt == WT_Q4_0) group_q4_0(j, p, acc, t0, nt);
+            else if (j->wt == WT_Q5_0) group_q5_0(j, p, acc, t0, nt);
             else group_q4_1(j, p, acc, t0, nt);
 #else
             group_scalar(j, p, acc, t0, nt);
@@ -327,7 +365,8 @@ void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int 
     }
 }
 
-/* as ggml's dequantize_row_q8_0 / q4_0 / q4_1: d·q, (q − 8)·d, d·q + m (two roundings) */
+/* as ggml's dequantize_row_q8_0 / q4_0 / q4_1 / q5_0: d·q, (q − 8)·d, d·q + m (two
+   roundings), (q − 16)·d */
 void q32_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
     const uint8_t *r = (const uint8_t *)w + row * q_row_bytes(wt, cols);
     const size_t bb = block_bytes(wt);
@@ -339,6 +378,12 @@ void q32_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
         } else if (wt == WT_Q4_0) {
             for (int k = 0; k < QK / 2; k++)
                 v[k] = (float)((blk[2 + k] & 15) - 8) * d, v[k + QK / 2] = (float)((blk[2 + k] >> 4) - 8) * d;
+        } else if (wt == WT_Q5_0) {
+            uint32_t qh = q5_high(blk);
+            for (int k = 0; k < QK / 2; k++) {
+                v[k] = (float)((((blk[6 + k] & 15) | (int)(qh >> k & 1) << 4)) - 16) * d;
+                v[k + QK / 2] = (float)((((blk[6 + k] >> 4) | (int)(qh >> (k + 16) & 1) << 4)) - 16) * d;
+            }
         } else {
             float m = q_f16(blk + 2);
             for (int k = 0; k < QK / 2; k++) {

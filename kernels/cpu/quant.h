@@ -1,5 +1,5 @@
 /* quant.h — GGUF's block types as the matmul reads them, and the rule it computes
-   (quant.c: Q8_0, Q4_0, Q4_1; quant_k.c: Q4_K, Q5_K, Q6_K). The scalar code is the spec;
+   (quant.c: Q8_0, Q4_0, Q4_1, Q5_0; quant_k.c: Q4_K, Q5_K, Q6_K). The scalar code is the spec;
    the vector paths compute the same bits.
 
    x is quantized per row first, a rule of that row alone (never of the batch):
@@ -11,6 +11,7 @@
    f16 scales as floats; dx: x's block scale):
      Q8_0   acc = fmaf(dw * dx, (float)Σ qw·qx, acc)
      Q4_0   the same, qw = nibble − 8
+     Q5_0   the same, qw = (nibble | fifth bit << 4) − 16
      Q4_1   acc = fmaf(dw * dx, (float)Σ nibble·qx, acc);  acc = fmaf(mw * dx, (float)Σ qx, acc)
      Q4_K   per super-block, sc_j / m_j its 6-bit scales and minima (ggml's get_scale_min_k4):
             acc = fmaf(d * dx, (float)Σ_j sc_j Σ q·qx, acc);  acc = fmaf(-(dmin * dx), (float)Σ_j m_j Σ qx, acc)
