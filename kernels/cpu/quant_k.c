@@ -367,19 +367,36 @@ static void qk_groups(void *ctx, int begin, int end) {
 }
 #endif
 
-void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
-    if (n <= 0 || rows <= 0) return;
+/* n tokens whose quantized rows fit xb */
+static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows, XBlock *xb) {
     int nb = (cols + QK_K - 1) / QK_K;
-    size_t need = (size_t)n * nb * sizeof(XBlock);
-    _Alignas(64) XBlock stack[64]; /* 20 KB: a few tokens of a small model */
-    XBlock *xb = need <= sizeof stack ? stack : aligned_alloc(64, need);
-    if (!xb) abort(); /* nowhere to report it: the kernels have no error path */
     for (int t = 0; t < n; t++) quantize_x(xb + (size_t)t * nb, x + (size_t)t * cols, cols);
     QkJob j = {y, xb, w, wt, n, nb, rows, cols, q_row_bytes(wt, cols)};
     /* below ~128K multiply-adds per thread the hand-off costs more than it saves */
     size_t per_row = (size_t)nb * QK_K * n;
     pool_run(qk_groups, &j, rows, GROUP, 1 + (int)(131072 / per_row));
-    if (xb != stack) free(xb);
+}
+
+void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
+    if (n <= 0 || rows <= 0) return;
+    int nb = (cols + QK_K - 1) / QK_K;
+    size_t need = (size_t)n * nb * sizeof(XBlock);
+    _Alignas(64) XBlock stack[64]; /* 20 KB: a few tokens of a small model */
+    XBlock *xb = need <= sizeof stack ? stack : aligned_alloc(64, (need + 63) & ~(size_t)63);
+    if (xb) {
+        matmul_tokens(y, x, w, wt, n, cols, rows, xb);
+        if (xb != stack) free(xb);
+        return;
+    }
+    /* out of memory: as many tokens at a time as the stack holds (the same bits), or NaN
+       where not even one fits */
+    int fit = (int)(64 / nb);
+    for (int t0 = 0; t0 < n; t0 += fit ? fit : n) {
+        int nt = n - t0 < fit ? n - t0 : fit;
+        if (nt) matmul_tokens(y + (size_t)t0 * rows, x + (size_t)t0 * cols, w, wt, nt, cols, rows, stack);
+        else
+            for (size_t i = 0; i < (size_t)n * rows; i++) y[i] = NAN;
+    }
 }
 
 void qk_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
