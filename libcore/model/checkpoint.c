@@ -9,7 +9,8 @@
 #include "formats/gguf.h"
 #include "formats/quant.h"
 
-float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols) {
+/* the next tensor's slot, zeroed (ck->n not yet counting it) */
+static CkTensor *ck_slot(Checkpoint *ck) {
     if (ck->n == ck->cap) {
         int cap = ck->cap ? 2 * ck->cap : 64;
         CkTensor *t = pd_realloc(ck->t, sizeof(CkTensor) * cap);
@@ -17,8 +18,12 @@ float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols) {
         ck->t = t;
         ck->cap = cap;
     }
-    CkTensor *t = &ck->t[ck->n];
-    memset(t, 0, sizeof *t);
+    return memset(&ck->t[ck->n], 0, sizeof(CkTensor));
+}
+
+float *ck_add(Checkpoint *ck, const char *name, int64_t rows, int64_t cols) {
+    CkTensor *t = ck_slot(ck);
+    if (!t) return NULL;
     t->ndim = rows ? 2 : 1;
     t->shape[0] = rows ? rows : cols;
     t->shape[1] = rows ? cols : 1;
@@ -39,15 +44,8 @@ void *ck_add_raw(Checkpoint *ck, const char *name, DType dt, int64_t rows, int64
         pd_error("tensor '%s': raw blocks need a block type and a matrix shape", name);
         return NULL;
     }
-    if (ck->n == ck->cap) {
-        int cap = ck->cap ? 2 * ck->cap : 64;
-        CkTensor *t = pd_realloc(ck->t, sizeof(CkTensor) * cap);
-        if (!t) return NULL;
-        ck->t = t;
-        ck->cap = cap;
-    }
-    CkTensor *t = &ck->t[ck->n];
-    memset(t, 0, sizeof *t);
+    CkTensor *t = ck_slot(ck);
+    if (!t) return NULL;
     t->ndim = 2;
     t->shape[0] = rows;
     t->shape[1] = cols;
