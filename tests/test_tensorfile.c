@@ -626,7 +626,8 @@ static void test_dtypes(void) {
     CHECK(dtype_parse("f32") == -1 && dtype_parse("F64") == -1 && dtype_parse("") == -1, "unknown dtypes");
     /* ggml's block structs (ggml-common.h): block_q8_0 {half d; int8 qs[32]}, block_q4_0
        {half d; u8 qs[16]}, block_q4_1 {half d, m; u8 qs[16]}, block_q4_K {half d, dmin; u8
-       scales[12], qs[128]}, block_q5_0 {half d; u8 qh[4], qs[16]}, block_q5_K {… qh[32] …}, block_q6_K {u8 ql[128], qh[64]; i8
+       scales[12], qs[128]}, block_q5_0 {half d; u8 qh[4], qs[16]}, block_q5_K {… qh[32] …},
+       block_q6_K {u8 ql[128], qh[64]; i8
        scales[16]; half d} */
     static const struct {
         const char *name, *lower;

@@ -22,10 +22,10 @@
 #define NOTES                                                                                                          \
     "SRC: a Hugging Face directory (config.json, model.safetensors or shards with\n"                                   \
     "     model.safetensors.index.json, tokenizer.json, tokenizer_config.json's chat template),\n"                     \
-    "     a llama.cpp GGUF file (F32/F16/BF16, and Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K kept as blocks;\n"                    \
-    "     its tokenizer inside), a paradec model file (.safetensors[.zst]), or a llama2.c .bin\n"                      \
+    "     a llama.cpp GGUF file (F32/F16/BF16, and Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K kept as\n"                       \
+    "     blocks; its tokenizer inside), a paradec model file (.safetensors[.zst]), or a llama2.c .bin\n"              \
     "     checkpoint (needs --tokenizer); - reads stdin (GGUF or llama2.c).\n"                                         \
-    "TYPE: f32, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, or keep. Default: keep for GGUF and paradec\n"               \
+    "TYPE: f32, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k, or keep. Default: keep for GGUF and paradec\n"         \
     "     sources (block tensors stay exactly as they are, F16/BF16/F32 become F32), f32 for the others.\n"            \
     "     A block type quantizes every 2-d weight (ggml's reference rules, formats/quant.c; norm gains and\n"          \
     "     biases stay F32; a row that is not whole blocks is padded with zeros); blocks of another type\n"             \
@@ -85,8 +85,8 @@ int main(int argc, char **argv) {
     Flag t[] = {
         {"-o, --output", "OUT", "required", "the model file to write (.safetensors[.zst]); - is stdout", F_STR(&out)},
         {"--tokenizer", "TOK", "the source's", "the tokenizer (needed for a llama2.c checkpoint)", F_STR(&tok)},
-        {"--dtype", "TYPE", "keep/f32", "the weights' type: f32, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k or keep",
-         F_STR(&dtype)},
+        {"--dtype", "TYPE", "keep/f32",
+         "the weights' type: f32, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k or keep", F_STR(&dtype)},
         MODEL_FLAGS{"--layers", "L", NULL, "a draft model: the source's first L layers (with --heads)",
                     F_INT(&layers, 1, 1 << 20)},
         {"--heads", "EXIT_HEADS", NULL, "a draft model: the exit head at layer L folded into its lm_head",

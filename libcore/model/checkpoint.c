@@ -177,7 +177,9 @@ static int is_norm(const char *name) { return strstr(name, "norm") || strstr(nam
 int mw_begin(ModelWriter *mw, const char *path, DType dt) {
     memset(mw, 0, sizeof *mw);
     if (dt != DT_F32 && dt != DT_BF16 && dt != DT_KEEP && !dtype_is_quant(dt))
-        return pd_error("%s: weights can be stored F32, BF16 or a block type (Q8_0 Q4_0 Q4_1 Q5_0 Q4_K Q5_K Q6_K)", path);
+        return pd_error("%s: weights can be stored F32, BF16 or a block type "
+                        "(Q8_0 Q4_0 Q4_1 Q5_0 Q4_K Q5_K Q6_K)",
+                        path);
     mw->dt = dt;
     mw->hash = XXH3_createState();
     if (!mw->hash) return pd_error("%s: out of memory", path);
