@@ -83,7 +83,15 @@ $BIN/decode -m "$MODEL" -p "$P" -n 500 --temp 0 --json 2>/dev/null | jq -j .text
 
 # ---- the CLI ----
 refuses "an unknown flag" "" srv -m "$MODEL" --bogus
-check "an unknown flag: the line names it" grep -q -- "--bogus" "$TMP/stderr"
+check "an unknown flag: the line names it ($(cat "$TMP/stderr"))" grep -q -- "^serve: --bogus: unknown flag (serve --help lists the flags)$" "$TMP/stderr"
+refuses "an unexpected argument" "" srv -m "$MODEL" stray
+check "an unexpected argument: the line names it ($(cat "$TMP/stderr"))" grep -q -- "^serve: stray: unexpected argument" "$TMP/stderr"
+refuses "-np 0" "" srv -m "$MODEL" -np 0
+check "-np 0: the line names -np and the range ($(cat "$TMP/stderr"))" grep -q -- "-np: '0' is not a whole number in \[1, 256\]" "$TMP/stderr"
+refuses "-to 0" "" srv -m "$MODEL" -to 0
+check "-to 0: the line names -to and the range ($(cat "$TMP/stderr"))" grep -q -- "-to: '0' is not a whole number in \[1, 86400\]" "$TMP/stderr"
+refuses "--no-speculation with --spec-max-batch 2" "" srv -m "$MODEL" --no-speculation --spec-max-batch 2
+check "--no-speculation with --spec-max-batch 2: the line names both" grep -q -- "--no-speculation: --spec-max-batch 2" "$TMP/stderr"
 refuses "a flag without its value" "" srv -m "$MODEL" -c
 refuses "no model" "" srv --port 0
 check "no model: the line names -m" grep -q -- "-m MODEL" "$TMP/stderr"
@@ -98,14 +106,20 @@ $BIN/serve --version >"$TMP/out" 2>&1
 check "--version: exit 0, the version, commit and backends" sh -c "[ $? = 0 ] && grep -q '^serve (paradec) .*commit' $TMP/out && grep -q '^backends: ' $TMP/out"
 $BIN/serve --help >"$TMP/help" 2>&1
 check "--help: exit 0" [ $? = 0 ]
-for fd in "--model FILE" "--host ADDR.*(127.0.0.1" "--port P.*(8080" "--alias NAME" "--parallel N.*(16)" "--ctx-size C.*(the model's context" \
-          "--threads T" "--kv-blocks B" "--max-body BYTES.*(1048576)" "--max-connections N.*(256)" "--timeout S.*(30)" \
-          "--shutdown-grace S.*(5)" "--api-key KEY" "--cors ORIGIN" "--version" "--spec-max-batch N.*(1)"; do
+for fd in "--model FILE.*(required)" "--no-verify .*(default: off)" "--host ADDR.*(default: 127.0.0.1)" "--port P.*(default: 8080)" \
+          "--alias NAME.*(default: the model's file name)" "--parallel N.*(default: 16)" "--ctx-size C.*(default: the model's context" \
+          "--threads T.*(default: every core)" "--kv-blocks B.*(default: N x C / 16)" "--kv-type TYPE.*(default: f32)" \
+          "--draft MODEL.*(default: none)" "--chat-format F" "--spec-max-batch N.*(default: 1)" "--no-speculation .*(default: off)" \
+          "--no-continuous .*(default: off)" "--max-body BYTES.*(default: 1048576)" "--max-connections N.*(default: 256)" \
+          "--timeout S.*(default: 30)" "--shutdown-grace S.*(default: 5)" "--api-key KEY" "--cors ORIGIN.*(default: none)" "--version"; do
     check "--help: a line for $fd" grep -q -- "^  .*$fd" "$TMP/help"
 done
-for short in "-m,  --model" "-a,  --alias" "-np, --parallel" "-c,  --ctx-size" "-t,  --threads" "-to, --timeout"; do
+for short in "-m, --model" "-a, --alias" "-np, --parallel" "-c, --ctx-size" "-t, --threads" "-to, --timeout" "-h, --help"; do
     check "--help: $short" grep -q -- "^  $short" "$TMP/help"
 done
+check "--help: the memory and the methods after the flags" sh -c "grep -q '^memory: about ' $TMP/help && grep -q '^Methods (--method NAME)' $TMP/help"
+$BIN/serve -h >"$TMP/help2" 2>&1
+check "-h = --help" cmp -s "$TMP/help" "$TMP/help2"
 
 # ---- long forms, --alias, /v1/models, ids, the access log, histograms ----
 start "$TMP/log1" "$MODEL" --threads 1 --ctx-size 256 --parallel 4 --alias story --chat-format chatml || { finish test_serve_ops; exit 1; }

@@ -28,33 +28,6 @@
 #include "tool.h"
 
 #define USAGE "-m MODEL [flags]"
-#define FLAGS                                                                                                          \
-    "  -m,  --model FILE          the model, bundle (bin/pack), GGUF file or Hugging Face directory (required)\n"      \
-    "       --no-verify           skip checking the weights against their recorded digests (off)\n"                    \
-    "       --host ADDR           address or host name to listen on (127.0.0.1; ::1 for IPv6, :: or 0.0.0.0 for "      \
-    "all)\n"                                                                                                           \
-    "       --port P              port (8080; 0 takes a free one, named in the first line on stderr)\n"                \
-    "  -a,  --alias NAME          the model's name in answers and /v1/models (the model's file name)\n"                \
-    "  -np, --parallel N          requests in the running batch at most; the rest queue (16)\n"                        \
-    "  -c,  --ctx-size C          positions per request, prompt and answer together (the model's context, also the "   \
-    "most)\n"                                                                                                          \
-    "       --kv-blocks B         the paged KV pool in blocks of 16 positions (N x C / 16)\n"                          \
-    "       --kv-type T           the KV cache's elements: f32, bf16 or q8_0 (int8, a scale per token and kv head) "   \
-    "(f32)\n"                                                                                                          \
-    "  -t,  --threads T           threads for the forward pass (every core)\n"                                         \
-    "       --draft MODEL         a draft model for the speculative method (none)\n"                                   \
-    "       --chat-format F       llama3, llama2 or chatml (recognised from the model's template)\n"                   \
-    "       --spec-max-batch N    a request's method runs while the batch holds at most N requests (1)\n"              \
-    "       --no-speculation      standard steps only (same as --spec-max-batch 0)\n"                                  \
-    "       --no-continuous       static batching: a batch forms when none runs (the load benchmark's baseline)\n"     \
-    "       --max-body BYTES      larger request bodies get 413 (1048576)\n"                                           \
-    "       --max-connections N   open connections at most; past it the longest-idle one is closed, or 503 (256)\n"    \
-    "  -to, --timeout S           a connection that sends or takes nothing for S seconds is closed (30)\n"             \
-    "       --shutdown-grace S    on SIGTERM or SIGINT, open requests have S seconds to finish (5)\n"                  \
-    "       --api-key KEY         /v1/* needs \"Authorization: Bearer KEY\", else 401 (none: open)\n"                  \
-    "       --cors ORIGIN         answers allow that browser origin, or * for any (none)\n"                            \
-    "  -h,  --help                this text\n"                                                                         \
-    "       --version             the version, commit, backends and CPU features\n\n"
 #define MEMORY                                                                                                         \
     "memory: about " MEMORY_MODEL                                                                                      \
     "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                     \
@@ -582,14 +555,14 @@ static const char *ready_methods(const MethodShared *sh) {
     return buf;
 }
 
-/* --help: the flags, then the methods a request may name, with their options (a request
-   runs a method with its defaults) */
+/* --help's notes after the flags: the memory, then the methods a request may name, with
+   their options (a request runs a method with its defaults) */
 static const char *help_notes(void) {
     static char *buf;
     size_t len;
     FILE *f = open_memstream(&buf, &len);
-    if (!f) return FLAGS MEMORY;
-    fputs(FLAGS MEMORY "\n", f);
+    if (!f) return MEMORY;
+    fputs(MEMORY "\n", f);
     decode_methods_help(f);
     fclose(f);
     return buf;
@@ -725,37 +698,52 @@ int main(int argc, char **argv) {
     int port = 8080, threads = 0, kv_blocks = 0;
     double grace = 5;
     EngineOptions o = {.parallel = 16, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
-    S.max_body = 1 << 20, S.max_conn = 256, S.timeout = 30;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-#define IS(a, b) (!strcmp(f, a) || (*(b) && !strcmp(f, b)))
-        if (IS("-m", "--model")) model = arg_next(argc, argv, &i);
-        else if (IS("--no-verify", "")) pd_verify_weights = 0;
-        else if (IS("--host", "")) host = arg_next(argc, argv, &i);
-        else if (IS("--port", "")) port = (int)arg_int(f, arg_next(argc, argv, &i), 0, 65535);
-        else if (IS("-a", "--alias")) alias = arg_next(argc, argv, &i);
-        else if (IS("-np", "--parallel")) o.parallel = (int)arg_int(f, arg_next(argc, argv, &i), 1, 256);
-        else if (IS("-c", "--ctx-size")) o.ctx = (int)arg_int(f, arg_next(argc, argv, &i), 2, 1 << 24);
-        else if (IS("--kv-type", "")) o.kv_type = kv_type_arg(arg_next(argc, argv, &i));
-        else if (IS("--kv-blocks", "")) kv_blocks = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1 << 24);
-        else if (IS("--draft", "")) draft = arg_next(argc, argv, &i);
-        else if (IS("--chat-format", "")) format = arg_next(argc, argv, &i);
-        else if (IS("--max-body", "")) S.max_body = (size_t)arg_int(f, arg_next(argc, argv, &i), 1, 1L << 30);
-        else if (IS("-t", "--threads")) threads = (int)arg_int(f, arg_next(argc, argv, &i), 1, 1024);
-        else if (IS("--no-continuous", "")) o.continuous = 0;
-        else if (IS("--no-speculation", "")) o.spec_max_batch = 0;
-        else if (IS("--spec-max-batch", "")) o.spec_max_batch = (int)arg_int(f, arg_next(argc, argv, &i), 0, 256);
-        else if (IS("--max-connections", "")) S.max_conn = (int)arg_int(f, arg_next(argc, argv, &i), 1, 100000);
-        else if (IS("-to", "--timeout")) S.timeout = (unsigned)arg_int(f, arg_next(argc, argv, &i), 1, 86400);
-        else if (IS("--shutdown-grace", "")) grace = arg_num(f, arg_next(argc, argv, &i), 0, 3600);
-        else if (IS("--api-key", "")) S.api_key = arg_next(argc, argv, &i);
-        else if (IS("--cors", "")) S.cors = arg_next(argc, argv, &i);
-        else if (IS("-h", "--help")) help_exit(USAGE, help_notes());
-        else if (IS("--version", "")) version_exit();
-        else if (*f == '-') die("unknown flag %s (serve --help lists the flags)", f);
-        else die("unexpected argument '%s' (the model goes after -m)", f);
-#undef IS
+    const char *kv_type = "f32";
+    int no_spec = 0, static_batch = 0, timeout = 30;
+    long max_body = 1 << 20;
+    S.max_conn = 256;
+    Flag t[] = {
+        {"-m, --model", "FILE", "required", "the model, bundle (bin/pack), GGUF file or Hugging Face directory",
+         F_STR(&model)},
+        MODEL_FLAGS{"--host", "ADDR", "127.0.0.1",
+                    "address or host name to listen on; ::1 for IPv6, :: or 0.0.0.0 for all", F_STR(&host)},
+        {"--port", "P", "8080", "port; 0 takes a free one, named in the first line on stderr", F_INT(&port, 0, 65535)},
+        {"-a, --alias", "NAME", "the model's file name", "the model's name in answers and /v1/models", F_STR(&alias)},
+        {"-np, --parallel", "N", "16", "requests in the running batch at most; the rest queue",
+         F_INT(&o.parallel, 1, 256)},
+        {"-c, --ctx-size", "C", "the model's context, also the most",
+         "positions per request, prompt and answer together", F_INT(&o.ctx, 2, 1 << 24)},
+        {"--kv-blocks", "B", "N x C / 16", "the paged KV pool in blocks of 16 positions",
+         F_INT(&kv_blocks, 1, 1 << 24)},
+        KV_TYPE_FLAG(&kv_type),
+        {"-t, --threads", "T", "every core", "threads for the forward pass", F_INT(&threads, 1, 1024)},
+        {"--draft", "MODEL", NULL, "a draft model for the speculative method", F_STR(&draft)},
+        {"--chat-format", "F", "recognised from the model's template", "llama3, llama2 or chatml", F_STR(&format)},
+        {"--spec-max-batch", "N", "1", "a request's method runs while the batch holds at most N requests",
+         F_INT(&o.spec_max_batch, 0, 256)},
+        {"--no-speculation", NULL, NULL, "standard steps only (same as --spec-max-batch 0)", F_SWITCH(&no_spec)},
+        {"--no-continuous", NULL, NULL, "static batching: a batch forms when none runs (the load benchmark's baseline)",
+         F_SWITCH(&static_batch)},
+        {"--max-body", "BYTES", "1048576", "larger request bodies get 413", F_LONG(&max_body, 1, 1L << 30)},
+        {"--max-connections", "N", "256", "open connections at most; past it the longest-idle one is closed, or 503",
+         F_INT(&S.max_conn, 1, 100000)},
+        {"-to, --timeout", "S", "30", "a connection that sends or takes nothing for S seconds is closed",
+         F_INT(&timeout, 1, 86400)},
+        {"--shutdown-grace", "S", "5", "on SIGTERM or SIGINT, open requests have S seconds to finish",
+         F_NUM(&grace, 0, 3600)},
+        {"--api-key", "KEY", "none: open", "/v1/* needs \"Authorization: Bearer KEY\", else 401", F_STR(&S.api_key)},
+        {"--cors", "ORIGIN", NULL, "answers allow that browser origin, or * for any", F_STR(&S.cors)},
+    };
+    flags_parse(t, N_FLAGS(t), argc, argv, NULL, 0, USAGE, help_notes());
+    /* both at once contradict each other, and the table keeps no order to let the last win */
+    if (no_spec && o.spec_max_batch) {
+        const Flag *f = flag_given(t, N_FLAGS(t), "--spec-max-batch");
+        if (f) die("--no-speculation: %s %d asks for speculation", f->as, o.spec_max_batch);
+        o.spec_max_batch = 0;
     }
+    o.continuous = !static_batch;
+    o.kv_type = kv_type_arg(kv_type);
+    S.max_body = (size_t)max_body, S.timeout = (unsigned)timeout;
     if (!model) usage("-m MODEL");
     if (S.api_key && (!*S.api_key || strpbrk(S.api_key, "\r\n"))) die("--api-key: must be a non-empty line");
     if (S.cors && (!*S.cors || strpbrk(S.cors, "\r\n")))
