@@ -2,13 +2,15 @@
 # run.sh — runs every unit test binary and every tool test script; each prints a line
 # "...: N passed, N failed"; a crash or a missing summary counts as one failure.
 # Lines a test prints starting "SKIP" (or ending "skipped") are passed on: what it could
-# not check here and why (a clone without ../shared/data). Last line: the totals.
+# not check here and why (a clone without ../shared/data). Each summary ends with the
+# test's seconds, so that a CI log shows where the time goes. Last line: the totals.
 set -u
 : "${BUILD:=build}" "${BIN:=bin}"
 export BUILD BIN MODEL
 pass=0 fail=0
 log=$(mktemp)
 for t in "$BUILD"/tests/test_* tests/test_*.sh; do
+    t0=$(date +%s)
     case "$t" in
     *.sh) sh "$t" >"$log" 2>&1 ;;
     *) [ -x "$t" ] || continue; "$t" >"$log" 2>&1 ;; # test binaries (a glob that matched nothing is not one)
@@ -24,7 +26,7 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
     [ "$f" != 0 ] && grep -E '^FAIL|error|Sanitizer' "$log" | head -n 20
     grep -E '^SKIP|skipped$' "$log" # what a test could not check here, and why
-    echo "$line"
+    echo "$line ($(($(date +%s) - t0)) s)"
     pass=$((pass + p)); fail=$((fail + f))
 done
 rm -f "$log"
