@@ -165,10 +165,9 @@ for t in $BIN/*; do
     refuses_naming "$name --frobnicate" "--frobnicate" "$t" --frobnicate
 done
 
-# ---- --version and --help on every tool (serve's own flags are tests/test_serve.sh's) ----
+# ---- --version and --help on every tool ----
 for t in $BIN/*; do
     name=${t##*/}
-    [ "$name" = serve ] && continue
     "$t" --version >"$TMP/v" 2>&1
     rc=$?
     if [ $rc = 0 ] && grep -Eq "^$name \\(paradec\\) [0-9][0-9.]*, commit [0-9a-f]{7,}" "$TMP/v" && grep -q "^backends: ." "$TMP/v" &&

@@ -105,18 +105,13 @@ __attribute__((format(printf, 2, 3))) static inline void put(Str *b, const char 
     b->n += k;
 }
 
-/* --help: the usage, then the tool's own notes (its memory footprint at least), on stdout */
-__attribute__((noreturn)) static inline void help_exit(const char *usage_text, const char *notes) {
-    printf("usage: %s %s\n\n%s", tool_name, usage_text, notes);
-    exit(0);
-}
-
 /* what holding a model costs, said alike by every tool that decodes */
 #define MEMORY_MODEL                                                                                                   \
-    "the model's weights once: f32/bf16 as the packed copy the matrix products read (a\n"                              \
-    "        mapped file's pages are given back once packed; a .zst or stdin is held decompressed\n"                   \
-    "        beside it), block types read in the file itself; a GGUF file or a Hugging Face directory\n"               \
-    "        is imported first (4 bytes a parameter, and its f32 file in /dev/shm while it is loaded)\n"               \
+    "the model's weights once: the packed copy the matrix products read (f32, bf16, and\n"                             \
+    "        Q8_0/Q4_0/Q4_1/Q5_0 in AVX2 builds; a mapped file's pages are given back once packed;\n"                  \
+    "        a .zst or stdin is held decompressed beside it), the K block types read in the file\n"                    \
+    "        itself; a GGUF file or a Hugging Face directory is imported first into /dev/shm (block\n"                 \
+    "        types kept, floats as f32), what is packed cut out of it\n"                                               \
     "        + RoPE tables of ctx × head_dim × 4 bytes (ctx: the model's context)"
 #define MEMORY_KV(n)                                                                                                   \
     n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; --kv-type bf16: kv_dim × 4,\n"             \
@@ -135,12 +130,6 @@ static inline KVType kv_type_arg(const char *name) {
     int t = kv_type_parse(name ? name : "f32");
     if (t < 0) die("--kv-type: '%s' is not a KV cache type (f32, bf16 or q8_0)", name);
     return (KVType)t;
-}
-
-/* the value after a flag, or a usage error */
-static inline const char *arg_next(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) die("%s needs a value", argv[*i]);
-    return argv[++*i];
 }
 
 /* ---- flags: each tool lists its flags in one table, which flags_parse reads argv with
