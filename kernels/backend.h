@@ -23,9 +23,9 @@ const char *k_backends(void);
 const char *k_cpu_features(void);
 
 /* weights repacked into the layout k_matmul reads (the backend's choice); W is
-   row-major [rows][cols], as Hugging Face stores Linear. The block types are read where
-   they lie (zero copy): their "packed" form is a small index of the sources, which
-   must outlive it.
+   row-major [rows][cols], as Hugging Face stores Linear. The packed form of a block
+   type indexes its sources, which must outlive it, and may hold a copy laid out for
+   the kernels (k_packed_copies: then the kernels read only the copy).
 
    With block-type weights k_matmul quantizes each row of x to 8 bits first, a rule of
    that row alone (so batch invariance holds): per 32 elements for Q8_0/Q4_0/Q4_1, per
@@ -42,6 +42,9 @@ void k_pack(void *dst, WType wt, int cols, int n_src, const void *const *src, co
    Each source of a mixed matrix has at most K_MIXED_MAX_ROWS rows */
 #define K_MIXED_MAX_ROWS 16384
 void k_pack_blocks(void *dst, int cols, int n_src, const void *const *src, const int *src_rows, const WType *types);
+size_t k_packed_bytes_blocks(int cols, int n_src, const int *src_rows, const WType *types);
+/* whether k_matmul reads the packed copy alone (the source's pages may go once packed) */
+int k_packed_copies(WType wt);
 /* y[n][rows] = x[n][cols] · W^T, W packed by k_pack */
 void k_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* y[n][dim] = x / rms(x) * g   (per row; eps inside the root) */

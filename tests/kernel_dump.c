@@ -363,7 +363,7 @@ static void qk(void) {
             fill(x, (size_t)n * cols, -2, 2);
             x[urand(n * cols)] = 300.0f;
             if (n > 1) memset(x + cols, 0, sizeof(float) * (cols < 256 ? cols : 256));
-            void *P = malloc(k_packed_bytes(wt, rows, cols)); /* an index: the blocks stay where they are */
+            void *P = aligned_alloc(64, (k_packed_bytes(wt, rows, cols) + 63) / 64 * 64);
             const void *src = w;
             k_pack(P, wt, cols, 1, &src, &rows);
             k_matmul(y, x, P, wt, n, cols, rows);

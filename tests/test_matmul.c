@@ -95,8 +95,13 @@ static void check_mixed(int n) {
     float *x = malloc(sizeof(float) * n * COLS), *y = malloc(sizeof(float) * n * 50),
           *one = malloc(sizeof(float) * n * 24);
     for (int i = 0; i < n * COLS; i++) x[i] = frand();
-    _Alignas(64) unsigned char packed[256], alone[256];
     const void *const srcs[3] = {src[0], src[1], src[2]};
+    size_t pb = (k_packed_bytes_blocks(COLS, 3, rows, types) + 63) & ~(size_t)63, ab = 0;
+    for (int s = 0; s < 3; s++) {
+        size_t b = k_packed_bytes(types[s], rows[s], COLS);
+        ab = b > ab ? b : ab;
+    }
+    unsigned char *packed = aligned_alloc(64, pb), *alone = aligned_alloc(64, (ab + 63) & ~(size_t)63);
     k_pack_blocks(packed, COLS, 3, srcs, rows, types);
     k_matmul(y, x, packed, WT_Q8_0, n, COLS, 50);
     int bad = 0;
@@ -107,7 +112,7 @@ static void check_mixed(int n) {
     }
     CHECK(bad == 0, "mixed block types, %d tokens: %d rows of a source differ from it alone", n, bad);
     for (int s = 0; s < 3; s++) free(src[s]);
-    free(x), free(y), free(one);
+    free(x), free(y), free(one), free(packed), free(alone);
 }
 
 int main(void) {

@@ -121,10 +121,13 @@ static void run_case(WType wt, int rows, int cols, int n, int n_src) {
         src[s] = copies[s];
     }
     const void *one = W;
-    void *P1 = aligned_alloc(64, 64), *Ps = aligned_alloc(64, 64);
-    CHECK(k_packed_bytes(wt, rows, cols) <= 64);
+    size_t pb = (k_packed_bytes(wt, rows, cols) + 63) & ~(size_t)63;
+    void *P1 = aligned_alloc(64, pb), *Ps = aligned_alloc(64, pb);
     k_pack(P1, wt, cols, 1, &one, &rows);
     k_pack(Ps, wt, cols, n_src, src, src_rows);
+    /* a packed form that copies the blocks reads nothing else: the sources go */
+    if (k_packed_copies(wt))
+        for (int s = 0; s < n_src; s++) memset(copies[s], 0x7f, rb * src_rows[s]);
 
     float *y = malloc(sizeof(float) * n * rows), *y2 = malloc(sizeof(float) * n * rows);
     float *y1 = malloc(sizeof(float) * rows);

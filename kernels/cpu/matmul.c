@@ -47,8 +47,31 @@ size_t q_row_bytes(WType wt, int cols) {
     return (size_t)(cols + block - 1) / block * bytes[wt];
 }
 
+/* a block-type matrix: its index, then (q32 types) its panels: of all its rows when the
+   sources share a type, else of each source */
+#define INDEX_BYTES ((sizeof(QIndex) + 63) & ~(size_t)63)
+static int one_type(int n_src, const WType *types) {
+    int same = 1;
+    for (int s = 1; s < n_src; s++) same &= types[s] == types[0];
+    return same;
+}
+static size_t panel_bytes(WType wt, int rows, int cols) {
+    return wt < WT_Q4_K ? (q32_panel_bytes(wt, rows, cols) + 63) & ~(size_t)63 : 0;
+}
+
+size_t k_packed_bytes_blocks(int cols, int n_src, const int *src_rows, const WType *types) {
+    size_t bytes = INDEX_BYTES;
+    int rows = 0;
+    for (int s = 0; s < n_src; s++) rows += src_rows[s];
+    if (one_type(n_src, types)) return bytes + panel_bytes(types[0], rows, cols);
+    for (int s = 0; s < n_src; s++) bytes += panel_bytes(types[s], src_rows[s], cols);
+    return bytes;
+}
+
+int k_packed_copies(WType wt) { return !k_wtype_quant(wt) || panel_bytes(wt, 1, QK) > 0; }
+
 size_t k_packed_bytes(WType wt, int rows, int cols) {
-    if (k_wtype_quant(wt)) return sizeof(QIndex);
+    if (k_wtype_quant(wt)) return k_packed_bytes_blocks(cols, 1, &rows, &wt);
     size_t padded = (size_t)(rows + PANEL - 1) / PANEL * PANEL;
     return padded * (wt == WT_F32 ? (size_t)cols : (size_t)pairs(cols)) * 4;
 }
@@ -402,11 +425,23 @@ static void matmul_blocks(void *ctx, int bb, int be) {
 #endif
 
 void k_pack_blocks(void *dst, int cols, int n_src, const void *const *src, const int *src_rows, const WType *types) {
-    (void)cols;
     QIndex *q = dst;
     memset(q, 0, sizeof *q);
     q->n_src = n_src;
-    for (int s = 0; s < n_src && s < 3; s++) q->src[s] = src[s], q->rows[s] = src_rows[s], q->wt[s] = types[s];
+    int rows = 0;
+    for (int s = 0; s < n_src && s < 3; s++)
+        q->src[s] = src[s], q->rows[s] = src_rows[s], q->wt[s] = types[s], rows += src_rows[s];
+    uint8_t *at = (uint8_t *)dst + INDEX_BYTES;
+    if (one_type(n_src, types)) {
+        if (panel_bytes(types[0], rows, cols)) q32_pack(at, q, types[0], cols, rows), q->panels[0] = at;
+        return;
+    }
+    for (int s = 0; s < n_src; at += panel_bytes(types[s], src_rows[s], cols), s++) {
+        if (!panel_bytes(types[s], src_rows[s], cols)) continue;
+        QIndex one = {1, {src[s]}, {src_rows[s]}, {types[s]}, {0}};
+        q32_pack(at, &one, types[s], cols, src_rows[s]);
+        q->panels[s] = at;
+    }
 }
 
 static void block_matmul(float *y, const float *x, const QIndex *w, int n, int cols, int rows) {
@@ -419,7 +454,7 @@ static void block_matmul(float *y, const float *x, const QIndex *w, int n, int c
 static void mixed_matmul(float *y, const float *x, const QIndex *w, int n, int cols, int rows) {
     float part[K_MIXED_MAX_ROWS];
     for (int s = 0, r0 = 0; s < w->n_src; r0 += w->rows[s++]) {
-        QIndex one = {1, {w->src[s]}, {w->rows[s]}, {w->wt[s]}};
+        QIndex one = {1, {w->src[s]}, {w->rows[s]}, {w->wt[s]}, {w->panels[s]}};
         int rs = w->rows[s], step = K_MIXED_MAX_ROWS / rs;
         for (int t0 = 0; t0 < n; t0 += step) {
             int nt = n - t0 < step ? n - t0 : step;

@@ -1,13 +1,13 @@
 /* quant.c — y[n][rows] = x[n][cols] · W^T for Q8_0, Q4_0, Q4_1 and Q5_0 weights, by quant.h's rule.
 
    x is quantized once per call (the caller's thread), then the threads take groups of 8
-   rows. The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector: a block is
-   unpacked into panels (for each 4-element quad, the 8 rows' 4 bytes side by side), so
-   that maddubs against the token's broadcast quad gives each row's sums in its own
-   lane, with no horizontal adds, and one fmadd per block advances the 8 rows' chains:
-   the scalar chain's operations lane by lane, so the bits are the spec's. One token
-   takes each block straight from registers; several take a chunk of panels kept in L1,
-   so verifying n tokens reads the weights from memory once. */
+   rows. The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector, from panels
+   q32_pack lays out at load (for each 4-element quad, the 8 rows' 4 bytes side by
+   side), so that maddubs against the token's broadcast quad gives each row's sums in
+   its own lane, with no horizontal adds, and one fmadd per block advances the 8 rows'
+   chains: the scalar chain's operations lane by lane, so the bits are the spec's. One
+   token takes each block straight from the panels; several take a chunk of blocks kept
+   in L1, so verifying n tokens reads the weights from memory once. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -70,72 +70,51 @@ typedef struct {
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define INLINE static inline __attribute__((always_inline))
-/* 16 bytes at each of the 8 rows' o (4 quads) → q[k] = quad k of rows 0..7: rows i and
-   i + 4 share a vector, then a 4 × 4 transpose of dwords in each half */
-INLINE void quads4(__m256i q[4], const uint8_t *const blk[GROUP], size_t o) {
-    __m256i v[4];
-    _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) v[i] =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk[i] + o))),
-                                _mm_loadu_si128((const __m128i *)(blk[i + 4] + o)), 1);
-    __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    q[0] = _mm256_unpacklo_epi64(t0, t2), q[1] = _mm256_unpackhi_epi64(t0, t2);
-    q[2] = _mm256_unpacklo_epi64(t1, t3), q[3] = _mm256_unpackhi_epi64(t1, t3);
-}
+#define PANELS_KEPT 1
+/* The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector, so q32_pack lays
+   each group out once, at load: per block its quads as panels (vector k: quad k of the
+   block for rows 0..7, 4 bytes each; Q4: one vector of bytes holds quads k and k + 4,
+   as low and high nibbles; Q5_0: then one vector whose byte i holds, in bit k, the
+   fifth bit of byte i of quad k), the group's blocks one after another; then their f16
+   scales (8 d; Q4_1: then 8 m). A group is one stream, read straight into registers. */
+static size_t panel_qs(WType wt) { return wt == WT_Q8_0 ? 256 : wt == WT_Q5_0 ? 160 : 128; }
+static size_t panel_sc(WType wt) { return wt == WT_Q4_1 ? 32 : 16; }
+static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * (panel_qs(wt) + panel_sc(wt)) + 63) & ~(size_t)63; }
 
-/* a block of 8 rows as panels, rows in lanes: w[k] = quad k of the block's elements for
-   rows 0..7 (Q4: the nibbles as bytes; Q5_0: with the fifth bit as 16; Q8_0: then |w|
-   in w[8 + k]) */
-INLINE void unpack(__m256i w[16], const uint8_t *const blk[GROUP], const WType wt) {
+/* a block of 8 rows as panels, w[k] = quad k (Q4: the nibbles as bytes; Q5_0: with the
+   fifth bit as 16; Q8_0: then |w| in w[8 + k]) */
+INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
     if (wt == WT_Q8_0) {
-        quads4(w, blk, 2), quads4(w + 4, blk, 18);
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k + 8] = _mm256_abs_epi8(w[k]);
-    } else {
-        const __m256i low = _mm256_set1_epi8(0x0f);
-        quads4(w, blk, wt == WT_Q4_1 ? 4 : wt == WT_Q5_0 ? 6 : 2);
-        _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
-            w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(w[k], 4), low);
-            w[k] = _mm256_and_si256(w[k], low);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+            w[k] = _mm256_loadu_si256((const __m256i *)q + k);
+            w[k + 8] = _mm256_abs_epi8(w[k]);
         }
-        if (wt == WT_Q5_0) { /* quad k's 4 bits of each row's mask, spread to bit 4 of its 4 bytes */
-            __m256i qh = _mm256_setr_epi32((int)q5_high(blk[0]), (int)q5_high(blk[1]), (int)q5_high(blk[2]),
-                                           (int)q5_high(blk[3]), (int)q5_high(blk[4]), (int)q5_high(blk[5]),
-                                           (int)q5_high(blk[6]), (int)q5_high(blk[7]));
-            const __m256i nib = _mm256_set1_epi32(0xf), spread = _mm256_set1_epi32(0x02040810),
-                          bit4 = _mm256_set1_epi32(0x10101010);
-            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                __m256i b = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), nib);
-                w[k] = _mm256_or_si256(w[k], _mm256_and_si256(_mm256_mullo_epi32(b, spread), bit4));
-            }
-        }
-    }
-}
-
-/* a chunk's f16 scales, rows side by side (hd[b][i]; Q4_1: d and m together, as one
-   dword, in dm): stored long before they are read back 32 bytes at a time, so that the
-   stores have left the store buffer (read straight after, they would stall forwarding) */
-INLINE void scales(uint16_t (*hd)[GROUP], uint32_t (*dm)[GROUP], const uint8_t *const p[GROUP], int c0, int nc,
-                   const WType wt) {
-    const size_t bb = block_bytes(wt);
-    for (int b = 0; b < nc; b++) _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) {
-            const uint8_t *blk = p[i] + (size_t)(c0 + b) * bb;
-            if (wt == WT_Q4_1) memcpy(&dm[b][i], blk, 4);
-            else memcpy(&hd[b][i], blk, 2);
-        }
-}
-/* block b's scales as floats: Q4_1's dwords split into their halves, [d0..d3 m0..m3 |
-   d4..d7 m4..m7], then the middle quads swapped */
-INLINE void load_scales(__m256 *d, __m256 *m, uint16_t (*hd)[GROUP], uint32_t (*dm)[GROUP], int b, const WType wt) {
-    if (wt != WT_Q4_1) {
-        *d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)hd[b]));
-        *m = *d;
         return;
     }
-    const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12,
-                                           13, 2, 3, 6, 7, 10, 11, 14, 15);
-    __m256i v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_load_si256((const __m256i *)dm[b]), split), 0xd8);
-    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
-    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)q + k);
+        w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        w[k] = _mm256_and_si256(v, low);
+    }
+    if (wt == WT_Q5_0) { /* bit k of each byte to bit 4 (16-bit shifts: the mask keeps each byte's own) */
+        const __m256i h = _mm256_loadu_si256((const __m256i *)q + 4), bit4 = _mm256_set1_epi8(0x10);
+        w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
+        w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
+        w[2] = _mm256_or_si256(w[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), bit4));
+        w[3] = _mm256_or_si256(w[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), bit4));
+        w[4] = _mm256_or_si256(w[4], _mm256_and_si256(h, bit4));
+        w[5] = _mm256_or_si256(w[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), bit4));
+        w[6] = _mm256_or_si256(w[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), bit4));
+        w[7] = _mm256_or_si256(w[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), bit4));
+    }
+}
+
+/* block b's scales as floats (d; Q4_1: and m) */
+INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *sc, int b, const WType wt) {
+    const uint8_t *s = sc + (size_t)b * panel_sc(wt);
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
+    *m = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16))) : *d;
 }
 
 /* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
@@ -184,30 +163,22 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
     return acc;
 }
 
-/* One group of 8 rows (pointers p; a short group repeats its last row) for every token.
-   One token takes each block as it is unpacked; more take a chunk of blocks unpacked
-   once into panels that stay in L1, two tokens at a time (two chains in flight). */
-INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /* [nt][GROUP] */, int t0, int nt,
-                       const WType wt) {
-    const size_t bb = block_bytes(wt);
+/* One group of 8 rows (its panels G) for every token. One token takes each block
+   straight from the panels; more take a chunk of blocks unpacked once into vectors
+   that stay in L1, two tokens at a time (two chains in flight). */
+INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
+    const size_t qs = panel_qs(wt);
+    const uint8_t *sc = G + (size_t)j->nb * qs;
     const QX *x = &j->x;
     if (nt == 1) {
         size_t o = (size_t)t0 * j->nb;
         __m256 a = _mm256_setzero_ps();
-        for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
-            int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
-            _Alignas(32) uint16_t hd[CHUNK][GROUP];
-            _Alignas(32) uint32_t dm[CHUNK][GROUP];
-            scales(hd, dm, p, c0, nc, wt);
-            for (int b = c0; b < c0 + nc; b++) {
-                const uint8_t *blk[GROUP];
-                _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)b * bb;
-                __m256i w[16];
-                unpack(w, blk, wt);
-                __m256 d, m;
-                load_scales(&d, &m, hd, dm, b - c0, wt);
-                a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
-            }
+        for (int b = 0; b < j->nb; b++) {
+            __m256i w[16];
+            unpack(w, G + b * qs, wt);
+            __m256 d, m;
+            load_scales(&d, &m, sc, b, wt);
+            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
         }
         _mm256_storeu_ps(acc, a);
         return;
@@ -217,14 +188,9 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
-        _Alignas(32) uint16_t hd[CHUNK][GROUP];
-        _Alignas(32) uint32_t dm[CHUNK][GROUP];
-        scales(hd, dm, p, c0, nc, wt);
         for (int b = 0; b < nc; b++) {
-            const uint8_t *blk[GROUP];
-            _Pragma("GCC unroll 8") for (int i = 0; i < GROUP; i++) blk[i] = p[i] + (size_t)(c0 + b) * bb;
-            unpack(U + b * PANELS, blk, wt);
-            load_scales(&D[b], &M[b], hd, dm, b, wt);
+            unpack(U + b * PANELS, G + (size_t)(c0 + b) * qs, wt);
+            load_scales(&D[b], &M[b], sc, c0 + b, wt);
         }
         int t = t0;
         for (; t + 1 < t0 + nt; t += 2) {
@@ -251,17 +217,17 @@ INLINE void group_avx2(const Job *j, const uint8_t *const p[GROUP], float *acc /
         }
     }
 }
-static void group_q8_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
-    group_avx2(j, p, acc, t0, nt, WT_Q8_0);
+static void group_q8_0(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
+    group_avx2(j, G, acc, t0, nt, WT_Q8_0);
 }
-static void group_q4_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
-    group_avx2(j, p, acc, t0, nt, WT_Q4_0);
+static void group_q4_0(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
+    group_avx2(j, G, acc, t0, nt, WT_Q4_0);
 }
-static void group_q4_1(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
-    group_avx2(j, p, acc, t0, nt, WT_Q4_1);
+static void group_q4_1(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
+    group_avx2(j, G, acc, t0, nt, WT_Q4_1);
 }
-static void group_q5_0(const Job *j, const uint8_t *const p[GROUP], float *acc, int t0, int nt) {
-    group_avx2(j, p, acc, t0, nt, WT_Q5_0);
+static void group_q5_0(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
+    group_avx2(j, G, acc, t0, nt, WT_Q5_0);
 }
 #else
 /* the spec: each output one fmaf chain over its row's blocks in order */
@@ -302,21 +268,19 @@ static void matmul_rows(void *ctx, int begin, int end) {
     _Alignas(32) float acc[GROUP * TILE];
     for (int r0 = begin; r0 < end; r0 += GROUP) {
         int nr = end - r0 < GROUP ? end - r0 : GROUP;
+#ifdef PANELS_KEPT
+        const uint8_t *G = j->w->panels[0] + (size_t)(r0 / GROUP) * group_bytes(j->wt, j->nb);
+#else
         const uint8_t *p[GROUP];
         for (int i = 0; i < GROUP; i++) p[i] = q_row(j->w, j->row_bytes, r0 + (i < nr ? i : nr - 1));
-        /* a group reads 8 rows side by side: 8 streams, more than the hardware's
-           prefetcher runs ahead of (without this, half the speed); the next group, whole */
-        for (int r = r0 + GROUP; r < r0 + 2 * GROUP && r < end; r++) {
-            const char *q = (const char *)q_row(j->w, j->row_bytes, r);
-            for (size_t o = 0; o < j->row_bytes; o += 64) _mm_prefetch(q + o, _MM_HINT_T0);
-        }
+#endif
         for (int t0 = 0; t0 < j->n; t0 += TILE) {
             int nt = j->n - t0 < TILE ? j->n - t0 : TILE;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-            if (j->wt == WT_Q8_0) group_q8_0(j, p, acc, t0, nt);
-            else if (j->wt == WT_Q4_0) group_q4_0(j, p, acc, t0, nt);
-            else if (j->wt == WT_Q5_0) group_q5_0(j, p, acc, t0, nt);
-            else group_q4_1(j, p, acc, t0, nt);
+#ifdef PANELS_KEPT
+            if (j->wt == WT_Q8_0) group_q8_0(j, G, acc, t0, nt);
+            else if (j->wt == WT_Q4_0) group_q4_0(j, G, acc, t0, nt);
+            else if (j->wt == WT_Q5_0) group_q5_0(j, G, acc, t0, nt);
+            else group_q4_1(j, G, acc, t0, nt);
 #else
             group_scalar(j, p, acc, t0, nt);
 #endif
@@ -364,6 +328,56 @@ void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int 
             for (size_t i = 0; i < (size_t)n * rows; i++) y[i] = NAN;
     }
 }
+
+#ifdef PANELS_KEPT
+size_t q32_panel_bytes(WType wt, int rows, int cols) {
+    return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wt, (cols + QK - 1) / QK);
+}
+
+typedef struct {
+    uint8_t *dst;
+    const QIndex *w;
+    WType wt;
+    int cols, rows;
+} PackJob;
+
+static void pack_groups(void *ctx, int begin, int end) {
+    const PackJob *p = ctx;
+    const WType wt = p->wt;
+    const int nb = (p->cols + QK - 1) / QK;
+    const size_t bb = block_bytes(wt), rb = q_row_bytes(wt, p->cols), qs = panel_qs(wt), sb = panel_sc(wt);
+    const int off = wt == WT_Q8_0 || wt == WT_Q4_0 ? 2 : wt == WT_Q4_1 ? 4 : 6, quads = wt == WT_Q8_0 ? 8 : 4;
+    for (int g = begin; g < end; g++) {
+        uint8_t *Q = p->dst + (size_t)g * group_bytes(wt, nb), *S = Q + (size_t)nb * qs;
+        memset(Q, 0, group_bytes(wt, nb)); /* a short group's missing rows: zero scales */
+        for (int i = 0; i < GROUP && g * GROUP + i < p->rows; i++) {
+            const uint8_t *row = q_row(p->w, rb, g * GROUP + i);
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * bb;
+                for (int k = 0; k < quads; k++) memcpy(Q + b * qs + k * 32 + i * 4, blk + off + 4 * k, 4);
+                memcpy(S + b * sb + i * 2, blk, 2);
+                if (wt == WT_Q4_1) memcpy(S + b * sb + 16 + i * 2, blk + 2, 2);
+                if (wt == WT_Q5_0)
+                    for (int e = 0, qh = (int)q5_high(blk); e < QK; e++)
+                        Q[b * qs + 128 + i * 4 + e % 4] |= (uint8_t)((qh >> e & 1) << (e / 4));
+            }
+        }
+    }
+}
+
+void q32_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows) {
+    PackJob p = {dst, w, wt, cols, rows};
+    pool_run(pack_groups, &p, (rows + GROUP - 1) / GROUP, 1, 64);
+}
+#else
+size_t q32_panel_bytes(WType wt, int rows, int cols) {
+    (void)wt, (void)rows, (void)cols;
+    return 0;
+}
+void q32_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows) {
+    (void)dst, (void)w, (void)wt, (void)cols, (void)rows;
+}
+#endif
 
 /* as ggml's dequantize_row_q8_0 / q4_0 / q4_1 / q5_0: d·q, (q − 8)·d, d·q + m (two
    roundings), (q − 16)·d */

@@ -36,12 +36,14 @@
 #define Q5_K_BYTES 176 /* f16 d, dmin; scales[12]; qh[32] (the fifth bits); qs[128] */
 #define Q6_K_BYTES 210 /* ql[128]; qh[64]; int8 scales[16]; f16 d */
 
-/* the "packed" form of a block-type matrix: where its rows lie (k_pack) */
+/* the packed form of a block-type matrix (k_pack): where its rows lie and, for the
+   32-element types in AVX2 builds, the same blocks laid out as quant.c reads them */
 typedef struct {
     int n_src;
     const uint8_t *src[3];
     int rows[3];
-    WType wt[3]; /* each source's type (k_pack_blocks may mix block types) */
+    WType wt[3];              /* each source's type (k_pack_blocks may mix block types) */
+    const uint8_t *panels[3]; /* q32_pack's layout: of all rows in [0] if the types agree, else of each source */
 } QIndex;
 
 /* bytes of one row of cols elements */
@@ -75,6 +77,10 @@ static inline float q_f16(const uint8_t *p) {
    unpacked matrix as ggml's dequantize_row_* does */
 void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows);
 void q32_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
+/* the bytes q32_pack writes for a matrix (0: the build reads the blocks in place), and
+   the packing of w's rows (dst 64-aligned) */
+size_t q32_panel_bytes(WType wt, int rows, int cols);
+void q32_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows);
 void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows);
 void qk_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
 

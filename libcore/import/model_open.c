@@ -45,7 +45,7 @@ int model_import(Checkpoint *ck, const char *path, int kind) {
     return pd_error("%s: no tokenizer inside (convert it with --tokenizer)", path);
 }
 
-/* The packed copy is what the matmuls read: the f32/bf16 layer matrices' bytes in the
+/* The packed copy is what the matmuls read (k_packed_copies): the layer matrices' bytes in the
    scratch file are needed no more, and in /dev/shm they are memory the kernel cannot
    reclaim (model_load's madvise unmaps them, but the file keeps them), so they are cut
    out of the file and their Mat.w cleared (nothing reads them: heads and tools use
@@ -57,9 +57,9 @@ static void punch_packed(Model *m, int fd) {
         Layer *L = &m->layers[l];
         Mat *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
-            if (!w[i]->w || (w[i]->t != WT_F32 && w[i]->t != WT_BF16)) continue;
+            if (!w[i]->w || !k_packed_copies(w[i]->t)) continue;
             size_t off = (size_t)((const char *)w[i]->w - (const char *)m->tf.map);
-            size_t n = (size_t)w[i]->rows * w[i]->cols * (w[i]->t == WT_F32 ? 4 : 2);
+            size_t n = (size_t)w[i]->rows * mat_row_bytes(w[i]);
             if (off + n > m->tf.map_len) continue; /* not in this mapping: leave it */
             size_t a = (off + page - 1) / page * page, e = (off + n) / page * page;
             if (e > a) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(e - a));

@@ -325,8 +325,7 @@ static void drop_pages(const void *p, size_t n, size_t page) {
 }
 
 static void drop_mat(const Mat *w, size_t page) {
-    if (w->w && !k_wtype_quant(w->t))
-        drop_pages(w->w, (size_t)w->rows * dtype_row_bytes(dtype_of(w->t), w->cols), page);
+    if (w->w && k_packed_copies(w->t)) drop_pages(w->w, (size_t)w->rows * mat_row_bytes(w), page);
 }
 
 /* what forward() multiplies, packed once into one arena: per layer q|k|v stacked,
@@ -349,14 +348,26 @@ static int pack_list(Model *m, Pack *out) {
     return n;
 }
 
-static void pack_shape(const Pack *p, Mat *shape, const void **src, int *rows) {
+static int pack_shape(const Pack *p, Mat *shape, const void **src, int *rows, WType *types) {
     *shape = *p->src[0];
     shape->rows = 0;
-    for (int i = 0; i < 3 && p->src[i]; i++) {
-        src[i] = p->src[i]->w;
-        rows[i] = p->src[i]->rows;
-        shape->rows += rows[i];
+    int n = 0;
+    for (; n < 3 && p->src[n]; n++) {
+        src[n] = p->src[n]->w;
+        rows[n] = p->src[n]->rows;
+        types[n] = p->src[n]->t;
+        shape->rows += rows[n];
     }
+    return n;
+}
+
+static size_t packed_bytes(const Pack *p) {
+    Mat s;
+    const void *src[3];
+    int rows[3];
+    WType types[3];
+    int n = pack_shape(p, &s, src, rows, types);
+    return k_wtype_quant(s.t) ? k_packed_bytes_blocks(s.cols, n, rows, types) : k_packed_bytes(s.t, s.rows, s.cols);
 }
 
 /* drop: the file's pages of each f32/bf16 source go back once it is packed (below) */
@@ -365,26 +376,19 @@ static int pack_weights(Model *m, int drop, size_t page) {
     if (!list) return -1;
     int n = pack_list(m, list);
     size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        Mat s;
-        const void *src[3];
-        int rows[3];
-        pack_shape(&list[i], &s, src, rows);
-        total += (k_packed_bytes(s.t, s.rows, s.cols) + 63) & ~(size_t)63;
-    }
+    for (int i = 0; i < n; i++) total += (packed_bytes(&list[i]) + 63) & ~(size_t)63;
     int rc = arena_init(&m->packed, total) ? pd_error_prefix(m->tf.path) : 0;
     for (int i = 0; i < n && !rc; i++) {
         Mat s;
         const void *src[3] = {0};
-        int rows[3] = {0}, n_src = list[i].src[1] ? (list[i].src[2] ? 3 : 2) : 1;
-        pack_shape(&list[i], &s, src, rows);
-        void *dst = arena_push(&m->packed, k_packed_bytes(s.t, s.rows, s.cols));
+        int rows[3] = {0};
+        WType types[3];
+        int n_src = pack_shape(&list[i], &s, src, rows, types);
+        void *dst = arena_push(&m->packed, packed_bytes(&list[i]));
         if (!dst) {
             rc = -1;
             break;
         }
-        WType types[3] = {s.t, s.t, s.t};
-        for (int k = 1; k < n_src; k++) types[k] = list[i].src[k]->t;
         if (k_wtype_quant(s.t)) k_pack_blocks(dst, s.cols, n_src, src, rows, types);
         else k_pack(dst, s.t, s.cols, n_src, src, rows);
         for (int k = 0; k < n_src && drop; k++) drop_mat(list[i].src[k], page);
@@ -444,9 +448,10 @@ static int digest_of(const Tensor *const *t, int n, char hex[33], int drop, size
         int nd = t[i]->ndim;
         int64_t shape[2] = {nd >= 1 ? t[i]->shape[0] : -1, nd == 2 ? t[i]->shape[1] : nd == 1 ? 1 : -1};
         model_digest_update(s, t[i]->name, t[i]->dtype, shape, t[i]->data, t[i]->nbytes);
-        /* read once, then packed from the page cache: RSS stays small (block types are
-           read where they lie, at the first token) */
-        if (drop && !dtype_is_quant(t[i]->dtype)) drop_pages(t[i]->data, t[i]->nbytes, page);
+        /* read once, then packed from the page cache: RSS stays small (block types the
+           kernels read where they lie are read at the first token) */
+        if (drop && (!dtype_is_quant(t[i]->dtype) || k_packed_copies((WType)wtype_of(t[i]->dtype))))
+            drop_pages(t[i]->data, t[i]->nbytes, page);
     }
     XXH128_hash_t d = XXH3_128bits_digest(s);
     XXH3_freeState(s);
@@ -563,9 +568,10 @@ void model_free(Model *m) {
 }
 
 const char *mat_type_name(const Mat *w) { return dtype_name(dtype_of(w->t)); }
+size_t mat_row_bytes(const Mat *w) { return dtype_row_bytes(dtype_of(w->t), w->cols); }
 
 /* as stored: a block type's rows are its blocks */
-static double mat_bytes(const Mat *w) { return (double)w->rows * (double)dtype_row_bytes(dtype_of(w->t), w->cols); }
+static double mat_bytes(const Mat *w) { return (double)w->rows * (double)mat_row_bytes(w); }
 
 double model_weight_bytes(const Model *m) {
     double b = mat_bytes(&m->lm_head) + mat_bytes(&m->embed) / m->c.vocab_size;

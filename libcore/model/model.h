@@ -89,6 +89,7 @@ void model_digest_update(struct XXH3_state_s *s, const char *name, DType dt, con
 void model_free(Model *m);
 /* a matrix's stored type by its file name ("F32", "BF16", "Q4_K", ...) */
 const char *mat_type_name(const Mat *w);
+size_t mat_row_bytes(const Mat *w); /* bytes of one row as stored */
 /* bytes of weights one decode step reads (every matrix once; one embedding row) */
 double model_weight_bytes(const Model *m);
 
