@@ -67,10 +67,14 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
 # the kernels twice, as this machine runs them and as the scalar spec (no AVX, no FMA
 # instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output
 KERNEL_SRC := $(wildcard kernels/cpu/*.c)
-KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/scalar
+KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/avx2 $(BUILD)/kspec/scalar
 $(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread -lm
+# the AVX2 paths on a machine with AVX-512 too (where native is AVX2, the same build)
+$(BUILD)/kspec/avx2: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mno-avx512f $^ -o $@ $(LDFLAGS) -lpthread -lm
 $(BUILD)/kspec/scalar: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(subst -march=native,-march=x86-64-v2,$(CFLAGS)) $^ -o $@ $(LDFLAGS) -lpthread -lm

@@ -1,18 +1,20 @@
 # test_kernel_spec — the scalar kernels are the exact spec: this machine's kernels
-# (AVX-512 or AVX2, whichever the build found) and the scalar-only build of the same
-# sources, run on the same fresh random inputs (tests/kernel_dump.c), agree bit for bit
-# in every output of every kernel. SEED=N repeats a run.
+# (AVX-512 or AVX2, whichever the build found), its AVX2 paths alone (the build without
+# AVX-512) and the scalar-only build of the same sources, run on the same fresh random
+# inputs (tests/kernel_dump.c), agree bit for bit in every output of every kernel.
+# SEED=N repeats a run.
 . tests/lib.sh
 seed=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
-mkdir -p "$TMP/native" "$TMP/scalar"
+mkdir -p "$TMP/native" "$TMP/avx2" "$TMP/scalar"
 check "native kernels run (seed $seed)" "$BUILD/kspec/native" "$seed" "$TMP/native"
+check "AVX2 kernels run (seed $seed)" "$BUILD/kspec/avx2" "$seed" "$TMP/avx2"
 check "scalar kernels run (seed $seed)" "$BUILD/kspec/scalar" "$seed" "$TMP/scalar"
 echo "kernel_spec: seed $seed; native build: $("$BIN/decode" --version 2>/dev/null | sed -n "s/^cpu features: //p")"
-for f in "$TMP"/native/*.bin; do
-    k=$(basename "$f" .bin)
+for f in "$TMP"/native/*.bin "$TMP"/avx2/*.bin; do
+    k=$(basename "$f" .bin) build=$(basename "$(dirname "$f")")
     bytes=$(wc -c <"$f")
     differ=$(cmp -l "$f" "$TMP/scalar/$k.bin" 2>/dev/null | wc -l)
-    check "$k: $bytes bytes of output, $differ differ from the scalar spec (seed $seed)" \
+    check "$build $k: $bytes bytes of output, $differ differ from the scalar spec (seed $seed)" \
         test "$differ" = 0 -a "$bytes" -gt 0 -a "$bytes" = "$(wc -c <"$TMP/scalar/$k.bin")"
 done
 check "every kernel's output was written (13 files)" test "$(ls "$TMP"/native | grep -vc '^kv8_\|^qk_\|^q32_')" = 13
