@@ -93,8 +93,9 @@ static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(w
 /* the panels PREFETCH bytes ahead into L2: the core's own prefetchers, and the loads
    the out-of-order window holds, ran at less than half the read bandwidth */
 #define PREFETCH 8192
-INLINE void prefetch(const uint8_t *p) {
-    _Pragma("GCC unroll 3") for (int l = 0; l < 3; l++) _mm_prefetch((const char *)p + PREFETCH + 64 * l, _MM_HINT_T1);
+/* every line up to end + PREFETCH not yet asked for (*next) */
+INLINE void prefetch(const uint8_t **next, const uint8_t *end) {
+    for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
 }
 
 /* a block's scales as floats (d; Q4_1: and m), s its panel's */
@@ -246,9 +247,10 @@ INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP]
     if (nt == 1) {
         size_t o = (size_t)t0 * j->nb;
         __m256 a = _mm256_setzero_ps();
+        const uint8_t *next = G + PREFETCH;
         for (int b = 0; b < j->nb; b++) {
             PV w[16];
-            prefetch(G + b * pb);
+            prefetch(&next, G + (b + 1) * pb);
             unpack(w, G + b * pb, wt);
             __m256 d, m;
             load_scales(&d, &m, G + b * pb + qs, wt);
@@ -262,8 +264,9 @@ INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP]
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
     for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
         int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
+        const uint8_t *next = G + (size_t)c0 * pb + PREFETCH;
         for (int b = 0; b < nc; b++) {
-            prefetch(G + (size_t)(c0 + b) * pb);
+            prefetch(&next, G + (size_t)(c0 + b + 1) * pb);
             unpack(U + b * PANELS, G + (size_t)(c0 + b) * pb, wt);
             load_scales(&D[b], &M[b], G + (size_t)(c0 + b) * pb + qs, wt);
         }
