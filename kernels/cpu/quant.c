@@ -16,17 +16,16 @@
 #include "pool.h"
 #include "quant.h"
 
-#define GROUP 8  /* rows a group (and a vector) holds */
-#define CHUNK 32 /* blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
-#define STACK_BYTES 32768
-#define TILE 64 /* tokens a group's blocks take at a time */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) &&               \
     defined(__FMA__) && defined(__F16C__)
 #define VNNI 1
-#define XQ 256 /* bytes of x a block takes: its quads expanded (expand_x) */
+#define GROUP 16 /* rows a group (and a vector of int32 or float) holds */
 #else
-#define XQ QK
+#define GROUP 8
 #endif
+#define CHUNK 32 /* AVX2: blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
+#define STACK_BYTES 32768
+#define TILE 64 /* tokens a group's blocks take at a time */
 
 static size_t block_bytes(WType wt) {
     return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : wt == WT_Q5_0 ? Q5_0_BYTES : Q4_1_BYTES;
@@ -38,7 +37,7 @@ static inline uint32_t q5_high(const uint8_t *blk) {
 
 /* x's rows quantized: per block 32 int8, the scale, and Σ q (exact in an int and a float) */
 typedef struct {
-    int8_t *q;   /* [n][nb][XQ] */
+    int8_t *q;   /* [n][nb][QK] */
     float *d;    /* [n][nb] */
     int32_t *si; /* [n][nb] */
     float *sf;   /* [n][nb] */
@@ -59,7 +58,7 @@ static void quantize_row(int8_t *q, float *d, int32_t *si, float *sf, const floa
         for (int i = 0; i < QK; i++) {
             float r = nearbyintf(v[i] * id);
             r = r > 127 ? 127 : r < -127 ? -127 : r;
-            q[b * XQ + i] = (int8_t)r;
+            q[b * QK + i] = (int8_t)r;
             s += (int32_t)r;
         }
         d[b] = dd, si[b] = s, sf[b] = (float)s;
@@ -78,15 +77,16 @@ typedef struct {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define INLINE static inline __attribute__((always_inline))
 #define PANELS_KEPT 1
-/* The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector, so q32_pack lays
-   each group out once, at load: per block its quads as panels (vector k: quad k of the
-   block for rows 0..7, 4 bytes each; Q4: one vector of bytes holds quads k and k + 4,
-   as low and high nibbles; Q5_0: then one vector whose byte i holds, in bit k, the
-   fifth bit of byte i of quad k), then its f16 scales (8 d; Q4_1: then 8 m), the
-   group's blocks one after another: one stream, read straight into registers (the
-   scales apart from the quads, two streams a group, halved the read rate). */
-static size_t panel_qs(WType wt) { return wt == WT_Q8_0 ? 256 : wt == WT_Q5_0 ? 160 : 128; }
-static size_t panel_sc(WType wt) { return wt == WT_Q4_1 ? 32 : 16; }
+/* The vector paths keep a group's rows (8 for AVX2, 16 for AVX-512) in the lanes of a
+   vector, so q32_pack lays each group out once, at load: per block its quads as panels
+   (vector k: quad k of the block for the group's rows, 4 bytes each; Q4: one vector of
+   bytes holds quads k and k + 4, as low and high nibbles; Q5_0: then one vector whose
+   byte i holds, in bit k, the fifth bit of byte i of quad k), then its f16 scales (d;
+   Q4_1: then m), the group's blocks one after another: one stream, read straight into
+   registers (the scales apart from the quads, two streams a group, halved the read
+   rate). */
+static size_t panel_qs(WType wt) { return (size_t)GROUP * 4 * (wt == WT_Q8_0 ? 8 : wt == WT_Q5_0 ? 5 : 4); }
+static size_t panel_sc(WType wt) { return (size_t)GROUP * 2 * (wt == WT_Q4_1 ? 2 : 1); }
 static size_t panel_bytes(WType wt) { return panel_qs(wt) + panel_sc(wt); } /* 8 blocks' bytes */
 static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(wt) + 63) & ~(size_t)63; }
 
@@ -106,57 +106,100 @@ INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) 
 
 #ifdef VNNI
 /* AVX-512 VNNI: vpdpbusd multiplies unsigned bytes by signed ones and adds each 4 into
-   an int32 lane, exactly, so one 512-bit vector takes two quads of the 8 rows (panel
-   vectors k and k + 1, or their nibbles) against x's block expanded once per call
-   (expand_x: quads 0|1, 2|3, 4|5, 6|7, each broadcast over its 8 lanes). Q8_0's signed
-   weights go in as w ^ 0x80 = w + 128, taken back as 128·Σq; the integer sums, so the
-   bits, are the AVX2 path's. */
-typedef __m512i PV;
-#define PV_BLOCK(wt) 4 /* vectors a block's panels take */
-static void expand_x(int8_t *q, int nb) {
-    for (int b = 0; b < nb; b++) {
-        int8_t quad[QK];
-        memcpy(quad, q + (size_t)b * XQ, QK);
-        for (int p = 0; p < 8; p++)
-            for (int lane = 0; lane < 8; lane++) memcpy(q + (size_t)b * XQ + p * 32 + lane * 4, quad + 4 * p, 4);
-    }
-}
-INLINE void unpack(PV w[4], const uint8_t *q, const WType wt) {
+   an int32 lane, exactly: a vector holds quad k of the 16 rows, against the token's quad
+   k broadcast. Q8_0's signed weights go in as w ^ 0x80 = w + 128, taken back as 128·Σq.
+   The integer sums, so the bits, are the scalar spec's. Tokens take a group's blocks
+   TT at a time, each block unpacked once for all of them. */
+#define TT 8
+INLINE void unpack16(__m512i w[8], const uint8_t *q, const WType wt) {
     if (wt == WT_Q8_0) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) w[k] =
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] =
             _mm512_xor_si512(_mm512_loadu_si512(q + 64 * k), flip);
         return;
     }
-    const __m512i low = _mm512_set1_epi8(0x0f), v0 = _mm512_loadu_si512(q), v1 = _mm512_loadu_si512(q + 64);
-    w[0] = _mm512_and_si512(v0, low), w[1] = _mm512_and_si512(v1, low);
-    w[2] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low), w[3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low);
-    if (wt == WT_Q5_0) { /* quad k's bit k of h to bit 4: | (h shifted & 0x10), shifts per 256-bit half */
-        const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + 128))),
-                      bit4 = _mm512_set1_epi8(0x10);
-#define HALVES(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
-        w[0] = _mm512_ternarylogic_epi32(w[0], _mm512_sllv_epi16(h, HALVES(4, 3)), bit4, 0xf8);
-        w[1] = _mm512_ternarylogic_epi32(w[1], _mm512_sllv_epi16(h, HALVES(2, 1)), bit4, 0xf8);
-        w[2] = _mm512_ternarylogic_epi32(w[2], _mm512_srlv_epi16(h, HALVES(0, 1)), bit4, 0xf8);
-        w[3] = _mm512_ternarylogic_epi32(w[3], _mm512_srlv_epi16(h, HALVES(2, 3)), bit4, 0xf8);
-#undef HALVES
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        __m512i v = _mm512_loadu_si512(q + 64 * k);
+        w[k] = _mm512_and_si512(v, low), w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+    if (wt == WT_Q5_0) { /* bit k to bit 4 (16-bit shifts: the mask keeps each byte's own), or'd in */
+        const __m512i h = _mm512_loadu_si512(q + 256), bit4 = _mm512_set1_epi8(0x10);
+        w[0] = _mm512_ternarylogic_epi32(w[0], _mm512_slli_epi16(h, 4), bit4, 0xf8);
+        w[1] = _mm512_ternarylogic_epi32(w[1], _mm512_slli_epi16(h, 3), bit4, 0xf8);
+        w[2] = _mm512_ternarylogic_epi32(w[2], _mm512_slli_epi16(h, 2), bit4, 0xf8);
+        w[3] = _mm512_ternarylogic_epi32(w[3], _mm512_slli_epi16(h, 1), bit4, 0xf8);
+        w[4] = _mm512_ternarylogic_epi32(w[4], h, bit4, 0xf8);
+        w[5] = _mm512_ternarylogic_epi32(w[5], _mm512_srli_epi16(h, 1), bit4, 0xf8);
+        w[6] = _mm512_ternarylogic_epi32(w[6], _mm512_srli_epi16(h, 2), bit4, 0xf8);
+        w[7] = _mm512_ternarylogic_epi32(w[7], _mm512_srli_epi16(h, 3), bit4, 0xf8);
     }
 }
-INLINE __m256 step(__m256 acc, const PV w[4], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si, float sf,
+/* NT tokens from tt (acc's rows from t0) for one group, their chains in registers;
+   first: the tile that prefetches */
+INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, const int NT, int first,
                    const WType wt) {
-    const __m512i *e = (const __m512i *)xb;
-    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(e));
-    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_loadu_si512(e + 1));
-    s0 = _mm512_dpbusd_epi32(s0, w[2], _mm512_loadu_si512(e + 2));
-    s1 = _mm512_dpbusd_epi32(s1, w[3], _mm512_loadu_si512(e + 3));
-    s0 = _mm512_add_epi32(s0, s1);
-    __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
+    const size_t qs = panel_qs(wt), pb = panel_bytes(wt);
     const int off = wt == WT_Q8_0 ? 128 : wt == WT_Q4_0 ? 8 : wt == WT_Q5_0 ? 16 : 0;
-    if (off) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(off * si));
-    __m256 vdx = _mm256_set1_ps(dx);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(sum), acc);
-    if (wt == WT_Q4_1) acc = _mm256_fmadd_ps(_mm256_mul_ps(m, vdx), _mm256_set1_ps(sf), acc);
-    return acc;
+    const QX *x = &j->x;
+    __m512 a[TT];
+    _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) a[t] = _mm512_setzero_ps();
+    const uint8_t *next = G + PREFETCH;
+    for (int b = 0; b < j->nb; b++) {
+        if (first) prefetch(&next, G + (b + 1) * pb);
+        __m512i w[8];
+        unpack16(w, G + b * pb, wt);
+        const uint8_t *sc = G + b * pb + qs;
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc)), m = d;
+        if (wt == WT_Q4_1) m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32)));
+        _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) {
+            size_t o = (size_t)(tt + t) * j->nb + b;
+            const int8_t *xq = x->q + o * QK;
+            int32_t q[8];
+            memcpy(q, xq, sizeof q);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(q[0]));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(q[1]));
+            _Pragma("GCC unroll 8") for (int k = 2; k < 8; k += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(q[k]));
+                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(q[k + 1]));
+            }
+            __m512i sum = _mm512_add_epi32(s0, s1);
+            if (off) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(off * x->si[o]));
+            __m512 vdx = _mm512_set1_ps(x->d[o]);
+            a[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, vdx), _mm512_cvtepi32_ps(sum), a[t]);
+            if (wt == WT_Q4_1) a[t] = _mm512_fmadd_ps(_mm512_mul_ps(m, vdx), _mm512_set1_ps(x->sf[o]), a[t]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) _mm512_storeu_ps(acc + (size_t)(tt - t0 + t) * GROUP, a[t]);
+}
+/* one group of 16 rows (its panels G) for nt tokens from t0 */
+INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
+    for (int tt = t0; tt < t0 + nt; tt += TT) switch (t0 + nt - tt < TT ? t0 + nt - tt : TT) {
+        case 1:
+            tile16(j, G, acc, t0, tt, 1, tt == t0, wt);
+            break;
+        case 2:
+            tile16(j, G, acc, t0, tt, 2, tt == t0, wt);
+            break;
+        case 3:
+            tile16(j, G, acc, t0, tt, 3, tt == t0, wt);
+            break;
+        case 4:
+            tile16(j, G, acc, t0, tt, 4, tt == t0, wt);
+            break;
+        case 5:
+            tile16(j, G, acc, t0, tt, 5, tt == t0, wt);
+            break;
+        case 6:
+            tile16(j, G, acc, t0, tt, 6, tt == t0, wt);
+            break;
+        case 7:
+            tile16(j, G, acc, t0, tt, 7, tt == t0, wt);
+            break;
+        default:
+            tile16(j, G, acc, t0, tt, 8, tt == t0, wt);
+            break;
+        }
 }
 #else
 typedef __m256i PV;
@@ -236,12 +279,10 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
     return acc;
 }
 
-#endif
-
 /* One group of 8 rows (its panels G) for every token. One token takes each block
    straight from the panels; more take a chunk of blocks unpacked once into vectors
    that stay in L1, two tokens at a time (two chains in flight). */
-INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
+INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
     const size_t qs = panel_qs(wt), pb = panel_bytes(wt);
     const QX *x = &j->x;
     if (nt == 1) {
@@ -254,7 +295,7 @@ INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP]
             unpack(w, G + b * pb, wt);
             __m256 d, m;
             load_scales(&d, &m, G + b * pb + qs, wt);
-            a = step(a, w, d, m, x->q + (o + b) * XQ, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
+            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
         }
         _mm256_storeu_ps(acc, a);
         return;
@@ -277,9 +318,9 @@ INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP]
             __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps(),
                    a1 = c0 ? _mm256_loadu_ps(r1) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++) {
-                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * XQ, x->d[o0 + b], x->si[o0 + b],
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
                           x->sf[o0 + b], wt);
-                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * XQ, x->d[o1 + b], x->si[o1 + b],
+                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b],
                           x->sf[o1 + b], wt);
             }
             _mm256_storeu_ps(r0, a0), _mm256_storeu_ps(r1, a1);
@@ -289,23 +330,24 @@ INLINE void group_avx2(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP]
             float *r0 = acc + (size_t)(t - t0) * GROUP;
             __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++)
-                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * XQ, x->d[o0 + b], x->si[o0 + b],
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
                           x->sf[o0 + b], wt);
             _mm256_storeu_ps(r0, a0);
         }
     }
 }
+#endif
 static void group_q8_0(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
-    group_avx2(j, G, acc, t0, nt, WT_Q8_0);
+    group_vec(j, G, acc, t0, nt, WT_Q8_0);
 }
 static void group_q4_0(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
-    group_avx2(j, G, acc, t0, nt, WT_Q4_0);
+    group_vec(j, G, acc, t0, nt, WT_Q4_0);
 }
 static void group_q4_1(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
-    group_avx2(j, G, acc, t0, nt, WT_Q4_1);
+    group_vec(j, G, acc, t0, nt, WT_Q4_1);
 }
 static void group_q5_0(const Job *j, const uint8_t *G, float *acc, int t0, int nt) {
-    group_avx2(j, G, acc, t0, nt, WT_Q5_0);
+    group_vec(j, G, acc, t0, nt, WT_Q5_0);
 }
 #else
 /* the spec: each output one fmaf chain over its row's blocks in order */
@@ -317,7 +359,7 @@ static void group_scalar(const Job *j, const uint8_t *const p[GROUP], float *acc
             for (int b = 0; b < j->nb; b++) {
                 const uint8_t *blk = p[i] + (size_t)b * bb;
                 size_t xo = (size_t)t * j->nb + b;
-                const int8_t *xq = j->x.q + xo * XQ;
+                const int8_t *xq = j->x.q + xo * QK;
                 float dx = j->x.d[xo], dw = q_f16(blk);
                 int32_t s = 0;
                 if (j->wt == WT_Q8_0) {
@@ -374,15 +416,12 @@ static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, i
     int nb = (cols + QK - 1) / QK;
     Job j = {y, w, wt, n, cols, rows, nb, q_row_bytes(wt, cols), {0}};
     j.x.q = (int8_t *)buf;
-    j.x.d = (float *)(buf + (size_t)n * nb * XQ);
+    j.x.d = (float *)(buf + (size_t)n * nb * QK);
     j.x.si = (int32_t *)(j.x.d + (size_t)n * nb);
     j.x.sf = (float *)(j.x.si + (size_t)n * nb);
     for (int t = 0; t < n; t++) {
         size_t o = (size_t)t * nb;
-        quantize_row(j.x.q + o * XQ, j.x.d + o, j.x.si + o, j.x.sf + o, x + (size_t)t * cols, cols);
-#ifdef VNNI
-        expand_x(j.x.q + o * XQ, nb);
-#endif
+        quantize_row(j.x.q + o * QK, j.x.d + o, j.x.si + o, j.x.sf + o, x + (size_t)t * cols, cols);
     }
     /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
     long per_row = (long)cols * n;
@@ -391,7 +430,7 @@ static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, i
 
 void q32_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows) {
     if (n < 1 || rows < 1 || cols < 1) return;
-    size_t per_token = (size_t)(cols + QK - 1) / QK * (XQ + 3 * sizeof(float)), bytes = per_token * (size_t)n;
+    size_t per_token = (size_t)(cols + QK - 1) / QK * (QK + 3 * sizeof(float)), bytes = per_token * (size_t)n;
     _Alignas(64) unsigned char stack[STACK_BYTES];
     unsigned char *buf = bytes <= sizeof stack ? stack : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (buf) {
@@ -436,12 +475,12 @@ static void pack_groups(void *ctx, int begin, int end) {
             for (int b = 0; b < nb; b++) {
                 const uint8_t *blk = row + (size_t)b * bb;
                 uint8_t *Q = G + b * pb, *S = Q + qs;
-                for (int k = 0; k < quads; k++) memcpy(Q + k * 32 + i * 4, blk + off + 4 * k, 4);
+                for (int k = 0; k < quads; k++) memcpy(Q + k * GROUP * 4 + i * 4, blk + off + 4 * k, 4);
                 memcpy(S + i * 2, blk, 2);
-                if (wt == WT_Q4_1) memcpy(S + 16 + i * 2, blk + 2, 2);
+                if (wt == WT_Q4_1) memcpy(S + GROUP * 2 + i * 2, blk + 2, 2);
                 if (wt == WT_Q5_0)
                     for (int e = 0, qh = (int)q5_high(blk); e < QK; e++)
-                        Q[128 + i * 4 + e % 4] |= (uint8_t)((qh >> e & 1) << (e / 4));
+                        Q[4 * GROUP * 4 + i * 4 + e % 4] |= (uint8_t)((qh >> e & 1) << (e / 4));
             }
         }
     }
