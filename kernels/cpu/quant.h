@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "half.h"
 
 #define QK 32          /* elements per block of Q8_0, Q4_0, Q4_1 */
 #define QK_K 256       /* elements per super-block of the K types */
@@ -55,21 +56,11 @@ static inline const uint8_t *q_row(const QIndex *w, size_t row_bytes, int r) {
     return w->src[s] + (size_t)r * row_bytes;
 }
 
-/* IEEE half → float, exactly (F16C's vcvtph2ps gives the same bits, NaN quieted) */
+/* the f16 at p as a float */
 static inline float q_f16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000 | (man << 13) | (man ? 0x400000u : 0);
-    else if (exp) u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    else {
-        float f = (float)man * 0x1p-24f;
-        memcpy(&u, &f, 4);
-        u |= sign;
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return half_to_float(h);
 }
 
 /* quant.c: the 32-element types; quant_k.c: the K types. y[n][rows] = x[n][cols] · W^T

@@ -6,23 +6,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "half.h"
+
 #define QK 32
 #define QK_K 256
 #define GROUP_MAX_EPS 1e-15f
 
-float fp16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000 | (man << 13) | (man ? 0x400000u : 0);
-    else if (exp) u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    else {
-        float f = (float)man * 0x1p-24f;
-        memcpy(&u, &f, 4);
-        u |= sign;
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+float fp16_to_f32(uint16_t h) { return half_to_float(h); }
 
 uint16_t f32_to_fp16(float f) {
     uint32_t x;

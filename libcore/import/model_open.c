@@ -45,7 +45,7 @@ int model_import(Checkpoint *ck, const char *path, int kind) {
     return pd_error("%s: no tokenizer inside (convert it with --tokenizer)", path);
 }
 
-/* The packed copy is what the matmuls read (k_packed_copies): the layer matrices' bytes in the
+/* The packed copy is what the matmuls read (mat_packed_alone): the layer matrices' bytes in the
    scratch file are needed no more, and in /dev/shm they are memory the kernel cannot
    reclaim (model_load's madvise unmaps them, but the file keeps them), so they are cut
    out of the file and their Mat.w cleared (nothing reads them: heads and tools use
@@ -57,7 +57,7 @@ static void punch_packed(Model *m, int fd) {
         Layer *L = &m->layers[l];
         Mat *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
-            if (!w[i]->w || !k_packed_copies(w[i]->t)) continue;
+            if (!w[i]->w || !mat_packed_alone(w[i])) continue;
             size_t off = (size_t)((const char *)w[i]->w - (const char *)m->tf.map);
             size_t n = (size_t)w[i]->rows * mat_row_bytes(w[i]);
             if (off + n > m->tf.map_len) continue; /* not in this mapping: leave it */

@@ -569,6 +569,7 @@ void model_free(Model *m) {
 
 const char *mat_type_name(const Mat *w) { return dtype_name(dtype_of(w->t)); }
 size_t mat_row_bytes(const Mat *w) { return dtype_row_bytes(dtype_of(w->t), w->cols); }
+int mat_packed_alone(const Mat *w) { return k_packed_copies(w->t); }
 
 /* as stored: a block type's rows are its blocks */
 static double mat_bytes(const Mat *w) { return (double)w->rows * (double)mat_row_bytes(w); }
