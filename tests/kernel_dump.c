@@ -9,16 +9,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "rand.h"
 #include "device.h"
 
-static uint64_t rng;
-static uint32_t next32(void) { /* splitmix64 */
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull, z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-static int urand(int n) { return (int)(next32() % (uint32_t)n); }
-static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(next32() >> 8) / (1 << 24); }
 static void fill(float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = frand(lo, hi);
 }
@@ -381,7 +374,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: kernel_dump SEED DIR\n");
         return 1;
     }
-    rng = strtoull(argv[1], NULL, 10), dir = argv[2];
+    test_rng = strtoull(argv[1], NULL, 10), dir = argv[2];
     k_init(2);
     matmul(), rows(), elementwise(), batch_forms(), attention(), q8();
     kv8_attention();

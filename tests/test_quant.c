@@ -11,18 +11,11 @@
 #include <string.h>
 
 #include "backend.h"
+#include "rand.h"
 #include "check.h"
 #include "formats/gguf.h"
 #include "gguf_pyw.h"
 
-static uint64_t rng = 0x5eed2301;
-static uint32_t next32(void) { /* splitmix64 */
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull, z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-static int urand(int n) { return (int)(next32() % (uint32_t)n); }
-static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(next32() >> 8) / (1 << 24); }
 
 /* ggml's blocks, as the GGUF spec lays them out */
 static size_t block_bytes(WType wt) { return wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22; }
@@ -255,6 +248,7 @@ static void test_gguf_py_q5_0(void) {
 }
 
 int main(void) {
+    test_rng = 0x5eed2301;
     static const int cols[] = {32, 64, 96, 172, 576, 1536}, rows[] = {1, 7, 8, 9, 17, 65, 960};
     const WType types[] = {WT_Q8_0, WT_Q4_0, WT_Q4_1, WT_Q5_0};
     for (int ti = 0; ti < 4; ti++)
