@@ -520,6 +520,7 @@ int tf_open(TensorFile *tf, const char *path) {
     }
     tf->map = map;
     tf->map_len = size;
+    tf->file_backed = 1;
     return 0;
 }
 

@@ -65,6 +65,7 @@ typedef struct {
     /* storage: either a read-only mapping or a malloc'd buffer */
     void *map;
     size_t map_len;
+    int file_backed; /* map is the file's own pages (a dropped page reads back from it), not anonymous */
     char *buf;
 } TensorFile;
 

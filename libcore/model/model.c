@@ -294,24 +294,6 @@ static int load_tokenizer(Model *m) {
     return 0;
 }
 
-/* is p inside a mapping of a file (not anonymous memory, such as a decompressed .zst)? */
-static int file_mapped(const void *p) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) return 0;
-    char line[512];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, inode;
-        if (sscanf(line, "%lx-%lx %*s %*x %*x:%*x %lu", &lo, &hi, &inode) == 3 && (uintptr_t)p >= lo &&
-            (uintptr_t)p < hi)
-            found = inode ? 1 : -1;
-        /* a line longer than the buffer: skip its rest */
-        while (!strchr(line, '\n') && fgets(line, sizeof line, f)) {}
-    }
-    fclose(f);
-    return found == 1;
-}
-
 static size_t page_size(void) {
     long pg = sysconf(_SC_PAGESIZE);
     return pg > 0 ? (size_t)pg : 4096;
@@ -497,7 +479,7 @@ int model_verify(const TensorFile *tf) {
     }
     char got[33];
     size_t page = page_size();
-    int drop = tf->map && file_mapped(tf->map);
+    int drop = tf->file_backed;
     rc = rc ? rc : digest_of(w, n, got, drop, page);
     if (!rc && !d && strcmp(got, want)) { /* else the file's own (older drafts and random models) */
         n = 0;
@@ -552,7 +534,7 @@ int model_load(Model *m, const char *path) {
     rc = rc ? rc : load_tokenizer(m);
     if (!rc) m->chat_template = tf_meta(&m->tf, "paradec.chat_template");
     size_t page = page_size();
-    int drop = !rc && m->tf.map && file_mapped(m->tf.map);
+    int drop = !rc && m->tf.file_backed;
     rc = rc ? rc : pack_weights(m, drop, page);
     if (!rc && drop) release_embedding(m, page);
     if (rc) model_free(m);
