@@ -42,9 +42,8 @@ typedef struct {
     int n_src;
     const uint8_t *src[3];
     int rows[3];
-    WType wt[3]; /* each source's type (k_pack_blocks may mix block types) */
-    const uint8_t
-        *panels[3]; /* q32_pack's / qk_pack's layout: of all rows in [0] if the types agree, else of each source */
+    WType wt[3];              /* each source's type (k_pack_blocks may mix block types) */
+    const uint8_t *panels[3]; /* q32_pack's / qk_pack's layout: all rows in [0] if the types agree, else per source */
 } QIndex;
 
 /* bytes of one row of cols elements */
