@@ -3,11 +3,11 @@
 
    x is quantized once per call, per 256 elements, on the caller's thread; its per-16
    sums of q serve the minima terms (and Q6_K's −32 offset). Rows go to the pool in
-   groups of 8; a group's blocks are read from memory once and stay in L1 while every
-   token of the call (in tiles of TT) takes them. The AVX2 path keeps 8 rows' fmaf
-   chains in the lanes of one vector: each row's integer sums are exact (maddubs pairs
-   stay within 2·63·127 < 32767; Q6_K takes q + 32 and subtracts 32·Σ sc·Σqx), reduced
-   across a row by integer adds, so their order never shows. */
+   groups of 8. The vector paths read each group from panels qk_pack lays out at load
+   (one stream a group, prefetched into L2) and keep its 8 rows' fmaf chains in the
+   lanes of one vector, each row's integer sums exact in its own lane, so their order
+   never shows; a super-block's panels stay in L1 while every token of the call takes
+   them. The scalar path (the spec) reads the blocks in place. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -247,7 +247,7 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
     if (wt == WT_Q6_K) {
         const __m512i m30 = _mm512_set1_epi8(0x30), sl = HALVES(4, 2), sr = HALVES(0, 2);
         const uint8_t *SC = P + Q6_SC;
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < 2; h++) {
             __m512i A[2][2];
             for (int s = 0; s < 2; s++)
                 for (int nib = 0; nib < 2; nib++) {
@@ -278,7 +278,7 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
     const int q5 = wt == WT_Q5_K;
     const size_t SCo = q5 ? Q5_SC : Q4_SC, MNo = q5 ? Q5_MN : Q4_MN, Do = q5 ? Q5_D : Q4_D;
     const __m512i bit4 = _mm512_set1_epi8(0x10);
-    _Pragma("GCC unroll 2") for (int cp = 0; cp < 2; cp++) {
+    for (int cp = 0; cp < 2; cp++) {
         /* Q5_K: chunk c's fifth bits are bits 2c (low nibbles) and 2c + 1 of qh, to bit 4 */
         const __m512i shl = cp ? HALVES(0, 2) : HALVES(4, 2), shh = cp ? HALVES(1, 3) : HALVES(3, 1);
         __m512i A[2][2] = {{_mm512_setzero_si512(), _mm512_setzero_si512()},
@@ -341,30 +341,32 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
     __m256 dx = _mm256_set1_ps(xb->d);
     if (wt == WT_Q6_K) {
         const __m256i m30 = _mm256_set1_epi8(0x30);
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) for (int s = 0; s < 2; s++) {
-            __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                            _mm256_setzero_si256()};
-            _Pragma("GCC unroll 4") for (int k = 4 * s; k < 4 * s + 4; k++) {
-                const int o = h * 8 + k;
-                __m256i L0 = _mm256_loadu_si256((const __m256i *)(P + 64 * o)),
-                        L1 = _mm256_loadu_si256((const __m256i *)(P + 64 * o + 32)),
-                        H = _mm256_loadu_si256((const __m256i *)(P + Q6_QH + 32 * o));
-                __m256i q[4] = {
-                    _mm256_or_si256(_mm256_and_si256(L0, low), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30)),
-                    _mm256_or_si256(_mm256_and_si256(L1, low), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), low), _mm256_and_si256(H, m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), low),
-                                    _mm256_and_si256(_mm256_srli_epi16(H, 2), m30))};
-                for (int g = 0; g < 4; g++)
-                    a[g] = _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], bcast4(xq + 128 * h + 32 * g + 4 * k)));
+        for (int h = 0; h < 2; h++)
+            for (int s = 0; s < 2; s++) {
+                __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                _mm256_setzero_si256()};
+                _Pragma("GCC unroll 4") for (int k = 4 * s; k < 4 * s + 4; k++) {
+                    const int o = h * 8 + k;
+                    __m256i L0 = _mm256_loadu_si256((const __m256i *)(P + 64 * o)),
+                            L1 = _mm256_loadu_si256((const __m256i *)(P + 64 * o + 32)),
+                            H = _mm256_loadu_si256((const __m256i *)(P + Q6_QH + 32 * o));
+                    __m256i q[4] = {
+                        _mm256_or_si256(_mm256_and_si256(L0, low), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30)),
+                        _mm256_or_si256(_mm256_and_si256(L1, low), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), low), _mm256_and_si256(H, m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), low),
+                                        _mm256_and_si256(_mm256_srli_epi16(H, 2), m30))};
+                    for (int g = 0; g < 4; g++)
+                        a[g] =
+                            _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], bcast4(xq + 128 * h + 32 * g + 4 * k)));
+                }
+                for (int g = 0; g < 4; g++) {
+                    int j = 8 * h + 2 * g + s;
+                    __m256i c = _mm256_sub_epi16(a[g], _mm256_set1_epi32(xb->aux[j]));
+                    S = _mm256_add_epi32(
+                        S, _mm256_madd_epi16(c, scale2(P + Q6_SC + (h * 4 + s * 2 + (g >> 1)) * 16 + (g & 1) * 8, 1)));
+                }
             }
-            for (int g = 0; g < 4; g++) {
-                int j = 8 * h + 2 * g + s;
-                __m256i c = _mm256_sub_epi16(a[g], _mm256_set1_epi32(xb->aux[j]));
-                S = _mm256_add_epi32(
-                    S, _mm256_madd_epi16(c, scale2(P + Q6_SC + (h * 4 + s * 2 + (g >> 1)) * 16 + (g & 1) * 8, 1)));
-            }
-        }
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Q6_D)));
         *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(S), *acc);
         return;
