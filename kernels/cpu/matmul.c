@@ -56,7 +56,7 @@ static int one_type(int n_src, const WType *types) {
     return same;
 }
 static size_t panel_bytes(WType wt, int rows, int cols) {
-    return wt < WT_Q4_K ? (q32_panel_bytes(wt, rows, cols) + 63) & ~(size_t)63 : 0;
+    return ((wt < WT_Q4_K ? q32_panel_bytes(wt, rows, cols) : qk_panel_bytes(wt, rows, cols)) + 63) & ~(size_t)63;
 }
 
 size_t k_packed_bytes_blocks(int cols, int n_src, const int *src_rows, const WType *types) {
@@ -433,13 +433,14 @@ void k_pack_blocks(void *dst, int cols, int n_src, const void *const *src, const
         q->src[s] = src[s], q->rows[s] = src_rows[s], q->wt[s] = types[s], rows += src_rows[s];
     uint8_t *at = (uint8_t *)dst + INDEX_BYTES;
     if (one_type(n_src, types)) {
-        if (panel_bytes(types[0], rows, cols)) q32_pack(at, q, types[0], cols, rows), q->panels[0] = at;
+        if (panel_bytes(types[0], rows, cols))
+            (types[0] < WT_Q4_K ? q32_pack : qk_pack)(at, q, types[0], cols, rows), q->panels[0] = at;
         return;
     }
     for (int s = 0; s < n_src; at += panel_bytes(types[s], src_rows[s], cols), s++) {
         if (!panel_bytes(types[s], src_rows[s], cols)) continue;
         QIndex one = {1, {src[s]}, {src_rows[s]}, {types[s]}, {0}};
-        q32_pack(at, &one, types[s], cols, src_rows[s]);
+        (types[s] < WT_Q4_K ? q32_pack : qk_pack)(at, &one, types[s], cols, src_rows[s]);
         q->panels[s] = at;
     }
 }

@@ -38,13 +38,13 @@
 #define Q6_K_BYTES 210 /* ql[128]; qh[64]; int8 scales[16]; f16 d */
 
 /* the packed form of a block-type matrix (k_pack): where its rows lie and, for the
-   32-element types in AVX2 builds, the same blocks laid out as quant.c reads them */
+   block types in AVX2 builds, the same blocks laid out as quant.c / quant_k.c read them */
 typedef struct {
     int n_src;
     const uint8_t *src[3];
     int rows[3];
     WType wt[3];              /* each source's type (k_pack_blocks may mix block types) */
-    const uint8_t *panels[3]; /* q32_pack's layout: of all rows in [0] if the types agree, else of each source */
+    const uint8_t *panels[3]; /* q32_pack's / qk_pack's layout: all rows in [0] if the types agree, else per source */
 } QIndex;
 
 /* bytes of one row of cols elements */
@@ -72,6 +72,9 @@ void q32_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
    the packing of w's rows (dst 64-aligned) */
 size_t q32_panel_bytes(WType wt, int rows, int cols);
 void q32_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows);
+/* qk_panel_bytes, qk_pack: the same for the K types (quant_k.c's layout) */
+size_t qk_panel_bytes(WType wt, int rows, int cols);
+void qk_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows);
 void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows);
 void qk_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
 

@@ -3,11 +3,11 @@
 
    x is quantized once per call, per 256 elements, on the caller's thread; its per-16
    sums of q serve the minima terms (and Q6_K's −32 offset). Rows go to the pool in
-   groups of 8; a group's blocks are read from memory once and stay in L1 while every
-   token of the call (in tiles of TT) takes them. The AVX2 path keeps 8 rows' fmaf
-   chains in the lanes of one vector: each row's integer sums are exact (maddubs pairs
-   stay within 2·63·127 < 32767; Q6_K takes q + 32 and subtracts 32·Σ sc·Σqx), reduced
-   across a row by integer adds, so their order never shows. */
+   groups of 8. The vector paths read each group from panels qk_pack lays out at load
+   (one stream a group, prefetched into L2) and keep its 8 rows' fmaf chains in the
+   lanes of one vector, each row's integer sums exact in its own lane, so their order
+   never shows; a super-block's panels stay in L1 while every token of the call takes
+   them. The scalar path (the spec) reads the blocks in place. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,19 +18,25 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define QK_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define QK_VNNI 1
+#endif
 #endif
 
-#define GROUP 8    /* rows per lane vector */
-#define PREFETCH 1 /* groups ahead */
-#define TT 4       /* tokens per tile: their sums stay in registers */
+#define GROUP 8 /* rows per lane vector */
 
 /* one super-block of x: q, sums of q per 16, scale */
 typedef struct {
     int8_t q[QK_K];
     int16_t bs[16];
+    int32_t aux[16]; /* prep_x's */
     float d;
     int32_t pad[7];
+#ifdef QK_VNNI
+    int8_t e[32 * 64]; /* prep_x's */
+#endif
 } XBlock;
+#define XSTACK (24576 / sizeof(XBlock)) /* x blocks on the stack: a few tokens of a small model */
 
 static void quantize_x(XBlock *xb, const float *x, int cols) {
     for (int b = 0; b * QK_K < cols; b++, xb++) {
@@ -151,211 +157,364 @@ typedef struct {
 } QkJob;
 
 #ifdef QK_AVX2
-/* the 8 vectors' lane sums, vector k's in lane k */
-static inline __m256i reduce8(const __m256i *v) {
-    __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
-}
-/* vpshufb masks: [i] broadcasts int16 lane i of each 128-bit half; [8 + i] lane 2i of
-   the low half and 2i + 1 of the high half */
-static const uint8_t BCAST16[12][32] __attribute__((aligned(32))) = {
-#define B16(lo, hi)                                                                                                    \
-    {                                                                                                                  \
-        2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo,    \
-            2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi,        \
-            2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi,        \
-            2 * hi + 1                                                                                                 \
-    }
-    B16(0, 0), B16(1, 1), B16(2, 2), B16(3, 3), B16(4, 4), B16(5, 5), B16(6, 6),
-    B16(7, 7), B16(0, 1), B16(2, 3), B16(4, 5), B16(6, 7)
-#undef B16
+#define INLINE static inline __attribute__((always_inline))
+/* qk_pack lays each group of 8 rows out once, at load, one stream per group: per
+   super-block its quads as panels (32 bytes: one quad of the 8 rows, row i at 4i), paired
+   so that a 64-byte load holds the same quad of two sub-blocks (Q4_K / Q5_K: of chunks
+   2cp and 2cp + 1, Q6_K: of ql and ql + 32), then Q5_K / Q6_K's high bits as panels, the
+   6-bit scales and minima decoded into bytes (SC: per pair of sub-blocks that share a
+   vector, their 8 rows' scales; MN: per pair (2p, 2p + 1), each row's two minima), then
+   the 8 rows' f16 d (and dmin). Offsets within a super-block's panels: */
+enum {
+    Q4_SC = 1024,
+    Q4_MN = 1088,
+    Q4_D = 1152,
+    Q4_SB = 1184,
+    Q5_QH = 1024,
+    Q5_SC = 1280,
+    Q5_MN = 1344,
+    Q5_D = 1408,
+    Q5_SB = 1440,
+    Q6_QH = 1024,
+    Q6_SC = 1536,
+    Q6_D = 1664,
+    Q6_SB = 1680
 };
-static inline __m256i bcast16(int i) { return _mm256_load_si256((const __m256i *)BCAST16[i]); }
-/* the f16 at byte off of each of 8 blocks */
-static inline __m256 f16x8(const uint8_t *const *p, size_t off) {
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++) memcpy(&h[k], p[k] + off, 2);
-    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4], (short)h[5],
-                                          (short)h[6], (short)h[7]));
-}
-/* Q4_K / Q5_K's 12 scale bytes (at s, 16 readable) → 8 scales, then 8 minima, as bytes
-   (get_scale_min_k4 in lanes) */
-static inline __m128i scales_k4(const uint8_t *s) {
-    __m128i v = _mm_loadu_si128((const __m128i *)s);
-    __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    a = _mm_blendv_epi8(a, _mm_srli_epi16(a, 4), _mm_setr_epi32(0, 0, 0, -1));
-    __m128i lo = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(b, 6), _mm_set1_epi8(3)), 4);
-    return _mm_or_si128(lo, hi);
+static size_t sb_bytes(WType wt) { return wt == WT_Q4_K ? Q4_SB : wt == WT_Q5_K ? Q5_SB : Q6_SB; }
+static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * sb_bytes(wt) + 63) & ~(size_t)63; }
+
+/* the panels PREFETCH bytes ahead into L2, as quant.c does (8 interleaved row streams,
+   or one, outrun the core's own prefetchers) */
+#define PREFETCH 8192
+INLINE void prefetch(const uint8_t **next, const uint8_t *end) {
+    for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
 }
 
-/* bit p of each byte, moved to bit 4 (16-bit shifts: no other bit reaches bit 4 of a byte) */
-static inline __m256i bit_to_16(__m256i hb, int p) {
+/* x's per-type extras: Q4_K / Q5_K: aux[p] = the sums of q of sub-blocks 2p, 2p + 1 as
+   an int16 pair; Q6_K: VNNI: −32·Σq per 16, AVX2: per 16 the int16 pair 32·Σ q of each
+   quad's elements 0, 1 and 2, 3 (what a maddubs lane's −32 offsets add up to).
+   VNNI: then the quads expanded, e[i] = 64 bytes: a quad broadcast over 8 lanes, then
+   the quad its pair partner reads */
+static void prep_x(XBlock *xb, WType wt, int nb) {
+    for (int b = 0; b < nb; b++, xb++) {
+        if (wt == WT_Q6_K)
+            for (int j = 0; j < 16; j++) {
+#ifdef QK_VNNI
+                xb->aux[j] = -32 * xb->bs[j];
+#else
+                int lo = 0, hi = 0;
+                for (int k = 0; k < 4; k++) {
+                    const int8_t *q = xb->q + 16 * j + 4 * k;
+                    lo += q[0] + q[1], hi += q[2] + q[3];
+                }
+                xb->aux[j] = (int32_t)((uint32_t)(uint16_t)(32 * lo) | (uint32_t)(uint16_t)(32 * hi) << 16);
+#endif
+            }
+        else
+            for (int p = 0; p < 4; p++) {
+                int a = xb->bs[4 * p] + xb->bs[4 * p + 1], c = xb->bs[4 * p + 2] + xb->bs[4 * p + 3];
+                xb->aux[p] = (int32_t)((uint32_t)(uint16_t)a | (uint32_t)(uint16_t)c << 16);
+            }
+#ifdef QK_VNNI
+        for (int i = 0; i < 32; i++) {
+            int o = i >> 1, k = o & 7, nib = i & 1, e0, e1;
+            if (wt == WT_Q6_K) e0 = 128 * (o >> 3) + 64 * nib + 4 * k, e1 = e0 + 32;
+            else e0 = 128 * (o >> 3) + 32 * nib + 4 * k, e1 = e0 + 64;
+            for (int l = 0; l < 8; l++) {
+                memcpy(xb->e + 64 * i + 4 * l, xb->q + e0, 4);
+                memcpy(xb->e + 64 * i + 32 + 4 * l, xb->q + e1, 4);
+            }
+        }
+#endif
+    }
+}
+
+#ifdef QK_VNNI
+/* AVX-512 VNNI: vpdpbusd sums 4 u8 × s8 products into each int32 lane exactly, so one
+   64-byte vector advances two sub-blocks of the 8 rows; each sub-block's int32 sums are
+   multiplied by its scale (vpmulld) and the halves added: Σ_j sc_j Σ q·qx in integers,
+   as the spec's. Q6_K's −32 enters as each sum's starting value, −32·Σqx. */
+#define HALVES(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
+/* [v0 in 8 lanes | v1 in 8 lanes] */
+INLINE __m512i pair32(int32_t v0, int32_t v1) { return _mm512_mask_set1_epi32(_mm512_set1_epi32(v0), 0xff00, v1); }
+INLINE __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
+INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    const __m512i *e = (const __m512i *)xb->e;
+    __m512i S = _mm512_setzero_si512();
+    __m256 dx = _mm256_set1_ps(xb->d);
+    if (wt == WT_Q6_K) {
+        const __m512i m30 = _mm512_set1_epi8(0x30), sl = HALVES(4, 2), sr = HALVES(0, 2);
+        const uint8_t *SC = P + Q6_SC;
+        for (int h = 0; h < 2; h++) {
+            __m512i A[2][2];
+            for (int s = 0; s < 2; s++)
+                for (int nib = 0; nib < 2; nib++) {
+                    int j = 8 * h + 4 * nib + s;
+                    A[s][nib] = pair32(xb->aux[j], xb->aux[j + 2]);
+                }
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                const int o = h * 8 + k;
+                __m512i L = _mm512_loadu_si512(P + 64 * o);
+                __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(P + Q6_QH + 32 * o)));
+                __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(L, low), _mm512_sllv_epi16(H, sl), m30, 0xf8);
+                __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L, 4), low),
+                                                       _mm512_srlv_epi16(H, sr), m30, 0xf8);
+                A[k >> 2][0] = _mm512_dpbusd_epi32(A[k >> 2][0], lo, _mm512_loadu_si512(e + 2 * o));
+                A[k >> 2][1] = _mm512_dpbusd_epi32(A[k >> 2][1], hi, _mm512_loadu_si512(e + 2 * o + 1));
+            }
+            for (int s = 0; s < 2; s++)
+                for (int nib = 0; nib < 2; nib++) {
+                    __m512i sc =
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(SC + (h * 4 + s * 2 + nib) * 16)));
+                    S = _mm512_add_epi32(S, _mm512_mullo_epi32(A[s][nib], sc));
+                }
+        }
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Q6_D)));
+        *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(fold(S)), *acc);
+        return;
+    }
+    const int q5 = wt == WT_Q5_K;
+    const size_t SCo = q5 ? Q5_SC : Q4_SC, MNo = q5 ? Q5_MN : Q4_MN, Do = q5 ? Q5_D : Q4_D;
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    for (int cp = 0; cp < 2; cp++) {
+        /* Q5_K: chunk c's fifth bits are bits 2c (low nibbles) and 2c + 1 of qh, to bit 4 */
+        const __m512i shl = cp ? HALVES(0, 2) : HALVES(4, 2), shh = cp ? HALVES(1, 3) : HALVES(3, 1);
+        __m512i A[2][2] = {{_mm512_setzero_si512(), _mm512_setzero_si512()},
+                           {_mm512_setzero_si512(), _mm512_setzero_si512()}};
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+            const int o = cp * 8 + k;
+            __m512i v = _mm512_loadu_si512(P + 64 * o);
+            __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            if (q5) {
+                __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(P + Q5_QH + 32 * k)));
+                lo = _mm512_ternarylogic_epi32(lo, cp ? _mm512_srlv_epi16(H, shl) : _mm512_sllv_epi16(H, shl), bit4,
+                                               0xf8);
+                hi = _mm512_ternarylogic_epi32(hi, cp ? _mm512_srlv_epi16(H, shh) : _mm512_sllv_epi16(H, shh), bit4,
+                                               0xf8);
+            }
+            A[0][k & 1] = _mm512_dpbusd_epi32(A[0][k & 1], lo, _mm512_loadu_si512(e + 2 * o));
+            A[1][k & 1] = _mm512_dpbusd_epi32(A[1][k & 1], hi, _mm512_loadu_si512(e + 2 * o + 1));
+        }
+        for (int nib = 0; nib < 2; nib++) {
+            __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(P + SCo + (cp * 2 + nib) * 16)));
+            S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_add_epi32(A[nib][0], A[nib][1]), sc));
+        }
+    }
+    __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                    _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(P + MNo))),
+                                    pair32(xb->aux[0], xb->aux[1]));
+    M = _mm512_dpwssd_epi32(M, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(P + MNo + 32))),
+                            pair32(xb->aux[2], xb->aux[3]));
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Do)));
+    __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Do + 16)));
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(fold(S)), *acc);
+    *acc =
+        _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(-0.0f)), _mm256_cvtepi32_ps(fold(M)), *acc);
+}
+#undef HALVES
+#else
+/* AVX2: maddubs against x's quad broadcast gives each row's pair sums in its own lane;
+   a sub-block's 16-bit sums stay exact (Q4_K: 8 quads ≤ 8·2·15·127; Q5_K: 4 quads ≤
+   4·2·31·127; Q6_K: wrapping, less the −32 offsets, ≤ 8·32·127 in magnitude), then
+   madd by the scale (in both halves of the row's int32 lane) makes them int32. */
+INLINE __m256i bcast4(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+/* the 8 rows' scales at p (bytes) in both int16 halves of each int32 lane */
+INLINE __m256i scale2(const uint8_t *p, int sign) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m256i v = sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
+}
+INLINE __m256i bit_to_16(__m256i hb, int p) {
     return _mm256_and_si256(p <= 4 ? _mm256_slli_epi16(hb, 4 - p) : _mm256_srli_epi16(hb, p - 4), _mm256_set1_epi8(16));
 }
 
-/* one row's super-block (Q4_K / Q5_K) against NT tokens: the lane vectors of
-   Σ sc_j Σ q·qx (v) and Σ m_j Σ qx (mv). Inlined per NT so the sums stay in registers. */
-static inline __attribute__((always_inline)) void row_q45(const uint8_t *b, int q5, int nc, const XBlock *const *xb,
-                                                          const int NT, __m256i *v, __m256i *mv) {
-    const __m256i low = _mm256_set1_epi8(0xF);
-    __m128i sm = scales_k4(b + 4);
-    __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-    __m256i m16 = _mm256_cvtepu8_epi16(
-        _mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
-    const uint8_t *qs = b + (q5 ? 48 : 16);
-    __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-    __m256i s[4];
-    for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
-#define CHUNK(c)                                                                                                       \
-    do {                                                                                                               \
-        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c)));                                            \
-        __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);                \
-        if (q5) {                                                                                                      \
-            q0 = _mm256_or_si256(q0, bit_to_16(hb, 2 * (c)));                                                          \
-            q1 = _mm256_or_si256(q1, bit_to_16(hb, 2 * (c) + 1));                                                      \
-        }                                                                                                              \
-        __m256i s0 = _mm256_shuffle_epi8(sc, bcast16(2 * (c)));                                                        \
-        __m256i s1 = _mm256_shuffle_epi8(sc, bcast16(2 * (c) + 1));                                                    \
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                         \
-            const __m256i *x = (const __m256i *)(xb[t]->q + 64 * (c));                                                 \
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256(x)), s0);                       \
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, _mm256_loadu_si256(x + 1)), s1);                   \
-            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(p0, p1));                                                   \
-        }                                                                                                              \
-    } while (0)
-    CHUNK(0);
-    if (nc > 1) CHUNK(1);
-    if (nc > 2) CHUNK(2);
-    if (nc > 3) CHUNK(3);
-#undef CHUNK
-    for (int t = 0; t < NT; t++)
-        v[t] = s[t], mv[t] = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
-}
-
-/* one row's Q6_K super-block against NT tokens: Σ sc_j Σ (q+32)·qx − 32 Σ sc_j Σ qx in lanes */
-static inline __attribute__((always_inline)) void row_q6(const uint8_t *b, int nv, const XBlock *const *xb,
-                                                         const int NT, __m256i *v) {
-    const __m256i low = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
-    __m256i s[4];
-    for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
-    for (int h = 0; h < 2 && nv > 4 * h; h++) {
-        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-        __m256i sc = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
-        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-        __m256i hh = _mm256_loadu_si256((const __m256i *)qh);
-        __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(hh, three), 4)),
-                        _mm256_or_si256(_mm256_and_si256(l1, low),
-                                        _mm256_and_si256(_mm256_slli_epi16(hh, 2), _mm256_set1_epi8(0x30))),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
-                                        _mm256_and_si256(hh, _mm256_set1_epi8(0x30))),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
-                                        _mm256_and_si256(_mm256_srli_epi16(hh, 2), _mm256_set1_epi8(0x30)))};
-        __m256i scl[4] = {_mm256_shuffle_epi8(sc, bcast16(8)), _mm256_shuffle_epi8(sc, bcast16(9)),
-                          _mm256_shuffle_epi8(sc, bcast16(10)), _mm256_shuffle_epi8(sc, bcast16(11))};
-        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
-            const __m256i *x = (const __m256i *)(xb[t]->q + 128 * h);
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[0], _mm256_loadu_si256(x)), scl[0]);
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[1], _mm256_loadu_si256(x + 1)), scl[1]);
-            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(p0, p1));
-            if (nv - 4 * h > 2) {
-                __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[2], _mm256_loadu_si256(x + 2)), scl[2]);
-                __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[3], _mm256_loadu_si256(x + 3)), scl[3]);
-                s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(p2, p3));
+INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const int8_t *xq = xb->q;
+    __m256i S = _mm256_setzero_si256();
+    __m256 dx = _mm256_set1_ps(xb->d);
+    if (wt == WT_Q6_K) {
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        for (int h = 0; h < 2; h++)
+            for (int s = 0; s < 2; s++) {
+                __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                _mm256_setzero_si256()};
+                _Pragma("GCC unroll 4") for (int k = 4 * s; k < 4 * s + 4; k++) {
+                    const int o = h * 8 + k;
+                    __m256i L0 = _mm256_loadu_si256((const __m256i *)(P + 64 * o)),
+                            L1 = _mm256_loadu_si256((const __m256i *)(P + 64 * o + 32)),
+                            H = _mm256_loadu_si256((const __m256i *)(P + Q6_QH + 32 * o));
+                    __m256i q[4] = {
+                        _mm256_or_si256(_mm256_and_si256(L0, low), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30)),
+                        _mm256_or_si256(_mm256_and_si256(L1, low), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), low), _mm256_and_si256(H, m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), low),
+                                        _mm256_and_si256(_mm256_srli_epi16(H, 2), m30))};
+                    for (int g = 0; g < 4; g++)
+                        a[g] =
+                            _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], bcast4(xq + 128 * h + 32 * g + 4 * k)));
+                }
+                for (int g = 0; g < 4; g++) {
+                    int j = 8 * h + 2 * g + s;
+                    __m256i c = _mm256_sub_epi16(a[g], _mm256_set1_epi32(xb->aux[j]));
+                    S = _mm256_add_epi32(
+                        S, _mm256_madd_epi16(c, scale2(P + Q6_SC + (h * 4 + s * 2 + (g >> 1)) * 16 + (g & 1) * 8, 1)));
+                }
             }
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Q6_D)));
+        *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(S), *acc);
+        return;
+    }
+    const int q5 = wt == WT_Q5_K;
+    const size_t SCo = q5 ? Q5_SC : Q4_SC, MNo = q5 ? Q5_MN : Q4_MN, Do = q5 ? Q5_D : Q4_D;
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+        __m256i a[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
+                           {_mm256_setzero_si256(), _mm256_setzero_si256()}};
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(P + ((c >> 1) * 8 + k) * 64 + (c & 1) * 32));
+            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            if (q5) {
+                __m256i hb = _mm256_loadu_si256((const __m256i *)(P + Q5_QH + 32 * k));
+                lo = _mm256_or_si256(lo, bit_to_16(hb, 2 * c)), hi = _mm256_or_si256(hi, bit_to_16(hb, 2 * c + 1));
+            }
+            a[0][k >> 2] = _mm256_add_epi16(a[0][k >> 2], _mm256_maddubs_epi16(lo, bcast4(xq + 64 * c + 4 * k)));
+            a[1][k >> 2] = _mm256_add_epi16(a[1][k >> 2], _mm256_maddubs_epi16(hi, bcast4(xq + 64 * c + 32 + 4 * k)));
+        }
+        for (int nib = 0; nib < 2; nib++) {
+            __m256i sc = scale2(P + SCo + ((c >> 1) * 2 + nib) * 16 + (c & 1) * 8, 0);
+            S = _mm256_add_epi32(S,
+                                 _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], sc), _mm256_madd_epi16(a[nib][1], sc)));
         }
     }
-    for (int t = 0; t < NT; t++) {
-        __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xb[t]->bs));
-        v[t] = _mm256_sub_epi32(s[t], _mm256_slli_epi32(off, 5));
+    __m256i M = _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++)
+        M = _mm256_add_epi32(
+            M, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(P + MNo + 16 * p))),
+                                 _mm256_set1_epi32(xb->aux[p])));
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Do)));
+    __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Do + 16)));
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(S), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(-0.0f)), _mm256_cvtepi32_ps(M), *acc);
+}
+#endif
+
+#define TILE 64 /* tokens a group's super-block (≤ 1.7 KB, in L1) serves before the next */
+/* one group (its panels G) for tokens [t0, t0 + nt): each super-block read from memory
+   once, its 8 rows' chains advanced for every token in turn */
+INLINE void group(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt, const WType wt) {
+    const size_t sb = sb_bytes(wt);
+    const uint8_t *next = G + PREFETCH;
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int b = 0; b < j->nb; b++) {
+        prefetch(&next, G + (b + 1) * sb);
+        const XBlock *xb = j->xb + (size_t)t0 * j->nb + b;
+        if (nt == 1) step(acc, G + b * sb, xb, wt);
+        else
+            for (int t = 0; t < nt; t++) step(acc + t, G + b * sb, xb + (size_t)t * j->nb, wt);
     }
 }
-
-/* 8 rows' super-block against NT tokens, x's first `valid` elements (the rest are 0, so
-   leaving their products out changes no sum) */
-static inline __attribute__((always_inline)) void rows8(const uint8_t *const *w, WType wt, int valid,
-                                                        const XBlock *const *xb, const int NT, __m256i (*v)[TT],
-                                                        __m256i (*mv)[TT]) {
-    if (wt == WT_Q6_K)
-        for (int k = 0; k < 8; k++) row_q6(w[k], (valid + 31) / 32, xb, NT, v[k]);
-    else if (wt == WT_Q5_K)
-        for (int k = 0; k < 8; k++) row_q45(w[k], 1, (valid + 63) / 64, xb, NT, v[k], mv[k]);
-    else
-        for (int k = 0; k < 8; k++) row_q45(w[k], 0, (valid + 63) / 64, xb, NT, v[k], mv[k]);
+static void group_q4(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt) {
+    group(j, G, acc, t0, nt, WT_Q4_K);
+}
+static void group_q5(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt) {
+    group(j, G, acc, t0, nt, WT_Q5_K);
+}
+static void group_q6(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt) {
+    group(j, G, acc, t0, nt, WT_Q6_K);
 }
 
 static void qk_groups(void *ctx, int begin, int end) {
     const QkJob *j = ctx;
-    size_t bb = block_bytes(j->wt);
+    _Alignas(32) __m256 acc[TILE];
     for (int r0 = begin; r0 < end; r0 += GROUP) {
-        const uint8_t *row[8];
-        for (int k = 0; k < 8; k++) /* a short group repeats its last row in the spare lanes */
-            row[k] = q_row(j->w, j->row_bytes, r0 + k < j->rows ? r0 + k : j->rows - 1);
-        /* the rows PREFETCH groups on, fetched into L2 a block at a time as this group reads
-           its own: 8 interleaved row streams defeat the hardware prefetcher (into L1, the
-           fetches held up the loads: 137 against 172 tok/s on SmolLM2 Q4_K_M) */
-        const uint8_t *ahead[8];
-        int na = 0;
-        for (int k = 0; k < 8 && r0 + PREFETCH * GROUP + k < j->rows; k++)
-            ahead[na++] = q_row(j->w, j->row_bytes, r0 + PREFETCH * GROUP + k);
-        for (int t0 = 0; t0 < j->n; t0 += TT) {
-            int nt = j->n - t0 < TT ? j->n - t0 : TT;
-            __m256 acc[TT];
-            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-            for (int b = 0; b < j->nb; b++) {
-                const uint8_t *w[8];
-                const XBlock *xb[TT];
-                __m256i v[8][TT], mv[8][TT];
-                for (int k = 0; k < 8; k++) w[k] = row[k] + b * bb;
-                int valid = j->cols - b * QK_K < QK_K ? j->cols - b * QK_K : QK_K;
-                if (t0 == 0)
-                    for (int k = 0; k < na; k++)
-                        for (size_t o = 0; o < bb; o += 64)
-                            _mm_prefetch((const char *)ahead[k] + b * bb + o, _MM_HINT_T1);
-                for (int t = 0; t < nt; t++) xb[t] = j->xb + (size_t)(t0 + t) * j->nb + b;
-                switch (nt) {
-                case 1:
-                    rows8(w, j->wt, valid, xb, 1, v, mv);
-                    break;
-                case 2:
-                    rows8(w, j->wt, valid, xb, 2, v, mv);
-                    break;
-                case 3:
-                    rows8(w, j->wt, valid, xb, 3, v, mv);
-                    break;
-                default:
-                    rows8(w, j->wt, valid, xb, 4, v, mv);
-                    break;
-                }
-                __m256 d = f16x8(w, j->wt == WT_Q6_K ? 208 : 0);
-                __m256 dm = j->wt == WT_Q6_K ? d : f16x8(w, 2);
-                for (int t = 0; t < nt; t++) {
-                    __m256i s[8];
-                    for (int k = 0; k < 8; k++) s[k] = v[k][t];
-                    __m256 dx = _mm256_set1_ps(xb[t]->d);
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce8(s)), acc[t]);
-                    if (j->wt != WT_Q6_K) {
-                        for (int k = 0; k < 8; k++) s[k] = mv[k][t];
-                        acc[t] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(-0.0f)),
-                                                 _mm256_cvtepi32_ps(reduce8(s)), acc[t]);
-                    }
-                }
-            }
-            int nr = j->rows - r0 < GROUP ? j->rows - r0 : GROUP;
+        const uint8_t *G = j->w->panels[0] + (size_t)(r0 / GROUP) * group_bytes(j->wt, j->nb);
+        int nr = j->rows - r0 < GROUP ? j->rows - r0 : GROUP;
+        for (int t0 = 0; t0 < j->n; t0 += TILE) {
+            int nt = j->n - t0 < TILE ? j->n - t0 : TILE;
+            if (j->wt == WT_Q4_K) group_q4(j, G, acc, t0, nt);
+            else if (j->wt == WT_Q5_K) group_q5(j, G, acc, t0, nt);
+            else group_q6(j, G, acc, t0, nt);
             for (int t = 0; t < nt; t++) {
                 float *y = j->y + (size_t)(t0 + t) * j->rows + r0, o[8];
                 if (nr == GROUP) _mm256_storeu_ps(y, acc[t]);
                 else {
                     _mm256_storeu_ps(o, acc[t]);
-                    for (int k = 0; k < nr; k++) y[k] = o[k];
+                    memcpy(y, o, sizeof(float) * nr);
                 }
             }
         }
     }
+}
+
+size_t qk_panel_bytes(WType wt, int rows, int cols) {
+    return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wt, (cols + QK_K - 1) / QK_K);
+}
+
+typedef struct {
+    uint8_t *dst;
+    const QIndex *w;
+    WType wt;
+    int cols, rows;
+} PackJob;
+
+static void pack_groups(void *ctx, int begin, int end) {
+    const PackJob *p = ctx;
+    const WType wt = p->wt;
+    const int nb = (p->cols + QK_K - 1) / QK_K;
+    const size_t bb = block_bytes(wt), rb = q_row_bytes(wt, p->cols), sb = sb_bytes(wt), gb = group_bytes(wt, nb);
+    for (int g = begin; g < end; g++) {
+        uint8_t *G = p->dst + (size_t)g * gb;
+        memset(G, 0, gb); /* a short group's missing rows: zero scales */
+        for (int i = 0; i < GROUP && g * GROUP + i < p->rows; i++) {
+            const uint8_t *row = q_row(p->w, rb, g * GROUP + i);
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * bb;
+                uint8_t *P = G + b * sb;
+                if (wt == WT_Q6_K) {
+                    for (int h = 0; h < 2; h++)
+                        for (int k = 0; k < 8; k++) {
+                            int o = h * 8 + k;
+                            memcpy(P + 64 * o + 4 * i, blk + 64 * h + 4 * k, 4);
+                            memcpy(P + 64 * o + 32 + 4 * i, blk + 64 * h + 32 + 4 * k, 4);
+                            memcpy(P + Q6_QH + 32 * o + 4 * i, blk + 128 + 32 * h + 4 * k, 4);
+                        }
+                    for (int j = 0; j < 16; j++) {
+                        int h = j >> 3, r = j & 7;
+                        P[Q6_SC + (h * 4 + (r & 1) * 2 + (r >> 2)) * 16 + ((r >> 1) & 1) * 8 + i] = blk[192 + j];
+                    }
+                    memcpy(P + Q6_D + 2 * i, blk + 208, 2);
+                    continue;
+                }
+                const int q5 = wt == WT_Q5_K;
+                const uint8_t *qs = blk + (q5 ? 48 : 16);
+                for (int c = 0; c < 4; c++)
+                    for (int k = 0; k < 8; k++)
+                        memcpy(P + ((c >> 1) * 8 + k) * 64 + (c & 1) * 32 + 4 * i, qs + 32 * c + 4 * k, 4);
+                if (q5)
+                    for (int k = 0; k < 8; k++) memcpy(P + Q5_QH + 32 * k + 4 * i, blk + 16 + 4 * k, 4);
+                const size_t SCo = q5 ? Q5_SC : Q4_SC, MNo = q5 ? Q5_MN : Q4_MN, Do = q5 ? Q5_D : Q4_D;
+                for (int j = 0; j < 8; j++) {
+                    int sc, m;
+                    scale_min_k4(j, blk + 4, &sc, &m);
+                    P[SCo + ((j >> 2) * 2 + (j & 1)) * 16 + ((j >> 1) & 1) * 8 + i] = (uint8_t)sc;
+                    P[MNo + (j >> 1) * 16 + 2 * i + (j & 1)] = (uint8_t)m;
+                }
+                memcpy(P + Do + 2 * i, blk, 2);
+                memcpy(P + Do + 16 + 2 * i, blk + 2, 2);
+            }
+        }
+    }
+}
+
+void qk_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows) {
+    PackJob p = {dst, w, wt, cols, rows};
+    pool_run(pack_groups, &p, (rows + GROUP - 1) / GROUP, 1, 64);
 }
 #else
 static void qk_groups(void *ctx, int begin, int end) {
@@ -366,12 +525,24 @@ static void qk_groups(void *ctx, int begin, int end) {
             j->y[(size_t)t * j->rows + r] = row_dot(w, j->wt, j->xb + (size_t)t * j->nb, j->nb);
     }
 }
+size_t qk_panel_bytes(WType wt, int rows, int cols) {
+    (void)wt, (void)rows, (void)cols;
+    return 0;
+}
+void qk_pack(uint8_t *dst, const QIndex *w, WType wt, int cols, int rows) {
+    (void)dst, (void)w, (void)wt, (void)cols, (void)rows;
+}
 #endif
 
 /* n tokens whose quantized rows fit xb */
 static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, int n, int cols, int rows, XBlock *xb) {
     int nb = (cols + QK_K - 1) / QK_K;
-    for (int t = 0; t < n; t++) quantize_x(xb + (size_t)t * nb, x + (size_t)t * cols, cols);
+    for (int t = 0; t < n; t++) {
+        quantize_x(xb + (size_t)t * nb, x + (size_t)t * cols, cols);
+#ifdef QK_AVX2
+        prep_x(xb + (size_t)t * nb, wt, nb);
+#endif
+    }
     QkJob j = {y, xb, w, wt, n, nb, rows, cols, q_row_bytes(wt, cols)};
     /* below ~128K multiply-adds per thread the hand-off costs more than it saves */
     size_t per_row = (size_t)nb * QK_K * n;
@@ -382,7 +553,7 @@ void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int c
     if (n <= 0 || rows <= 0) return;
     int nb = (cols + QK_K - 1) / QK_K;
     size_t need = (size_t)n * nb * sizeof(XBlock);
-    _Alignas(64) XBlock stack[64]; /* 20 KB: a few tokens of a small model */
+    _Alignas(64) XBlock stack[XSTACK];
     XBlock *xb = need <= sizeof stack ? stack : aligned_alloc(64, (need + 63) & ~(size_t)63);
     if (xb) {
         matmul_tokens(y, x, w, wt, n, cols, rows, xb);
@@ -391,7 +562,7 @@ void qk_matmul(float *y, const float *x, const QIndex *w, WType wt, int n, int c
     }
     /* out of memory: as many tokens at a time as the stack holds (the same bits), or NaN
        where not even one fits */
-    int fit = (int)(64 / nb);
+    int fit = (int)(XSTACK / nb);
     for (int t0 = 0; t0 < n; t0 += fit ? fit : n) {
         int nt = n - t0 < fit ? n - t0 : fit;
         if (nt) matmul_tokens(y + (size_t)t0 * rows, x + (size_t)t0 * cols, w, wt, nt, cols, rows, stack);
