@@ -107,11 +107,10 @@ __attribute__((format(printf, 2, 3))) static inline void put(Str *b, const char 
 
 /* what holding a model costs, said alike by every tool that decodes */
 #define MEMORY_MODEL                                                                                                   \
-    "the model's weights once: the packed copy the matrix products read (f32, bf16, and\n"                             \
-    "        Q8_0/Q4_0/Q4_1/Q5_0 in AVX2 builds; a mapped file's pages are given back once packed;\n"                  \
-    "        a .zst or stdin is held decompressed beside it), the K block types read in the file\n"                    \
-    "        itself; a GGUF file or a Hugging Face directory is imported first into /dev/shm (block\n"                 \
-    "        types kept, floats as f32), what is packed cut out of it\n"                                               \
+    "the model's weights once: the packed copy the matrix products read (f32, bf16, and the\n"                         \
+    "        block types in AVX2 builds; a mapped file's pages are given back once packed; a .zst\n"                   \
+    "        or stdin is held decompressed beside it); a GGUF file or Hugging Face directory is\n"                     \
+    "        imported into /dev/shm first (block types kept, floats as f32; what is packed cut out)\n"                 \
     "        + RoPE tables of ctx × head_dim × 4 bytes (ctx: the model's context)"
 #define MEMORY_KV(n)                                                                                                   \
     n " × ctx × layers × kv_dim × 8 bytes of KV cache (K and V in f32; --kv-type bf16: kv_dim × 4,\n"             \
