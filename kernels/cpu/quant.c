@@ -454,6 +454,14 @@ size_t q32_panel_bytes(WType wt, int rows, int cols) {
     return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wt, (cols + QK - 1) / QK);
 }
 
+/* bits 0, 4, 8, ..., 28 of v as one byte */
+static uint8_t gather_fifth(uint32_t v) {
+    v &= 0x11111111u;
+    v = (v | v >> 3) & 0x03030303u;
+    v = (v | v >> 6) & 0x000f000fu;
+    return (uint8_t)(v | v >> 12);
+}
+
 typedef struct {
     uint8_t *dst;
     const QIndex *w;
@@ -478,9 +486,8 @@ static void pack_groups(void *ctx, int begin, int end) {
                 for (int k = 0; k < quads; k++) memcpy(Q + k * GROUP * 4 + i * 4, blk + off + 4 * k, 4);
                 memcpy(S + i * 2, blk, 2);
                 if (wt == WT_Q4_1) memcpy(S + GROUP * 2 + i * 2, blk + 2, 2);
-                if (wt == WT_Q5_0)
-                    for (int e = 0, qh = (int)q5_high(blk); e < QK; e++)
-                        Q[4 * GROUP * 4 + i * 4 + e % 4] |= (uint8_t)((qh >> e & 1) << (e / 4));
+                for (int e = 0; wt == WT_Q5_0 && e < 4; e++) /* bit j: element 4j + e's fifth bit */
+                    Q[4 * GROUP * 4 + i * 4 + e] = gather_fifth(q5_high(blk) >> e);
             }
         }
     }
