@@ -1,13 +1,13 @@
 /* quant.c — y[n][rows] = x[n][cols] · W^T for Q8_0, Q4_0, Q4_1 and Q5_0 weights, by quant.h's rule.
 
-   x is quantized once per call (the caller's thread), then the threads take groups of 8
-   rows. The AVX2 path keeps a group's 8 rows in the 8 lanes of a vector, from panels
-   q32_pack lays out at load (for each 4-element quad, the 8 rows' 4 bytes side by
-   side), so that maddubs against the token's broadcast quad gives each row's sums in
-   its own lane, with no horizontal adds, and one fmadd per block advances the 8 rows'
-   chains: the scalar chain's operations lane by lane, so the bits are the spec's. One
-   token takes each block straight from the panels; several take a chunk of blocks kept
-   in L1, so verifying n tokens reads the weights from memory once. */
+   x is quantized once per call (the caller's thread), then the threads take groups of
+   rows (8; 16 in the AVX-512 VNNI path). A vector path keeps a group's rows in the lanes
+   of a vector, from panels q32_pack lays out at load (for each 4-element quad, the rows'
+   4 bytes side by side), so that maddubs (or vpdpbusd) against the token's broadcast
+   quad gives each row's sums in its own lane, with no horizontal adds, and one fmadd per
+   block advances the rows' chains: the scalar chain's operations lane by lane, so the
+   bits are the spec's. Several tokens share each block as it is unpacked, so verifying
+   n tokens reads the weights from memory once. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -87,7 +87,7 @@ typedef struct {
    rate). */
 static size_t panel_qs(WType wt) { return (size_t)GROUP * 4 * (wt == WT_Q8_0 ? 8 : wt == WT_Q5_0 ? 5 : 4); }
 static size_t panel_sc(WType wt) { return (size_t)GROUP * 2 * (wt == WT_Q4_1 ? 2 : 1); }
-static size_t panel_bytes(WType wt) { return panel_qs(wt) + panel_sc(wt); } /* 8 blocks' bytes */
+static size_t panel_bytes(WType wt) { return panel_qs(wt) + panel_sc(wt); } /* GROUP blocks' bytes */
 static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(wt) + 63) & ~(size_t)63; }
 
 /* the panels PREFETCH bytes ahead into L2: the core's own prefetchers, and the loads
@@ -96,12 +96,6 @@ static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(w
 /* every line up to end + PREFETCH not yet asked for (*next) */
 INLINE void prefetch(const uint8_t **next, const uint8_t *end) {
     for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
-}
-
-/* a block's scales as floats (d; Q4_1: and m), s its panel's */
-INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) {
-    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
-    *m = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16))) : *d;
 }
 
 #ifdef VNNI
@@ -202,6 +196,12 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
         }
 }
 #else
+/* a block's scales as floats (d; Q4_1: and m), s its panel's */
+INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) {
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
+    *m = wt == WT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16))) : *d;
+}
+
 typedef __m256i PV;
 #define PV_BLOCK(wt) ((wt) == WT_Q8_0 ? 16 : 8) /* Q8_0: w, then |w| */
 /* a block of 8 rows as panels, w[k] = quad k (Q4: the nibbles as bytes; Q5_0: with the
