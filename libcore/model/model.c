@@ -352,7 +352,7 @@ static size_t packed_bytes(const Pack *p) {
     return k_wtype_quant(s.t) ? k_packed_bytes_blocks(s.cols, n, rows, types) : k_packed_bytes(s.t, s.rows, s.cols);
 }
 
-/* drop: the file's pages of each f32/bf16 source go back once it is packed (below) */
+/* drop: the file's pages of each source the packed copy holds alone go back once packed (below) */
 static int pack_weights(Model *m, int drop, size_t page) {
     Pack *list = pd_alloc(sizeof(Pack) * (4 * m->c.n_layers + 1));
     if (!list) return -1;
@@ -380,11 +380,12 @@ static int pack_weights(Model *m, int drop, size_t page) {
     return rc;
 }
 
-/* Zero copy for f32/bf16: the matmuls read the packed copy, so the file's pages of those
+/* The model once in memory: the matmuls read the packed copy (k_packed_copies: f32,
+   bf16, and the block types in the vector builds), so the file's pages of those
    matrices are needed no more (model_verify reads each tensor once, then drops it;
    pack_weights drops each source once packed). The embedding is read a row at a time,
    so its pages come back only for the tokens used (and the lm_head's for a head that
-   reads a row). Block types are read in the file itself and stay. Only in a file
+   reads a row). Block types a build reads in place stay. Only in a file
    mapping: there a dropped page faults in again from the file; dropped anonymous pages
    (a decompressed .zst, stdin) would read back as zeros. */
 static void release_embedding(const Model *m, size_t page) {
