@@ -64,6 +64,26 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
 	@mkdir -p $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
 
+# the CUDA kernels under cuemu (kernels/cuda/cuemu.h): each .cu built by the host C++
+# compiler, each fiber a CUDA thread; tests/test_cuemu*.cpp compare them with kernels/cpu
+# bit for bit. In SAN=1 they take the sanitizer flags too (ASan follows swapcontext).
+CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
+CUEMU_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/cuemu/%.o)
+CUEMU_TESTS := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_cuemu*.cpp))
+CUEMU_FLAGS  = -std=c++17 $(OPT) -ffp-contract=off -g -Wall -Wextra -Werror -DCUEMU -Ikernels -Itests
+TESTS       += $(CUEMU_TESTS)
+$(BUILD)/obj/cuemu/%.o: %.cu | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CUEMU_FLAGS) -MMD -MP -x c++ -c $< -o $@
+$(CUEMU_TESTS): $(BUILD)/tests/%: tests/%.cpp $(CUEMU_OBJ) $(LIB) | $(DEPS_OK)
+	@mkdir -p $(BUILD)/tests
+	$(CXX) $(CUEMU_FLAGS) -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(CUEMU_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+
+# the same .cu files through nvcc for sm_90a and sm_80 (tests/test_cuda_build.sh; SKIP without nvcc)
+.PHONY: nvcc-check
+nvcc-check:
+	@sh tests/test_cuda_build.sh
+
 # the kernels twice, as this machine runs them and as the scalar spec (no AVX, no FMA
 # instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output
 KERNEL_SRC := $(wildcard kernels/cpu/*.c)

@@ -1,0 +1,178 @@
+/* cuemu.h — one .cu source for nvcc and for the host C++ compiler (g++ -x c++ -std=c++17
+   -DCUEMU). Under CUEMU each CUDA thread is a cooperative fiber (ucontext): blocks run one
+   after another; a block's threads run in the order cuemu_order names (0 first-to-last,
+   1 last-to-first; -1, the default, reads CUEMU_ORDER=reverse from the environment) and
+   switch only at __syncthreads, __syncwarp and the shuffles, so a missing barrier reads
+   another order's data. Fibers are never preempted, so atomics are plain read-modify-writes.
+   __shared__ variables are function statics placed in one linker section, which is filled
+   with 0xff bytes (NaN floats) before each block; dynamic shared memory (the launch's shmem
+   bytes) is CUEMU_DYN_SHARED(type, name), poisoned the same way. Shuffles assume the whole
+   warp (every lane the block has) takes part, as a full mask says. */
+#ifndef PD_CUEMU_H
+#define PD_CUEMU_H
+
+#ifndef CUEMU
+#define CUEMU_LAUNCH(kernel, grid, block, shmem, ...) kernel<<<(grid), (block), (shmem)>>>(__VA_ARGS__)
+#define CUEMU_DYN_SHARED(type, name) extern __shared__ type name[]
+#else
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <ucontext.h>
+#include <vector>
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ __attribute__((section("cuemu_shared"))) static
+#define CUEMU_DYN_SHARED(type, name) type *name = (type *)cuemu::dyn_shmem.data()
+#define CUEMU_LAUNCH(kernel, grid, block, shmem, ...)                                                                  \
+    cuemu::launch(dim3(grid), dim3(block), (shmem), [&] { kernel(__VA_ARGS__); })
+
+inline int cuemu_order = -1;
+extern "C" char __start_cuemu_shared[] __attribute__((weak)), __stop_cuemu_shared[] __attribute__((weak));
+
+namespace cuemu {
+enum { RUN, AT_BLOCK, AT_WARP, DONE };
+struct Thread {
+    ucontext_t ctx;
+    int state;
+    dim3 idx;
+    uint64_t out; /* this lane's shuffle operand */
+};
+inline std::vector<Thread> th;
+inline std::vector<uint64_t> warp_in; /* each lane's operand, copied when its warp is released */
+inline std::vector<char> dyn_shmem;
+inline ucontext_t sched;
+inline Thread *cur;
+inline dim3 block_idx, block_dim, grid_dim;
+inline const std::function<void()> *body;
+inline size_t stack_bytes = 256 << 10;
+
+inline void yield(int state) {
+    cur->state = state;
+    swapcontext(&cur->ctx, &sched);
+}
+inline void entry() {
+    (*body)();
+    cur->state = DONE; /* uc_link returns to the scheduler */
+}
+/* the writes bypass ASan's checks: the section may hold its redzones between variables */
+__attribute__((no_sanitize_address)) inline void poison(char *p, char *end) {
+    for (; p < end; p++) *(volatile char *)p = (char)0xff;
+}
+
+/* apart: getcontext returns twice, which would clobber launch's loop variables */
+__attribute__((noinline)) inline void make_fiber(Thread &t, char *stack) {
+    t.state = RUN;
+    getcontext(&t.ctx);
+    t.ctx.uc_stack.ss_sp = stack;
+    t.ctx.uc_stack.ss_size = stack_bytes;
+    t.ctx.uc_link = &sched;
+    makecontext(&t.ctx, entry, 0);
+}
+
+/* runs every runnable fiber once in launch order, then releases a warp whose live lanes
+   all wait at a warp op, else the block once every live thread waits at __syncthreads */
+inline void run_block(size_t n, bool reverse) {
+    for (;;) {
+        bool live = false;
+        for (size_t k = 0; k < n; k++) {
+            Thread &t = th[reverse ? n - 1 - k : k];
+            if (t.state == RUN) cur = &t, swapcontext(&sched, &t.ctx);
+            live |= t.state != DONE;
+        }
+        if (!live) return;
+        bool released = false, all_block = true;
+        for (size_t w = 0; w < n; w += 32) {
+            size_t e = w + 32 < n ? w + 32 : n;
+            size_t at_warp = 0, done = 0;
+            for (size_t i = w; i < e; i++) at_warp += th[i].state == AT_WARP, done += th[i].state == DONE;
+            for (size_t i = w; i < e; i++) all_block &= th[i].state == AT_BLOCK || th[i].state == DONE;
+            if (!at_warp || at_warp + done < e - w) continue;
+            for (size_t i = w; i < e; i++) warp_in[i] = th[i].out, th[i].state = th[i].state == DONE ? DONE : RUN;
+            released = true;
+        }
+        if (released) continue;
+        if (!all_block) {
+            fprintf(stderr, "cuemu: deadlock: threads wait at different barriers\n");
+            abort();
+        }
+        for (size_t i = 0; i < n; i++) th[i].state = th[i].state == DONE ? DONE : RUN;
+    }
+}
+
+inline void launch(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &f) {
+    if (cuemu_order < 0) {
+        const char *e = getenv("CUEMU_ORDER");
+        cuemu_order = e && !strcmp(e, "reverse");
+    }
+    size_t n = (size_t)block.x * block.y * block.z;
+    std::unique_ptr<char[]> stacks(new char[n * stack_bytes]); /* untouched pages stay unmapped */
+    th.assign(n, Thread());
+    warp_in.assign(n, 0);
+    dyn_shmem.assign(shmem, 0);
+    body = &f, grid_dim = grid, block_dim = block;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                block_idx = dim3(bx, by, bz);
+                poison(__start_cuemu_shared, __stop_cuemu_shared);
+                poison(dyn_shmem.data(), dyn_shmem.data() + shmem);
+                for (size_t i = 0; i < n; i++) {
+                    th[i].idx = dim3(i % block.x, i / block.x % block.y, i / ((size_t)block.x * block.y));
+                    make_fiber(th[i], &stacks[i * stack_bytes]);
+                }
+                run_block(n, cuemu_order == 1);
+            }
+}
+
+/* lane, srcLane → the operand srcLane gave at this warp op (its own where out of range) */
+template <class T> inline T shfl(T v, int src, bool valid) {
+    static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
+    size_t me = cur - th.data(), w = me / 32 * 32;
+    memcpy(&cur->out, &v, sizeof v);
+    yield(AT_WARP);
+    if (valid && w + src < th.size()) memcpy(&v, &warp_in[w + src], sizeof v);
+    return v;
+}
+inline int lane() { return (int)((cur - th.data()) % 32); }
+} // namespace cuemu
+
+#define threadIdx (cuemu::cur->idx)
+#define blockIdx (cuemu::block_idx)
+#define blockDim (cuemu::block_dim)
+#define gridDim (cuemu::grid_dim)
+inline void __syncthreads() { cuemu::yield(cuemu::AT_BLOCK); }
+inline void __syncwarp(unsigned = 0xffffffffu) { cuemu::shfl(0, 0, false); }
+template <class T> inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+    int l = cuemu::lane();
+    return cuemu::shfl(v, (l & ~(width - 1)) + (src & (width - 1)), true);
+}
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+    int l = cuemu::lane(), s = l ^ mask;
+    return cuemu::shfl(v, s, (s & ~(width - 1)) == (l & ~(width - 1)));
+}
+template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
+    int l = cuemu::lane();
+    return cuemu::shfl(v, l + (int)delta, (l & (width - 1)) + (int)delta < width);
+}
+template <class T> inline T atomicAdd(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+#endif
+#endif
