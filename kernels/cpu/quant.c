@@ -90,14 +90,6 @@ static size_t panel_sc(WType wt) { return (size_t)GROUP * 2 * (wt == WT_Q4_1 ? 2
 static size_t panel_bytes(WType wt) { return panel_qs(wt) + panel_sc(wt); } /* GROUP blocks' bytes */
 static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(wt) + 63) & ~(size_t)63; }
 
-/* the panels PREFETCH bytes ahead into L2: the core's own prefetchers, and the loads
-   the out-of-order window holds, ran at less than half the read bandwidth */
-#define PREFETCH 8192
-/* every line up to end + PREFETCH not yet asked for (*next) */
-INLINE void prefetch(const uint8_t **next, const uint8_t *end) {
-    for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
-}
-
 #ifdef VNNI
 /* AVX-512 VNNI: vpdpbusd multiplies unsigned bytes by signed ones and adds each 4 into
    an int32 lane, exactly: a vector holds quad k of the 16 rows, against the token's quad
@@ -168,32 +160,20 @@ INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, c
 }
 /* one group of 16 rows (its panels G) for nt tokens from t0 */
 INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
-    for (int tt = t0; tt < t0 + nt; tt += TT) switch (t0 + nt - tt < TT ? t0 + nt - tt : TT) {
-        case 1:
-            tile16(j, G, acc, t0, tt, 1, tt == t0, wt);
-            break;
-        case 2:
-            tile16(j, G, acc, t0, tt, 2, tt == t0, wt);
-            break;
-        case 3:
-            tile16(j, G, acc, t0, tt, 3, tt == t0, wt);
-            break;
-        case 4:
-            tile16(j, G, acc, t0, tt, 4, tt == t0, wt);
-            break;
-        case 5:
-            tile16(j, G, acc, t0, tt, 5, tt == t0, wt);
-            break;
-        case 6:
-            tile16(j, G, acc, t0, tt, 6, tt == t0, wt);
-            break;
-        case 7:
-            tile16(j, G, acc, t0, tt, 7, tt == t0, wt);
-            break;
-        default:
-            tile16(j, G, acc, t0, tt, 8, tt == t0, wt);
-            break;
-        }
+    for (int tt = t0; tt < t0 + nt; tt += TT) {
+        int left = t0 + nt - tt;
+        /* NT a constant in each call, so that the chains stay in registers */
+#define TILE16(k) tile16(j, G, acc, t0, tt, k, tt == t0, wt)
+        if (left >= 8) TILE16(8);
+        else if (left == 7) TILE16(7);
+        else if (left == 6) TILE16(6);
+        else if (left == 5) TILE16(5);
+        else if (left == 4) TILE16(4);
+        else if (left == 3) TILE16(3);
+        else if (left == 2) TILE16(2);
+        else TILE16(1);
+#undef TILE16
+    }
 }
 #else
 /* a block's scales as floats (d; Q4_1: and m), s its panel's */
@@ -461,13 +441,6 @@ static uint8_t gather_fifth(uint32_t v) {
     v = (v | v >> 6) & 0x000f000fu;
     return (uint8_t)(v | v >> 12);
 }
-
-typedef struct {
-    uint8_t *dst;
-    const QIndex *w;
-    WType wt;
-    int cols, rows;
-} PackJob;
 
 static void pack_groups(void *ctx, int begin, int end) {
     const PackJob *p = ctx;

@@ -47,6 +47,25 @@ typedef struct {
     const uint8_t *panels[3]; /* q32_pack's / qk_pack's layout: all rows in [0] if the types agree, else per source */
 } QIndex;
 
+/* a q32_pack / qk_pack job: the rows of w packed into dst, a group of rows a pool task */
+typedef struct {
+    uint8_t *dst;
+    const QIndex *w;
+    WType wt;
+    int cols, rows;
+} PackJob;
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* the panels PREFETCH bytes ahead into L2: the core's own prefetchers, and the loads
+   the out-of-order window holds, ran at less than half the read bandwidth */
+#define PREFETCH 8192
+/* every line up to end + PREFETCH not yet asked for (*next) */
+static inline __attribute__((always_inline)) void prefetch(const uint8_t **next, const uint8_t *end) {
+    for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
+}
+#endif
+
 /* bytes of one row of cols elements */
 size_t q_row_bytes(WType wt, int cols);
 /* row r of the matrix */

@@ -183,13 +183,6 @@ enum {
 static size_t sb_bytes(WType wt) { return wt == WT_Q4_K ? Q4_SB : wt == WT_Q5_K ? Q5_SB : Q6_SB; }
 static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * sb_bytes(wt) + 63) & ~(size_t)63; }
 
-/* the panels PREFETCH bytes ahead into L2, as quant.c does (8 interleaved row streams,
-   or one, outrun the core's own prefetchers) */
-#define PREFETCH 8192
-INLINE void prefetch(const uint8_t **next, const uint8_t *end) {
-    for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
-}
-
 /* x's per-type extras: Q4_K / Q5_K: aux[p] = the sums of q of sub-blocks 2p, 2p + 1 as
    an int16 pair; Q6_K: VNNI: −32·Σq per 16, AVX2: per 16 the int16 pair 32·Σ q of each
    quad's elements 0, 1 and 2, 3 (what a maddubs lane's −32 offsets add up to).
@@ -455,13 +448,6 @@ static void qk_groups(void *ctx, int begin, int end) {
 size_t qk_panel_bytes(WType wt, int rows, int cols) {
     return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wt, (cols + QK_K - 1) / QK_K);
 }
-
-typedef struct {
-    uint8_t *dst;
-    const QIndex *w;
-    WType wt;
-    int cols, rows;
-} PackJob;
 
 static void pack_groups(void *ctx, int begin, int end) {
     const PackJob *p = ctx;
