@@ -1,0 +1,46 @@
+/* cuda_kernels.h — the launchers of kernels/cuda, callable from C. Each takes the
+   arguments of the backend.h kernel it reproduces bit for bit (pointers are device
+   pointers: host memory under cuemu) and launches on the current stream. The row ops
+   read their row count from device memory (rows, int32) when they run, so a captured
+   graph can replay them for another count; blocks past it do nothing. */
+#ifndef PD_CUDA_KERNELS_H
+#define PD_CUDA_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* k_matmul for WT_F32 and WT_BF16 on k_pack's layout (matmul.cu) */
+void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
+/* ops.cu / rmsnorm.cu: the element-wise and per-row kernels of backend.h */
+void cuda_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
+void cuda_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
+               const float *sin_t);
+void cuda_add(float *y, const float *x, size_t n);
+void cuda_silu(float *y, const float *x, size_t n);
+void cuda_add_rows(float *y, size_t stride, const float *x, int n, int cols);
+void cuda_silu_mul_rows(float *y, const float *gu, int n, int cols);
+void cuda_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
+                         int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot,
+                         const float *src, size_t src_stride, size_t v_off, int n);
+/* k_row_to_f32 of rows[i] for i < n into y[n][cols] (an embedding lookup), f32 and bf16 */
+void cuda_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols);
+/* attention.cu: k_attention, k_attention_rel (every KVType) */
+void cuda_attention(const AttnArgs *a);
+void cuda_attention_rel(const AttnArgs *a);
+/* rows.cu, over [*rows ≤ max_rows][cols]: ids[r] = k_argmax(x[r]);
+   y[r] = k_softmax of x[r] (each element first divided by temp when temp != 0; y may be x);
+   ids[r][k], p[r][k] (p may be NULL) the k largest of softmax(x[r]), as device_cpu.c's
+   dev_topk_rows: largest first, lower index first among equals, -1 / 0 past the row */
+void cuda_argmax_rows(int32_t *ids, const float *x, const int32_t *rows, int max_rows, int cols);
+void cuda_softmax_rows(float *y, const float *x, const int32_t *rows, int max_rows, int cols, float temp);
+void cuda_topk_rows(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols, int k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
