@@ -1,0 +1,202 @@
+/* attention.cu — k_attention / k_attention_rel (kernels/cpu/attention.c) bit for bit, for
+   every KVType: one block of ATT_THREADS threads per (token, query head).
+   Token t's keys are j = 0 .. nk-1: slot j for j < n_ctx[t], then the visible slots
+   extra[j - n_ctx[t]] (plus n_ctx[t] for _rel). The CPU reads the extras that continue
+   the committed run (slot = j) from the blocks like committed keys, so its committed
+   count nc is n_ctx[t] plus that run; the rest are "lone" keys, which matters only for
+   the maximum's order. The spec, per head:
+     score_j = (sequential FMA chain over d of q[d] * k_j[d]) * scale
+     max     = halving max tree over 16 lanes (lane j % 16 of keys j < nc, in j order),
+               then max1(score_j, max) for each lone key in j order
+     e_j     = exp1(score_j - max), sum = halving tree of 16 lanes of Σ e_j (j % 16)
+     out[d]  = halving tree of 16 partials fmaf(e_j, v_j[d], acc[j % 16]), times 1 / sum.
+   No scratch memory comes with the call and n_ctx is device memory, so the keys go in
+   chunks of ATT_CHUNK through shared memory: one pass for the maximum, one for the
+   exponents and sums, which recomputes each chunk's scores (same bits) unless all keys
+   fit in one chunk. Threads over keys for the scores (each its own chain); the 16 lanes
+   of the maximum and the sum are threads 0-15 walking their lane in key order; the
+   weighted sums are threads over (dimension, lane) pairs with their partials in dynamic
+   shared memory. Build with nvcc -fmad=false: only __fmaf_rn fuses. */
+#include <string.h>
+
+#include "../backend.h" /* cuda_kernels.h's "backend.h" is not found without -Ikernels (test_cuda_build.sh) */
+#include "cuemu.h"
+
+/* as declared in cuda_kernels.h */
+extern "C" void cuda_attention(const AttnArgs *a);
+extern "C" void cuda_attention_rel(const AttnArgs *a);
+
+#define ATT_THREADS 64
+#define ATT_CHUNK 256 /* keys a chunk: a multiple of 16, so lane j % 16 is the chunk's index % 16 */
+
+__device__ __forceinline__ float max1(float a, float b) { return a > b ? a : b; } /* MAXPS, as dot.h */
+__device__ __forceinline__ float min1(float a, float b) { return a < b ? a : b; } /* MINPS */
+
+__device__ __forceinline__ float bits_f32(uint32_t w) {
+#ifdef CUEMU
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+#else
+    return __uint_as_float(w);
+#endif
+}
+
+/* exp.h's exp1, the project's e^x, transcribed (nearbyintf → rintf: nearest even) */
+__device__ __forceinline__ float pow2i(int k) { return bits_f32((uint32_t)(k + 127) << 23); }
+__device__ float exp1(float x) {
+    x = max1(min1(x, 88.7f), -103.0f);
+    float n = rintf(x * 1.44269504f);
+    float r = __fmaf_rn(-n, 0.693359375f, x);
+    r = __fmaf_rn(-n, -2.12194440e-4f, r);
+    float y = 1.3981999507e-3f;
+    y = __fmaf_rn(y, r, 8.3334519073e-3f);
+    y = __fmaf_rn(y, r, 4.1665795894e-2f);
+    y = __fmaf_rn(y, r, 1.6666665459e-1f);
+    y = __fmaf_rn(y, r, 5.0000001201e-1f);
+    y = __fmaf_rn(y, r * r, r + 1.0f);
+    int k = (int)n, k1 = (int)floorf(n * 0.5f);
+    return y * pow2i(k1) * pow2i(k - k1);
+}
+
+/* one (token, kv head)'s view of the cache */
+struct View {
+    const AttnArgs *a;
+    const int *row; /* the token's block table */
+    int kvh;
+    const int *extra; /* the token's visible slots (less base) */
+    int n_ctx, base;
+};
+
+/* key j's slot */
+__device__ __forceinline__ int slot_of(const View &w, int j) { return j < w.n_ctx ? j : w.base + w.extra[j - w.n_ctx]; }
+
+/* element d of slot's key (val 0) or value (val 1) as attention.c's elem() computes it */
+__device__ __forceinline__ float elem(const View &w, int val, int slot, int d) {
+    const AttnArgs *a = w.a;
+    int bs = a->block_size, blk = slot / bs, col = slot - blk * bs;
+    size_t b = (size_t)w.row[blk];
+    size_t at = b * a->block_stride + (size_t)w.kvh * a->hd * bs + col + (size_t)d * bs;
+    switch (a->kv_type) {
+    case KV_BF16:
+        return bits_f32((uint32_t)((const uint16_t *)(val ? a->vq : a->kq))[at] << 16);
+    case KV_Q8_0:
+        return (val ? a->v_scale : a->k_scale)[b * a->scale_stride + (size_t)w.kvh * bs + col] *
+               (float)((const int8_t *)(val ? a->vq : a->kq))[at];
+    default:
+        return (val ? a->v : a->k)[at];
+    }
+}
+
+/* this thread's scores of chunk [j0, j1) into s[j - j0] */
+__device__ void chunk_scores(const View &w, const float *q, float *s, int j0, int j1) {
+    for (int j = j0 + (int)threadIdx.x; j < j1; j += ATT_THREADS) {
+        int slot = slot_of(w, j);
+        float acc = 0.0f;
+        for (int d = 0; d < w.a->hd; d++) acc = __fmaf_rn(q[d], elem(w, 0, slot, d), acc);
+        s[j - j0] = acc * w.a->scale;
+    }
+}
+
+/* the halving tree over 16 values 16 apart from v (dot.h's tree_sum16) */
+__device__ __forceinline__ float tree_sum16(const float *v) {
+    float s[16];
+    for (int l = 0; l < 16; l++) s[l] = v[l];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) s[l] += s[l + w];
+    return s[0];
+}
+
+__global__ void attention_kernel(AttnArgs A, int rel) {
+    __shared__ float s[ATT_CHUNK]; /* a chunk's scores, then its exponents */
+    __shared__ float lanes[16];
+    __shared__ float mx_sh, inv_sh;
+    __shared__ int nc_sh;
+    CUEMU_DYN_SHARED(float, dyn);
+    const AttnArgs *a = &A;
+    int hd = a->hd, t = blockIdx.x / a->n_heads, h = blockIdx.x % a->n_heads, tid = threadIdx.x;
+    float *acc = dyn;         /* [hd][16]: the weighted sums' partials, pair p = d * 16 + lane */
+    float *q = dyn + 16 * hd; /* [hd] */
+    int n_ctx = a->n_ctx[t], n_extra = a->extra_off[t + 1] - a->extra_off[t], nk = n_ctx + n_extra;
+    View w = {a, a->table[t], h / (a->n_heads / a->n_kv), a->extra + a->extra_off[t], n_ctx, rel ? n_ctx : 0};
+    const float *qt = a->q + (size_t)t * a->q_stride + (size_t)h * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS) q[d] = qt[d];
+    for (int p = tid; p < 16 * hd; p += ATT_THREADS) acc[p] = 0.0f;
+    if (tid < 16) lanes[tid] = -INFINITY; /* what the tree reads when there are no keys */
+    if (tid == 0) { /* the CPU's committed count: the extras that continue slots n_ctx, n_ctx + 1, ... */
+        int run = 0;
+        while (run < n_extra && w.extra[run] + w.base == n_ctx + run) run++;
+        nc_sh = n_ctx + run;
+    }
+    __syncthreads();
+    int nc = nc_sh;
+
+    /* pass 1: the maximum, committed lanes then the lone keys' chain */
+    float lane = -INFINITY; /* thread tid < 16: lane tid's maximum */
+    bool tree_done = false;
+    for (int j0 = 0; j0 < nk; j0 += ATT_CHUNK) {
+        int j1 = nk - j0 < ATT_CHUNK ? nk : j0 + ATT_CHUNK;
+        chunk_scores(w, q, s, j0, j1);
+        __syncthreads();
+        if (tid < 16) {
+            for (int j = j0 + tid; j < j1 && j < nc; j += 16) lane = max1(lane, s[j - j0]);
+            lanes[tid] = lane;
+        }
+        __syncthreads();
+        if (tid == 0 && j1 > nc) { /* lone keys here: every committed one is in the lanes by now */
+            float m;
+            if (!tree_done) { /* dot.h's tree_max16 */
+                float u[8];
+                for (int l = 0; l < 8; l++) u[l] = max1(lanes[l + 8], lanes[l]);
+                for (int l = 0; l < 4; l++) u[l] = max1(u[l + 4], u[l]);
+                m = max1(max1(u[0], u[2]), max1(u[1], u[3]));
+            } else m = mx_sh;
+            for (int j = j0 > nc ? j0 : nc; j < j1; j++) m = max1(s[j - j0], m);
+            mx_sh = m;
+        }
+        tree_done = tree_done || j1 > nc;
+        __syncthreads(); /* s is rewritten next chunk */
+    }
+    if (tid == 0 && !tree_done) { /* no lone keys (or no keys) */
+        float u[8];
+        for (int l = 0; l < 8; l++) u[l] = max1(lanes[l + 8], lanes[l]);
+        for (int l = 0; l < 4; l++) u[l] = max1(u[l + 4], u[l]);
+        mx_sh = max1(max1(u[0], u[2]), max1(u[1], u[3]));
+    }
+    __syncthreads();
+    float mx = mx_sh;
+
+    /* pass 2: exponents, their lane sums, the weighted sums' partials */
+    float sum = 0.0f; /* thread tid < 16: lane tid of exp_sum */
+    for (int j0 = 0; j0 < nk; j0 += ATT_CHUNK) {
+        int j1 = nk - j0 < ATT_CHUNK ? nk : j0 + ATT_CHUNK;
+        if (nk > ATT_CHUNK) chunk_scores(w, q, s, j0, j1);                                 /* else s still holds them */
+        for (int j = j0 + tid; j < j1; j += ATT_THREADS) s[j - j0] = exp1(s[j - j0] - mx); /* own keys only */
+        __syncthreads();
+        if (tid < 16)
+            for (int j = j0 + tid; j < j1; j += 16) sum += s[j - j0];
+        for (int p = tid; p < 16 * hd; p += ATT_THREADS) { /* adjacent threads: adjacent lanes, adjacent slots */
+            int d = p / 16, l = p % 16;
+            float r = acc[p];
+            for (int j = j0 + l; j < j1; j += 16) r = __fmaf_rn(s[j - j0], elem(w, 1, slot_of(w, j), d), r);
+            acc[p] = r;
+        }
+        __syncthreads();
+    }
+    if (tid < 16) lanes[tid] = sum;
+    __syncthreads();
+    if (tid == 0) inv_sh = __fdiv_rn(1.0f, tree_sum16(lanes)); /* the division comes last, as the CPU */
+    __syncthreads();
+    float inv = inv_sh;
+    float *out = a->out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS) out[d] = tree_sum16(acc + 16 * d) * inv;
+}
+
+static void launch(const AttnArgs *a, int rel) {
+    if (a->n <= 0 || a->n_heads <= 0 || a->hd <= 0) return;
+    size_t shmem = (size_t)17 * a->hd * sizeof(float); /* partials [hd][16] and q [hd] */
+    CUEMU_LAUNCH(attention_kernel, dim3((unsigned)(a->n * a->n_heads)), dim3(ATT_THREADS), shmem, *a, rel);
+}
+
+void cuda_attention(const AttnArgs *a) { launch(a, 0); }
+void cuda_attention_rel(const AttnArgs *a) { launch(a, 1); }
