@@ -167,7 +167,7 @@ int main(void) {
         {16, 2, 16, 7}, {12, 1, 8, 16}, {3, 3, 72, 5},  {2, 1, 48, 64},
     };
     static const int ns[] = {1, 2, 3, 5, 9};
-    bool san = getenv("PARADEC_SAN") != nullptr; /* the sanitizer run (fibers under ASan are slow): a third of it */
+    bool san = getenv("PARADEC_SAN") != nullptr; /* the sanitizer run (fibers under ASan are slow): fewer cases */
     for (int k = 0; k < (int)(sizeof shapes / sizeof *shapes); k++) {
         for (int x = 0; x < 5; x++)
             if (!san || x == 0 || x == 2 || (x == 4 && k % 3 == 1))
