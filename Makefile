@@ -19,7 +19,7 @@ endif
 # -ffp-contract=off: every product and sum rounds on its own in plain C too (gcc's ISO
 # default; clang would fuse a*b+c), so kernels and their tests agree bit for bit
 CFLAGS += -std=c11 $(OPT) -ffp-contract=off -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
-LDLIBS += -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm
+LDLIBS += -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm -lstdc++
 
 # what --version prints; a tool is rebuilt when the commit it would name changes
 PD_VERSION := 0.21
@@ -28,7 +28,10 @@ COMMIT_STAMP := $(BUILD)/.commit-$(PD_COMMIT)
 
 # libcore/FOLDER/*.c, in the folders libcore/LAYERS lists (tests/test_layers.sh checks their includes)
 LIB_SRC  := $(wildcard libcore/*/*.c kernels/cpu/*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# and the CUDA kernels built for the host under cuemu.h (the "cuemu" device)
+CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+CUEMU_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/cuemu/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUEMU_OBJ)
 LIB      := $(BUILD)/libcore.a
 TOOLS    := $(patsubst tools/%.c,$(BIN)/%,$(wildcard tools/*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
@@ -67,17 +70,15 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
 # the CUDA kernels under cuemu (kernels/cuda/cuemu.h): each .cu built by the host C++
 # compiler, each fiber a CUDA thread; tests/test_cuemu*.cpp compare them with kernels/cpu
 # bit for bit. In SAN=1 they take the sanitizer flags too (ASan follows swapcontext).
-CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
-CUEMU_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/cuemu/%.o)
 CUEMU_TESTS := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_cuemu*.cpp))
 CUEMU_FLAGS  = -std=c++17 $(OPT) -ffp-contract=off -g -Wall -Wextra -Werror -DCUEMU -Ikernels -Itests
 TESTS       += $(CUEMU_TESTS)
 $(BUILD)/obj/cuemu/%.o: %.cu | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CUEMU_FLAGS) -MMD -MP -x c++ -c $< -o $@
-$(CUEMU_TESTS): $(BUILD)/tests/%: tests/%.cpp $(CUEMU_OBJ) $(LIB) | $(DEPS_OK)
+$(CUEMU_TESTS): $(BUILD)/tests/%: tests/%.cpp $(LIB) | $(DEPS_OK)
 	@mkdir -p $(BUILD)/tests
-	$(CXX) $(CUEMU_FLAGS) -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(CUEMU_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CXX) $(CUEMU_FLAGS) -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
 
 # the same .cu files through nvcc for sm_90a and sm_80 (tests/test_cuda_build.sh; SKIP without nvcc)
 .PHONY: nvcc-check
@@ -88,16 +89,16 @@ nvcc-check:
 # instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output
 KERNEL_SRC := $(wildcard kernels/cpu/*.c)
 KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/avx2 $(BUILD)/kspec/scalar
-$(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
+$(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread -lm
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
 # the AVX2 paths on a machine with AVX-512 too (where native is AVX2, the same build)
-$(BUILD)/kspec/avx2: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
+$(BUILD)/kspec/avx2: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -mno-avx512f $^ -o $@ $(LDFLAGS) -lpthread -lm
-$(BUILD)/kspec/scalar: tests/kernel_dump.c $(KERNEL_SRC) | $(DEPS_OK)
+	$(CC) $(CFLAGS) -mno-avx512f $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
+$(BUILD)/kspec/scalar: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(subst -march=native,-march=x86-64-v2,$(CFLAGS)) $^ -o $@ $(LDFLAGS) -lpthread -lm
+	$(CC) $(subst -march=native,-march=x86-64-v2,$(CFLAGS)) $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
 
 # the embedded default model: stories260K + tok512, found through pd_data_path's order
 MODEL_DIR = $(firstword $(wildcard $(PARADEC_DATA)/models/stories260K data/models/stories260K ../shared/data/models/stories260K))

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
+
 typedef struct Device Device;
 typedef struct DevMem DevMem;
 typedef struct DevEvent DevEvent;
@@ -21,7 +23,9 @@ typedef struct {
 
 const char *dev_errmsg(void); /* the calling thread's last device error */
 
-/* kind "cpu" (the only one compiled in so far); NULL + dev_errmsg when unknown */
+/* kind "cpu" (kernels/cpu on host memory) or "cuemu" (kernels/cuda's sources built for
+   the host under cuemu.h, on host memory: the CUDA kernels' bits, tested without a GPU);
+   NULL + dev_errmsg when not compiled in */
 Device *dev_open(const char *kind);
 void dev_close(Device *d);
 const char *dev_kind(const Device *d);
@@ -83,7 +87,28 @@ int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_row
 int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols, float temp);
 int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k);
 
-/* a host function as a stream call (CPU only: how model/ runs its CPU kernels in
+/* the kernels model/ runs on a device's buffers (pointers where dev_host puts them),
+   each with its backend.h namesake's arguments and bits */
+typedef struct {
+    const char *name;
+    int (*has_wtype)(WType wt); /* the weight types its matmul multiplies */
+    void (*matmul)(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
+    void (*rmsnorm)(float *y, const float *x, const float *g, int n, int dim, float eps);
+    void (*rope)(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
+                 const float *sin_t);
+    void (*add)(float *y, const float *x, size_t n);
+    void (*add_rows)(float *y, size_t stride, const float *x, int n, int cols);
+    void (*silu_mul_rows)(float *y, const float *gu, int n, int cols);
+    void (*kv_write)(KVType t, void *k, void *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
+                     int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot, const float *src,
+                     size_t src_stride, size_t v_off, int n);
+    void (*attention_rel)(const AttnArgs *a);
+    /* k_row_to_f32 of rows[i] into y[i] for i < n: the embedding lookup */
+    void (*rows_to_f32)(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols);
+} KernelSet;
+const KernelSet *dev_kernels(const Device *d);
+
+/* a host function as a stream call (host-memory devices only: how model/ runs its CPU kernels in
    stream order and inside a graph); args (bytes copied) are handed to fn */
 int dev_host_call(Device *d, void (*fn)(const void *args), const void *args, size_t bytes);
 

@@ -33,6 +33,29 @@ need() {
     done
 }
 
+# the methods `decode --help` lists, one a line
+decode_methods() { $BIN/decode --help | sed -n '/^Methods/,$p' | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p'; }
+
+# method_flags METHOD: what a method needs, from its help line (the test exit heads, the
+# test Medusa heads, a 2-layer draft folded from heads trained for a few steps, made
+# once per test); a need this helper does not know prints a word with NEED in it
+method_flags() {
+    line=$($BIN/decode --help | sed -n "s/^  $1  *//p" | head -1)
+    case $line in
+    *"needs exit heads"*) echo "--heads ${TEST_HEADS:-$BUILD/test-heads.safetensors.zst}" ;;
+    *"needs Medusa heads"*) echo "--heads ${TEST_MEDUSA:-$BUILD/test-medusa.safetensors.zst}" ;;
+    *"needs --draft"*)
+        if [ ! -s "$TMP/draft.safetensors" ]; then
+            gzip -dc "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" 2>/dev/null | head -c 20000 >"$TMP/small.txt"
+            $BIN/distill-heads -m "$MODEL" --steps 3 --batch 2 --seq-len 64 --data "$TMP/small.txt" --layers 2 \
+                --norm 1 -o "$TMP/h.safetensors" 2>/dev/null
+            $BIN/convert "$MODEL" --layers 2 --heads "$TMP/h.safetensors" -o "$TMP/draft.safetensors" 2>/dev/null
+        fi
+        [ -s "$TMP/draft.safetensors" ] && echo "--draft $TMP/draft.safetensors" || echo "NEEDS-A-DRAFT" ;;
+    *needs*) echo "UNKNOWN-NEED" ;;
+    esac
+}
+
 # refuses DESCRIPTION OUTFILE COMMAND... : exit ≠ 0, exactly one line on stderr that
 # names the tool, nothing on stdout, and OUTFILE (if not "") does not exist
 refuses() {

@@ -12,7 +12,7 @@ if [ -z "$NVCC" ]; then
     exit 0
 fi
 for f in kernels/cuda/*.cu; do
-    if "$NVCC" -fmad=false -Werror all-warnings -gencode arch=compute_90a,code=sm_90a \
+    if "$NVCC" -fmad=false -Ikernels -Werror all-warnings -gencode arch=compute_90a,code=sm_90a \
         -gencode arch=compute_80,code=sm_80 -c "$f" -o "$TMP/$(basename "$f" .cu).o" 2>"$TMP/err"; then
         ok
     else

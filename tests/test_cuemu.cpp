@@ -6,11 +6,9 @@
 #include <vector>
 
 #include "check.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/cuemu.h"
 #include "rand.h"
-
-extern "C" void k_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
-void cuda_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
 
 static void test_rmsnorm(void) {
     static const int dims[] = {1, 7, 64, 65, 576, 1000};

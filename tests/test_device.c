@@ -221,14 +221,19 @@ static void captured_upload(Device *d) {
 
 int main(void) {
     k_init(1);
-    Device *d = dev_open("cpu"), *d2 = dev_open("cpu");
-    CHECK(d && d2, "%s", dev_errmsg());
-    if (!d || !d2) return check_done("device");
-    memory(d);
-    events(d, d2);
-    rows(d);
-    graphs(d);
-    captured_upload(d);
-    dev_close(d), dev_close(d2);
+    static const char *kinds[] = {"cpu", "cuemu"}; /* cuemu: the row ops are kernels/cuda/rows.cu's */
+    for (int i = 0; i < 2; i++) {
+        Device *d = dev_open(kinds[i]), *d2 = dev_open(kinds[i]);
+        CHECK(d && d2, "%s", dev_errmsg());
+        if (!d || !d2) break;
+        CHECK(!strcmp(dev_kind(d), kinds[i]) && !strcmp(dev_kernels(d)->name, kinds[i]), "device %s says it is %s",
+              kinds[i], dev_kind(d));
+        memory(d);
+        events(d, d2);
+        rows(d);
+        graphs(d);
+        captured_upload(d);
+        dev_close(d), dev_close(d2);
+    }
     return check_done("device");
 }

@@ -6,33 +6,10 @@
 # default's bits); a bad --kv-type is one line and a non-zero exit in every tool that
 # takes it. serve with a q8_0 cache answers as decode does, alone and batched.
 . tests/lib.sh
-HEADS_EXIT=${TEST_HEADS:-$BUILD/test-heads.safetensors.zst}
-HEADS_MEDUSA=${TEST_MEDUSA:-$BUILD/test-medusa.safetensors.zst}
 N=120
 
-methods=$($BIN/decode --help | sed -n '/^Methods/,$p' | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p')
+methods=$(decode_methods)
 check "decode --help lists methods ($(echo $methods | tr '\n' ' '))" test "$(echo "$methods" | wc -l)" -ge 5
-
-# what a method needs, from its help line; a need this test does not know fails it
-DRAFT=
-flags_of() {
-    line=$($BIN/decode --help | sed -n "s/^  $1  *//p" | head -1)
-    case $line in
-    *"needs exit heads"*) echo "--heads $HEADS_EXIT" ;;
-    *"needs Medusa heads"*) echo "--heads $HEADS_MEDUSA" ;;
-    *"needs --draft"*)
-        if [ -z "$DRAFT" ]; then
-            DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
-            gzip -dc "$DATA" 2>/dev/null | head -c 20000 >"$TMP/small.txt"
-            $BIN/distill-heads -m "$MODEL" --steps 3 --batch 2 --seq-len 64 --data "$TMP/small.txt" --layers 2 \
-                --norm 1 -o "$TMP/h.safetensors" 2>/dev/null
-            $BIN/convert "$MODEL" --layers 2 --heads "$TMP/h.safetensors" -o "$TMP/draft.safetensors" 2>/dev/null
-            DRAFT=$TMP/draft.safetensors
-        fi
-        [ -s "$DRAFT" ] && echo "--draft $DRAFT" || echo "NEEDS-A-DRAFT" ;;
-    *needs*) echo "UNKNOWN-NEED" ;;
-    esac
-}
 
 set -- "Once upon a time, there was a" "The little dog ran to the" "Lily and Ben were playing in the park when" \
     "One day, a big red ball" "Tom was sad because"
@@ -53,7 +30,7 @@ for t in bf16 q8_0; do
     check "$t: standard's greedy text differs from f32's on $differ of $# prompts (at least 1)" test $differ -ge 1
     for meth in $methods; do
         [ "$meth" = standard ] && continue
-        f=$(flags_of "$meth")
+        f=$(method_flags "$meth")
         case $f in *NEED*)
             bad "$meth: $f (this test does not know how to give the method what it needs)"
             continue ;;

@@ -35,6 +35,7 @@
 typedef struct {
     const char *recipe, *methods, *out, *model, *exit, *medusa, *draft, *kv_type;
     int samples, threads, no_oracle;
+    const char *device;
     KVType kvt;
 } Args;
 
@@ -74,6 +75,7 @@ static Args parse(int argc, char **argv) {
         {"--samples", "N", "the recipe's", "prompts per dataset at most", F_INT(&a.samples, 1, 100000)},
         {"--out", "DIR", "out/NAME", "where the tables (markdown, CSV) and plots go", F_STR(&a.out)},
         {"-t, --threads", "N", "the recipe's", "threads", F_INT(&a.threads, 1, 64)},
+        DEVICE_FLAG(&a.device),
         KV_TYPE_FLAG(&a.kv_type),
         {"-m, --model", "FILE", "the recipe's", "the model", F_STR(&a.model)},
         MODEL_FLAGS{"--exit-heads", "FILE", "the recipe's", "exit heads (adadecode, self-speculative)", F_STR(&a.exit)},
@@ -637,6 +639,7 @@ int main(int argc, char **argv) {
     R.threads = a.threads ? a.threads : r.threads;
     R.repeat = r.dec.repeat;
     if (model_threads(R.threads)) die("cannot start %d threads", R.threads);
+    device_arg(a.device);
     Prompt *ps[RECIPE_MAX_DATASETS];
     R.n_ds = r.n_datasets;
     int64_t total = 0;

@@ -31,6 +31,7 @@
 typedef struct {
     const char *model, *prompt, *file, *method, *chat_format, *system, *messages, *heads, *dump, *draft, *kv_type;
     int chat, json, conversation, n, ctx, top_k, threads;
+    const char *device;
     double temp, top_p, oracle;
     long long seed;
     StrList stop;
@@ -113,6 +114,7 @@ static void parse(Args *a, int argc, char **argv) {
         {"-c, --ctx-size", "N", "the model's",
          "the context: prompt and output hold at most N tokens (at most the model's)", F_INT(&a->ctx, 2, 1 << 30)},
         {"-t, --threads", "N", "1", "threads", F_INT(&a->threads, 1, 64)},
+        DEVICE_FLAG(&a->device),
         KV_TYPE_FLAG(&a->kv_type),
         {"--temp", "T", "1", "temperature; 0 is greedy", F_NUM(&a->temp, 0, 1e6)},
         {"--top-k", "K", "0: off", "sample among the K likeliest tokens", F_INT(&a->top_k, 0, 1 << 30)},
@@ -617,6 +619,7 @@ int main(int argc, char **argv) {
     sigaddset(&mask, SIGINT);
     if (a.conversation) pthread_sigmask(SIG_BLOCK, &mask, &old);
     if (model_threads(a.threads)) die("cannot start %d threads", a.threads);
+    device_arg(a.device);
     if (a.conversation) pthread_sigmask(SIG_SETMASK, &old, NULL);
     KVCache kv;
     Sampler s;

@@ -82,6 +82,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;
     int special = 0;
     long steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
+    const char *device = NULL;
     double lr = 0, heldout = 0.1; /* lr 0: 2/dim (docs/distill.md) */
     const char *norm_arg = NULL;
     Flag t[] = {
@@ -103,6 +104,7 @@ int main(int argc, char **argv) {
         {"--init", "HEADS", NULL, "go on from trained heads (their layers and norm)", F_STR(&init)},
         {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&heldout, 1e-6, 0.9)},
         {"-t, --threads", "N", "1", "threads", F_LONG(&threads, 1, 64)},
+        DEVICE_FLAG(&device),
     };
     int n_t = N_FLAGS(t);
     flags_parse(t, n_t, argc, argv, NULL, 0, USAGE, MEMORY);
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
         die("%s: the lm_head is %s: training heads needs an F32 or BF16 one (convert --dtype f32)", model,
             mat_type_name(&m.lm_head));
     if (model_threads((int)threads)) die("cannot start %ld threads", threads);
+    device_arg(device);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */
         if (layer_arg || norm_given)

@@ -696,6 +696,7 @@ int main(int argc, char **argv) {
     tool_name = "serve";
     const char *model = NULL, *host = "127.0.0.1", *draft = NULL, *format = NULL, *alias = NULL;
     int port = 8080, threads = 0, kv_blocks = 0;
+    const char *device = NULL;
     double grace = 5;
     EngineOptions o = {.parallel = 16, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
     const char *kv_type = "f32";
@@ -717,6 +718,7 @@ int main(int argc, char **argv) {
          F_INT(&kv_blocks, 1, 1 << 24)},
         KV_TYPE_FLAG(&kv_type),
         {"-t, --threads", "T", "every core", "threads for the forward pass", F_INT(&threads, 1, 1024)},
+        DEVICE_FLAG(&device),
         {"--draft", "MODEL", NULL, "a draft model for the speculative method", F_STR(&draft)},
         {"--chat-format", "F", "recognised from the model's template", "llama3, llama2 or chatml", F_STR(&format)},
         {"--spec-max-batch", "N", "1", "a request's method runs while the batch holds at most N requests",
@@ -774,6 +776,7 @@ int main(int argc, char **argv) {
     load_methods(&o, model, draft);
     chat_setup(format);
     if (model_threads(threads)) die("cannot start %d threads", threads);
+    device_arg(device);
     int ctx = o.ctx >= 2 ? o.ctx : S.m.c.seq_len;
     o.kv_blocks = kv_blocks ? kv_blocks : (o.parallel * ctx + o.block_size - 1) / o.block_size;
     pthread_mutex_init(&S.mu, NULL);

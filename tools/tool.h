@@ -131,6 +131,18 @@ static inline KVType kv_type_arg(const char *name) {
     return (KVType)t;
 }
 
+/* -d, --device: where the forward pass runs (model_device) */
+#define DEVICE_FLAG(p)                                                                                                 \
+    {                                                                                                                  \
+        "-d, --device", "KIND", "cpu",                                                                                 \
+            "where the forward pass runs: cpu, or cuemu (the CUDA kernels emulated on the CPU, bit for bit the "       \
+            "GPU's; slow: for tests)",                                                                                 \
+            F_STR(p)                                                                                                   \
+    }
+static inline void device_arg(const char *kind) {
+    if (kind && model_device(kind)) die("--device: %s", pd_errmsg());
+}
+
 /* ---- flags: each tool lists its flags in one table, which flags_parse reads argv with
    and --help prints, one line a flag with its default, so every tool parses alike ---- */
 typedef struct {

@@ -71,6 +71,7 @@ static void print_table(int K, const MedusaStats *before, const MedusaStats *aft
 typedef struct {
     const char *model, *data, *out, *fields, *weights, *init;
     long K, generate, steps, batch, seq_len, seed, threads, cache_mb;
+    const char *device;
     int special, own_lm;
     double lr, lm_lr, heldout;
     int seq_len_given;
@@ -112,6 +113,7 @@ static Args parse(int argc, char **argv) {
         {"--cache-mb", "M", "1024", "keep the model's outputs in memory when they fit in M MiB",
          F_LONG(&a.cache_mb, 0, 1 << 30)},
         {"-t, --threads", "N", "1", "threads", F_LONG(&a.threads, 1, 64)},
+        DEVICE_FLAG(&a.device),
     };
     int n_t = N_FLAGS(t);
     flags_parse(t, n_t, argc, argv, NULL, 0, USAGE, MEMORY);
@@ -159,6 +161,7 @@ int main(int argc, char **argv) {
         die("%s: the lm_head is %s: training heads needs an F32 or BF16 one (convert --dtype f32)", a.model,
             mat_type_name(&m.lm_head));
     if (model_threads((int)a.threads)) die("cannot start %ld threads", a.threads);
+    device_arg(a.device);
     MedusaHeads h;
     if (a.init) { /* go on from trained heads (with --steps 0: evaluate them) */
         if (medusa_load(&h, a.init, &m)) die_lib();

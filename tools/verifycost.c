@@ -55,12 +55,14 @@ int main(int argc, char **argv) {
     tool_name = "verifycost";
     const char *model = NULL, *sizes = "1,2,4,8,16,32,64", *kv_type = NULL;
     int ctx = 64, reps = 20, threads = 1;
+    const char *device = NULL;
     Flag fl[] = {
         {"-m, --model", "FILE", "required", "the model", F_STR(&model)},
         MODEL_FLAGS{"--sizes", "1,4,8,...", "1,2,4,8,16,32,64", "tree sizes to time (nodes, 1..256)", F_STR(&sizes)},
         {"--ctx", "P", "64", "positions in the KV cache before the tree", F_INT(&ctx, 1, 1 << 20)},
         {"--reps", "R", "20", "repetitions (the median counts)", F_INT(&reps, 1, 100000)},
         {"-t, --threads", "N", "1", "threads", F_INT(&threads, 1, 64)},
+        DEVICE_FLAG(&device),
         KV_TYPE_FLAG(&kv_type),
     };
     flags_parse(fl, N_FLAGS(fl), argc, argv, NULL, 0, USAGE, MEMORY);
@@ -79,6 +81,7 @@ int main(int argc, char **argv) {
     KVCache kv;
     tool_model_load(&m, model);
     if (model_threads(threads)) die_lib();
+    device_arg(device);
     int most = 0;
     for (int i = 0; i < k; i++) most = n[i] > most ? n[i] : most;
     if (ctx + most > m.c.seq_len)

@@ -1,4 +1,6 @@
-/* device_cpu.c — the device interface on host memory. Calls run on the caller's
+/* device_cpu.c — the device interface on host memory, for two devices: "cpu", whose
+   kernels are kernels/cpu's, and "cuemu", whose kernels are kernels/cuda's sources built
+   for the host (cuemu.h), so the CUDA kernels run under every test. Calls run on the caller's
    thread as they are submitted, so the stream is in order by construction and an event
    is done once recorded; a graph is the list of calls (function and a copy of its
    arguments) captured between begin and end, replayed in order. Arguments hold Bufs,
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cuda/cuda_kernels.h"
 #include "device.h"
 
 struct DevMem {
@@ -29,6 +32,7 @@ struct DevGraph {
 };
 
 struct Device {
+    int emu;             /* 1: cuemu */
     DevGraph *capturing; /* non-NULL between graph_begin and graph_end */
     uint64_t done;       /* calls completed */
 };
@@ -49,12 +53,14 @@ static int fail(const char *fmt, ...) {
 }
 
 Device *dev_open(const char *kind) {
-    if (!kind || strcmp(kind, "cpu")) {
-        fail("device '%s' is not compiled in (this build has: cpu)", kind ? kind : "(null)");
+    int emu = kind && !strcmp(kind, "cuemu");
+    if (!kind || (!emu && strcmp(kind, "cpu"))) {
+        fail("device '%s' is not compiled in (this build has: %s)", kind ? kind : "(null)", k_backends());
         return NULL;
     }
     Device *d = calloc(1, sizeof *d);
     if (!d) fail("device: out of memory");
+    else d->emu = emu;
     return d;
 }
 
@@ -64,7 +70,20 @@ void dev_close(Device *d) {
     free(d);
 }
 
-const char *dev_kind(const Device *d) { return d ? "cpu" : "none"; }
+const char *dev_kind(const Device *d) { return d ? dev_kernels(d)->name : "none"; }
+
+static int cpu_wtype(WType wt) { return wt >= 0 && wt < WT_COUNT; }
+static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
+static void cpu_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols) {
+    for (int i = 0; i < n; i++) k_row_to_f32(y + (size_t)i * cols, w, wt, (size_t)rows[i], cols);
+}
+static const KernelSet cpu_kernels = {"cpu",          cpu_wtype,  k_matmul,        k_rmsnorm,        k_rope,
+                                      k_add,          k_add_rows, k_silu_mul_rows, k_kv_write_typed, k_attention_rel,
+                                      cpu_rows_to_f32};
+static const KernelSet emu_kernels = {
+    "cuemu",       cuda_wtype,         cuda_matmul,         cuda_rmsnorm,       cuda_rope,       cuda_add,
+    cuda_add_rows, cuda_silu_mul_rows, cuda_kv_write_typed, cuda_attention_rel, cuda_rows_to_f32};
+const KernelSet *dev_kernels(const Device *d) { return d && d->emu ? &emu_kernels : &cpu_kernels; }
 
 int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
     (void)d;
@@ -295,10 +314,27 @@ static const float *row_x(const RowArgs *a, int r) {
     return (const float *)(a->x.mem->p + a->x.off) + (size_t)r * a->cols;
 }
 
+#define AT(b, type) ((type)((b).mem ? (b).mem->p + (b).off : NULL))
 static void run_argmax(const void *v) {
     const RowArgs *a = v;
-    int32_t *ids = (int32_t *)(a->ids.mem->p + a->ids.off);
+    int32_t *ids = AT(a->ids, int32_t *);
     for (int r = 0, n = n_rows(a); r < n; r++) ids[r] = k_argmax(row_x(a, r), a->cols);
+}
+/* the same calls on cuemu: kernels/cuda/rows.cu */
+static void emu_argmax(const void *v) {
+    const RowArgs *a = v;
+    cuda_argmax_rows(AT(a->ids, int32_t *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows,
+                     a->cols);
+}
+static void emu_softmax(const void *v) {
+    const RowArgs *a = v;
+    cuda_softmax_rows(AT(a->p, float *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows, a->cols,
+                      a->temp);
+}
+static void emu_topk(const void *v) {
+    const RowArgs *a = v;
+    cuda_topk_rows(AT(a->ids, int32_t *), AT(a->p, float *), AT(a->x, const float *), AT(a->rows, const int32_t *),
+                   a->max_rows, a->cols, a->k);
 }
 
 static void run_softmax(const void *v) {
@@ -357,7 +393,7 @@ int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_ro
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * (size_t)max_rows, "argmax ids"))
         return -1;
     RowArgs a = {ids, {0}, x, rows_buf, max_rows, cols, 1, 0};
-    return submit(d, run_argmax, &a, sizeof a);
+    return submit(d, d->emu ? emu_argmax : run_argmax, &a, sizeof a);
 }
 
 int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
@@ -365,7 +401,7 @@ int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_row
         in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
     RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0, 0};
-    return submit(d, run_softmax, &a, sizeof a);
+    return submit(d, d->emu ? emu_softmax : run_softmax, &a, sizeof a);
 }
 
 int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols, float temp) {
@@ -374,7 +410,7 @@ int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int ma
         in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
     RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0, temp};
-    return submit(d, run_softmax, &a, sizeof a);
+    return submit(d, d->emu ? emu_softmax : run_softmax, &a, sizeof a);
 }
 
 int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k) {
@@ -384,5 +420,5 @@ int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, in
         (p.mem && in_bounds(p, sizeof(float) * out, "top-k probabilities")))
         return -1;
     RowArgs a = {ids, p, x, rows_buf, max_rows, cols, k, 0};
-    return submit(d, run_topk, &a, sizeof a);
+    return submit(d, d->emu ? emu_topk : run_topk, &a, sizeof a);
 }

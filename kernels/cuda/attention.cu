@@ -17,47 +17,11 @@
    of the maximum and the sum are threads 0-15 walking their lane in key order; the
    weighted sums are threads over (dimension, lane) pairs with their partials in dynamic
    shared memory. Build with nvcc -fmad=false: only __fmaf_rn fuses. */
-#include <string.h>
-
-#include "../backend.h" /* cuda_kernels.h's "backend.h" is not found without -Ikernels (test_cuda_build.sh) */
-#include "cuemu.h"
-
-/* as declared in cuda_kernels.h */
-extern "C" void cuda_attention(const AttnArgs *a);
-extern "C" void cuda_attention_rel(const AttnArgs *a);
+#include "cuda_kernels.h"
+#include "spec.cuh"
 
 #define ATT_THREADS 64
 #define ATT_CHUNK 256 /* keys a chunk: a multiple of 16, so lane j % 16 is the chunk's index % 16 */
-
-__device__ __forceinline__ float max1(float a, float b) { return a > b ? a : b; } /* MAXPS, as dot.h */
-__device__ __forceinline__ float min1(float a, float b) { return a < b ? a : b; } /* MINPS */
-
-__device__ __forceinline__ float bits_f32(uint32_t w) {
-#ifdef CUEMU
-    float f;
-    memcpy(&f, &w, sizeof f);
-    return f;
-#else
-    return __uint_as_float(w);
-#endif
-}
-
-/* exp.h's exp1, the project's e^x, transcribed (nearbyintf → rintf: nearest even) */
-__device__ __forceinline__ float pow2i(int k) { return bits_f32((uint32_t)(k + 127) << 23); }
-__device__ float exp1(float x) {
-    x = max1(min1(x, 88.7f), -103.0f);
-    float n = rintf(x * 1.44269504f);
-    float r = __fmaf_rn(-n, 0.693359375f, x);
-    r = __fmaf_rn(-n, -2.12194440e-4f, r);
-    float y = 1.3981999507e-3f;
-    y = __fmaf_rn(y, r, 8.3334519073e-3f);
-    y = __fmaf_rn(y, r, 4.1665795894e-2f);
-    y = __fmaf_rn(y, r, 1.6666665459e-1f);
-    y = __fmaf_rn(y, r, 5.0000001201e-1f);
-    y = __fmaf_rn(y, r * r, r + 1.0f);
-    int k = (int)n, k1 = (int)floorf(n * 0.5f);
-    return y * pow2i(k1) * pow2i(k - k1);
-}
 
 /* one (token, kv head)'s view of the cache */
 struct View {
@@ -98,15 +62,6 @@ __device__ void chunk_scores(const View &w, const float *q, float *s, int j0, in
     }
 }
 
-/* the halving tree over 16 values 16 apart from v (dot.h's tree_sum16) */
-__device__ __forceinline__ float tree_sum16(const float *v) {
-    float s[16];
-    for (int l = 0; l < 16; l++) s[l] = v[l];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) s[l] += s[l + w];
-    return s[0];
-}
-
 __global__ void attention_kernel(AttnArgs A, int rel) {
     __shared__ float s[ATT_CHUNK]; /* a chunk's scores, then its exponents */
     __shared__ float lanes[16];
@@ -145,24 +100,14 @@ __global__ void attention_kernel(AttnArgs A, int rel) {
         __syncthreads();
         if (tid == 0 && j1 > nc) { /* lone keys here: every committed one is in the lanes by now */
             float m;
-            if (!tree_done) { /* dot.h's tree_max16 */
-                float u[8];
-                for (int l = 0; l < 8; l++) u[l] = max1(lanes[l + 8], lanes[l]);
-                for (int l = 0; l < 4; l++) u[l] = max1(u[l + 4], u[l]);
-                m = max1(max1(u[0], u[2]), max1(u[1], u[3]));
-            } else m = mx_sh;
+            m = tree_done ? mx_sh : tree_max16(lanes);
             for (int j = j0 > nc ? j0 : nc; j < j1; j++) m = max1(s[j - j0], m);
             mx_sh = m;
         }
         tree_done = tree_done || j1 > nc;
         __syncthreads(); /* s is rewritten next chunk */
     }
-    if (tid == 0 && !tree_done) { /* no lone keys (or no keys) */
-        float u[8];
-        for (int l = 0; l < 8; l++) u[l] = max1(lanes[l + 8], lanes[l]);
-        for (int l = 0; l < 4; l++) u[l] = max1(u[l + 4], u[l]);
-        mx_sh = max1(max1(u[0], u[2]), max1(u[1], u[3]));
-    }
+    if (tid == 0 && !tree_done) mx_sh = tree_max16(lanes); /* no lone keys (or no keys) */
     __syncthreads();
     float mx = mx_sh;
 

@@ -8,11 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "backend.h"
 
 /* k_matmul for WT_F32 and WT_BF16 on k_pack's layout (matmul.cu) */
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);

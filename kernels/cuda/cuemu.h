@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <ucontext.h>
 #include <vector>
 
@@ -41,10 +42,28 @@ struct dim3 {
 inline int cuemu_order = -1;
 extern "C" char __start_cuemu_shared[] __attribute__((weak)), __stop_cuemu_shared[] __attribute__((weak));
 
+/* A switch is ucontext's under ASan (which follows swapcontext) and off x86-64; else six
+   callee-saved registers and the stack pointer, here, since swapcontext's signal-mask
+   system calls made a fiber cost microseconds and a forward pass seconds. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define CUEMU_FAST_SWITCH 1
+/* saves the callee-saved registers on this stack, *from = rsp, rsp = to, restores */
+extern "C" void cuemu_switch(void **from, void *to);
+asm(".text\n.weak cuemu_switch\n.type cuemu_switch,@function\ncuemu_switch:\n"
+    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n"
+    ".size cuemu_switch, .-cuemu_switch\n");
+#endif
+
 namespace cuemu {
 enum { RUN, AT_BLOCK, AT_WARP, DONE };
 struct Thread {
+#ifdef CUEMU_FAST_SWITCH
+    void *sp;
+#else
     ucontext_t ctx;
+#endif
     int state;
     dim3 idx;
     uint64_t out; /* this lane's shuffle operand */
@@ -52,25 +71,55 @@ struct Thread {
 inline std::vector<Thread> th;
 inline std::vector<uint64_t> warp_in; /* each lane's operand, copied when its warp is released */
 inline std::vector<char> dyn_shmem;
+inline std::unique_ptr<char[]> stacks; /* kept between launches: a fresh stack faults its pages in */
+inline size_t stacks_for;
+#ifdef CUEMU_FAST_SWITCH
+inline void *sched;
+#else
 inline ucontext_t sched;
+#endif
 inline Thread *cur;
 inline dim3 block_idx, block_dim, grid_dim;
 inline const std::function<void()> *body;
 inline size_t stack_bytes = 256 << 10;
+inline std::mutex one_launch; /* the state above is the emulated GPU's: one launch at a time */
 
 inline void yield(int state) {
     cur->state = state;
+#ifdef CUEMU_FAST_SWITCH
+    cuemu_switch(&cur->sp, sched);
+#else
     swapcontext(&cur->ctx, &sched);
+#endif
 }
 inline void entry() {
     (*body)();
+#ifdef CUEMU_FAST_SWITCH
+    yield(DONE); /* never resumed */
+#else
     cur->state = DONE; /* uc_link returns to the scheduler */
+#endif
 }
 /* the writes bypass ASan's checks: the section may hold its redzones between variables */
 __attribute__((no_sanitize_address)) inline void poison(char *p, char *end) {
     for (; p < end; p++) *(volatile char *)p = (char)0xff;
 }
 
+#ifdef CUEMU_FAST_SWITCH
+/* the stack as cuemu_switch leaves it: six zero registers, then entry as the return
+   address, placed so that entry starts with rsp = 8 mod 16, as after a call */
+inline void make_fiber(Thread &t, char *stack) {
+    t.state = RUN;
+    uintptr_t top = ((uintptr_t)stack + stack_bytes) & ~(uintptr_t)15;
+    void **sp = (void **)(top - 16);
+    sp[0] = (void *)&entry;
+    sp -= 6;
+    memset(sp, 0, 6 * sizeof *sp);
+    t.sp = sp;
+}
+inline void enter(Thread &t) { cuemu_switch(&sched, t.sp); }
+#else
+inline void enter(Thread &t) { swapcontext(&sched, &t.ctx); }
 /* apart: getcontext returns twice, which would clobber launch's loop variables */
 __attribute__((noinline)) inline void make_fiber(Thread &t, char *stack) {
     t.state = RUN;
@@ -80,6 +129,7 @@ __attribute__((noinline)) inline void make_fiber(Thread &t, char *stack) {
     t.ctx.uc_link = &sched;
     makecontext(&t.ctx, entry, 0);
 }
+#endif
 
 /* runs every runnable fiber once in launch order, then releases a warp whose live lanes
    all wait at a warp op, else the block once every live thread waits at __syncthreads */
@@ -88,7 +138,7 @@ inline void run_block(size_t n, bool reverse) {
         bool live = false;
         for (size_t k = 0; k < n; k++) {
             Thread &t = th[reverse ? n - 1 - k : k];
-            if (t.state == RUN) cur = &t, swapcontext(&sched, &t.ctx);
+            if (t.state == RUN) cur = &t, enter(t);
             live |= t.state != DONE;
         }
         if (!live) return;
@@ -112,12 +162,13 @@ inline void run_block(size_t n, bool reverse) {
 }
 
 inline void launch(dim3 grid, dim3 block, size_t shmem, const std::function<void()> &f) {
+    std::lock_guard<std::mutex> hold(one_launch);
     if (cuemu_order < 0) {
         const char *e = getenv("CUEMU_ORDER");
         cuemu_order = e && !strcmp(e, "reverse");
     }
     size_t n = (size_t)block.x * block.y * block.z;
-    std::unique_ptr<char[]> stacks(new char[n * stack_bytes]); /* untouched pages stay unmapped */
+    if (n > stacks_for) stacks.reset(new char[n * stack_bytes]), stacks_for = n; /* untouched pages stay unmapped */
     th.assign(n, Thread());
     warp_in.assign(n, 0);
     dyn_shmem.assign(shmem, 0);

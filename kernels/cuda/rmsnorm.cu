@@ -4,6 +4,7 @@
    combine as (a0 + a1) + (a2 + a3) and the 16 lanes by the halving tree (+8, +4, +2, +1),
    here shuffles down within warp 0. Build with nvcc -fmad=false: no contraction but the
    FMAs written as such; the division and square root are IEEE (__fdiv_rn, __fsqrt_rn). */
+#include "cuda_kernels.h"
 #include "cuemu.h"
 
 #define RMS_THREADS 64 /* dot.h's 4 accumulators x 16 lanes */
@@ -29,7 +30,6 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *g, int dim
     for (int i = j; i < dim; i += RMS_THREADS) yt[i] = g[i] * (sc * xt[i]);
 }
 
-/* y, x, g: device pointers (host memory under CUEMU); n rows of dim */
 void cuda_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps) {
     if (n <= 0) return;
     CUEMU_LAUNCH(rmsnorm_kernel, dim3(n), dim3(RMS_THREADS), 0, y, x, g, dim, eps);

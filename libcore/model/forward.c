@@ -82,17 +82,17 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
-    k_rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, row);
+    r->k->rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
+    r->k->matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, row);
     if (L->bq) {
-        k_add_rows(w->qkv, row, L->bq, n, qd);
-        k_add_rows(w->qkv + qd, row, L->bk, n, kvd);
-        k_add_rows(w->qkv + qd + kvd, row, L->bv, n, kvd);
+        r->k->add_rows(w->qkv, row, L->bq, n, qd);
+        r->k->add_rows(w->qkv + qd, row, L->bk, n, kvd);
+        r->k->add_rows(w->qkv + qd + kvd, row, L->bv, n, kvd);
     }
-    k_rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
-    k_kv_write_typed(kv->type, kv_layer_k(kv, l), kv_layer_v(kv, l), kv_layer_ks(kv, l), kv_layer_vs(kv, l),
-                     kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, c->n_kv_heads, hd, d->table, slot,
-                     w->qkv + qd, row, kvd, n);
+    r->k->rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
+    r->k->kv_write(kv->type, kv_layer_k(kv, l), kv_layer_v(kv, l), kv_layer_ks(kv, l), kv_layer_vs(kv, l),
+                   kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, c->n_kv_heads, hd, d->table, slot,
+                   w->qkv + qd, row, kvd, n);
     int f32 = kv->type == KV_F32;
     AttnArgs a = {n,
                   c->n_heads,
@@ -116,21 +116,27 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
                   kv_layer_ks(kv, l),
                   kv_layer_vs(kv, l),
                   kv_scale_stride(kv)};
-    k_attention_rel(&a);
-    k_matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
-    k_add(x, w->out, (size_t)n * c->dim);
+    r->k->attention_rel(&a);
+    r->k->matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
+    r->k->add(x, w->out, (size_t)n * c->dim);
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
-    k_rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
-    k_matmul(w->gu, w->xb, L->gate_up.p, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
-    k_silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
-    k_matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
-    k_add(x, w->out, (size_t)n * c->dim);
+    r->k->rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
+    r->k->matmul(w->gu, w->xb, L->gate_up.p, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
+    r->k->silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
+    r->k->matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
+    r->k->add(x, w->out, (size_t)n * c->dim);
 }
 
 void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden) {
     for (int i = 0; i < n; i++)
         k_row_to_f32(hidden + (size_t)i * m->c.dim, m->embed.w, m->embed.t, tokens[i], m->c.dim);
+}
+
+/* the descriptor's tokens' embedding rows, on the runner's device */
+static void embed(Runner *r, float *hidden) {
+    const Model *m = r->m;
+    r->k->rows_to_f32(hidden, m->embed.w, m->embed.t, r->ws.desc.token, r->ws.desc.n, m->c.dim);
 }
 
 /* blocks for every slot the call will fill, before anything changes */
@@ -152,7 +158,7 @@ static void set_lengths(KVCache *kv, const StepDesc *d, int lb, int le) {
 
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
     if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
-    if (lb == 0) embed_tokens(r->m, b->token, b->n, hidden);
+    if (lb == 0) embed(r, hidden);
     for (int l = lb; l < le; l++) layer_forward(r, kv, l, l - lb, hidden);
     set_lengths(kv, &r->ws.desc, lb, le);
     return 0;
@@ -175,8 +181,7 @@ typedef struct {
 /* read the descriptor when they run, not when they were captured */
 static void run_embed(const void *a) {
     const LayerCall *c = a;
-    const StepDesc *d = &c->r->ws.desc;
-    embed_tokens(c->r->m, d->token, d->n, c->x);
+    embed(c->r, c->x);
 }
 static void run_layer(const void *a) {
     const LayerCall *c = a;
@@ -225,8 +230,8 @@ void forward_graph_free(ForwardGraph *g) {
 int final_logits(Runner *r, const float *hidden, int n, float *logits) {
     const Model *m = r->m;
     if (runner_reserve(r, n, 0, 0)) return -1;
-    k_rmsnorm(r->ws.xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    k_matmul(logits, r->ws.xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+    r->k->rmsnorm(r->ws.xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
+    r->k->matmul(logits, r->ws.xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
     return 0;
 }
 

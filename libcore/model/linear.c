@@ -2,7 +2,10 @@
    outputs keep their bits. */
 #include "model/linear.h"
 
+#include <stdio.h>
+
 #include "backend.h"
+#include "device.h"
 
 size_t linear_bytes(LinearForm f, int rows, int cols) {
     if (f == LINEAR_F32) return k_packed_bytes(WT_F32, rows, cols);
@@ -47,6 +50,16 @@ void vec_add(float *y, const float *x, size_t n) { k_add(y, x, n); }
 void vec_silu(float *y, const float *x, size_t n) { k_silu(y, x, n); }
 
 int model_threads(int n) { return k_init(n); }
+
+static char device_kind[16] = "cpu";
+int model_device(const char *kind) {
+    Device *d = dev_open(kind);
+    if (!d) return pd_error("%s", dev_errmsg());
+    snprintf(device_kind, sizeof device_kind, "%s", dev_kind(d));
+    dev_close(d);
+    return 0;
+}
+const char *model_device_kind(void) { return device_kind; }
 const char *model_backends(void) { return k_backends(); }
 const char *model_cpu_features(void) { return k_cpu_features(); }
 double model_stream_sum(const float *x, size_t n) { return k_stream_sum(x, n); }

@@ -45,6 +45,10 @@ void vec_silu(float *y, const float *x, size_t n);
    as one); what --version names (backends compiled in, the CPU features the kernels
    were built for); the read-bandwidth probe (n floats read by every thread, their sum) */
 int model_threads(int n);
+/* the device the runners made from now on run on ("cpu", "cuemu": model_backends());
+   -1 + message when it is not compiled in */
+int model_device(const char *kind);
+const char *model_device_kind(void);
 const char *model_backends(void);
 const char *model_cpu_features(void);
 double model_stream_sum(const float *x, size_t n);

@@ -90,7 +90,7 @@ void model_free(Model *m);
 /* a matrix's stored type by its file name ("F32", "BF16", "Q4_K", ...) */
 const char *mat_type_name(const Mat *w);
 size_t mat_row_bytes(const Mat *w); /* bytes of one row as stored */
-int mat_packed_alone(const Mat *w);  /* the matmuls read only its packed copy, not w->w */
+int mat_packed_alone(const Mat *w); /* the matmuls read only its packed copy, not w->w */
 /* bytes of weights one decode step reads (every matrix once; one embedding row) */
 double model_weight_bytes(const Model *m);
 

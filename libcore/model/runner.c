@@ -1,19 +1,40 @@
 /* runner.c — see runner.h */
 #include "model/runner.h"
 
+#include "model/linear.h"
+
 #include <stdlib.h>
 #include <string.h>
+
+/* every matrix the forward pass multiplies has a kernel on the runner's device */
+static int fits(const Runner *r, const Mat *w) {
+    if (r->k->has_wtype(w->t)) return 0;
+    return pd_error("device %s: no kernel for %s weights yet (f32 and bf16 only)", r->k->name, mat_type_name(w));
+}
+static int weights_fit(const Runner *r) {
+    const Model *m = r->m;
+    if (fits(r, &m->embed) || fits(r, &m->lm_head)) return -1;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        if (fits(r, &L->qkv) || fits(r, &L->wo) || fits(r, &L->gate_up) || fits(r, &L->w2)) return -1;
+    }
+    return 0;
+}
 
 Runner *runner_new(const Model *m) {
     Runner *r = pd_alloc(sizeof *r);
     if (!r) return NULL;
     memset(r, 0, sizeof *r);
     r->m = m;
-    if (!(r->dev = dev_open("cpu")) ||
-        (m->packed.base && dev_wrap(r->dev, m->packed.base, m->packed.used, &r->packed))) {
+    if (!(r->dev = dev_open(model_device_kind()))) {
         pd_error("runner: %s", dev_errmsg());
-        runner_free(r);
-        return NULL;
+        return runner_free(r), NULL;
+    }
+    r->k = dev_kernels(r->dev);
+    if (weights_fit(r)) return runner_free(r), NULL;
+    if (m->packed.base && dev_wrap(r->dev, m->packed.base, m->packed.used, &r->packed)) {
+        pd_error("runner: %s", dev_errmsg());
+        return runner_free(r), NULL;
     }
     return r;
 }

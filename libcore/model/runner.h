@@ -44,11 +44,13 @@ typedef struct Workspace {
 typedef struct Runner {
     const Model *m;
     Device *dev;
-    DevBuf packed; /* the model's packed matrices, wrapped (the CPU makes no copy) */
+    const KernelSet *k; /* the device's kernels */
+    DevBuf packed;      /* the model's packed matrices, wrapped (the CPU makes no copy) */
     Workspace ws;
 } Runner;
 
-/* a runner on the CPU device; NULL + message when out of memory */
+/* a runner on the device model_device named (the CPU's by default); NULL + message
+   when out of memory or when the device has no kernel for the model's weights */
 Runner *runner_new(const Model *m);
 void runner_free(Runner *r);
 /* workspace for n tokens, vis visibility entries and a call over layers layers (grows,

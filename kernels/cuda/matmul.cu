@@ -1,0 +1,42 @@
+/* matmul.cu — k_matmul (kernels/cpu/matmul.c) for f32 and bf16 weights, bit for bit, on
+   k_pack's layout: blocks of up to 64 rows (4 panels of 16), column-major inside a block
+   (for each column the block's W rows side by side; bf16 as column pairs, the even
+   column in the low half of each 32-bit word). One thread per (token, row), one CUDA
+   block per (64-row block, token): the row's two FMA chains, even and odd columns each
+   in column order, added at the end, as the spec. Neighbouring threads read
+   neighbouring rows of a column, one coalesced line. */
+#include "cuda_kernels.h"
+#include "spec.cuh"
+
+#define PANEL 16
+#define BLOCK_ROWS 64 /* PANEL * matmul.c's BLOCK */
+
+__global__ void matmul_kernel(float *y, const float *x, const void *w, WType wt, int cols, int rows) {
+    int b = blockIdx.x, t = blockIdx.y, q = threadIdx.x, r0 = b * BLOCK_ROWS;
+    int left = (rows - r0 + PANEL - 1) / PANEL, W = (left < 4 ? left : 4) * PANEL; /* the block's width */
+    if (r0 + q >= rows) return;
+    const float *xt = x + (size_t)t * cols;
+    float a = 0.0f, o = 0.0f;
+    if (wt == WT_F32) {
+        const float *P = (const float *)w + (size_t)b * BLOCK_ROWS * cols + q;
+        for (int c = 0; c < cols; c++) {
+            float wc = P[(size_t)c * W];
+            if (c & 1) o = __fmaf_rn(xt[c], wc, o);
+            else a = __fmaf_rn(xt[c], wc, a);
+        }
+    } else {
+        const uint32_t *P = (const uint32_t *)w + (size_t)b * BLOCK_ROWS * ((cols + 1) / 2) + q;
+        for (int c = 0; c < cols; c += 2) {
+            uint32_t pair = P[(size_t)(c / 2) * W];
+            a = __fmaf_rn(xt[c], bits_f32(pair << 16), a);
+            if (c + 1 < cols) o = __fmaf_rn(xt[c + 1], bits_f32(pair & 0xffff0000u), o);
+        }
+    }
+    y[(size_t)t * rows + r0 + q] = a + o;
+}
+
+void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
+    if (n <= 0 || rows <= 0 || (wt != WT_F32 && wt != WT_BF16)) return;
+    CUEMU_LAUNCH(matmul_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS), 0, y, x, packed, wt,
+                 cols, rows);
+}

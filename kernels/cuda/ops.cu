@@ -1,0 +1,149 @@
+/* ops.cu — the element-wise kernels of kernels/cpu/ops.c and the KV write of
+   attention.c, bit for bit: each output element is computed as the scalar spec does,
+   one thread an element (or a kv head's q8_0 block, which shares one scale). */
+#include "cuda_kernels.h"
+#include "spec.cuh"
+
+#define THREADS 256
+
+static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
+
+/* rope_row: a = x[k], b = x[k + half] → a c - b s, a s + b c; one thread a pair */
+__global__ void rope_kernel(float *x, size_t stride, const int32_t *pos, int n_heads, int hd, const float *cos_t,
+                            const float *sin_t) {
+    int half = hd / 2, t = blockIdx.y;
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n_heads * half) return;
+    int h = p / half, k = p % half;
+    float *v = x + (size_t)t * stride + (size_t)h * hd;
+    const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
+    float a = v[k], b = v[k + half];
+    v[k] = a * c[k] - b * s[k];
+    v[k + half] = a * s[k] + b * c[k];
+}
+
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+__device__ __forceinline__ float silu1(float a) { return __fdiv_rn(a, 1.0f + exp1(0.0f - a)); }
+
+__global__ void silu_kernel(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = silu1(x[i]);
+}
+
+/* y[t*stride + c] += x[c] */
+__global__ void add_rows_kernel(float *y, size_t stride, const float *x, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) y[(size_t)blockIdx.y * stride + c] += x[c];
+}
+
+/* y[t][c] = silu(gu[t][c]) * gu[t][cols + c] */
+__global__ void silu_mul_rows_kernel(float *y, const float *gu, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (c >= cols) return;
+    const float *g = gu + (size_t)t * 2 * cols;
+    y[(size_t)t * cols + c] = silu1(g[c]) * g[cols + c];
+}
+
+/* attention.c's f32_bf16: nearest, ties to even; a NaN stays a quiet NaN, sign kept */
+__device__ __forceinline__ uint16_t to_bf16(float f) {
+    uint32_t w = f32_bits(f);
+    if ((w & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((w >> 16) | 0x40);
+    return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1)) >> 16);
+}
+
+/* f32 and bf16: one thread per (token, element of the kv row) */
+__global__ void kv_write_kernel(KVType type, void *k, void *v, size_t block_stride, int block_size, int kv_dim,
+                                const int *const *table, const int32_t *slot, const float *src, size_t src_stride,
+                                size_t v_off) {
+    int d = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (d >= kv_dim) return;
+    const float *sk = src + (size_t)i * src_stride, *sv = sk + v_off;
+    size_t at =
+        (size_t)table[i][slot[i] / block_size] * block_stride + (size_t)(slot[i] % block_size) + (size_t)d * block_size;
+    if (type == KV_F32) {
+        ((float *)k)[at] = sk[d];
+        ((float *)v)[at] = sv[d];
+    } else {
+        ((uint16_t *)k)[at] = to_bf16(sk[d]);
+        ((uint16_t *)v)[at] = to_bf16(sv[d]);
+    }
+}
+
+/* q8_head: amax over the head (sequential), d = amax / 127, q = rint(x / d) clamped */
+__device__ float q8_head(const float *x, int hd, int8_t *q, size_t stride) {
+    float amax = 0;
+    for (int i = 0; i < hd; i++) {
+        float m = fabsf(x[i]);
+        amax = m > amax ? m : amax;
+    }
+    float d = __fdiv_rn(amax, 127.0f);
+    for (int i = 0; i < hd; i++) {
+        float r = d != 0 ? rintf(__fdiv_rn(x[i], d)) : 0;
+        q[(size_t)i * stride] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r == r ? r : 0);
+    }
+    return d;
+}
+
+/* q8_0: one thread per (token, kv head, key or value) */
+__global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
+                                   int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot,
+                                   const float *src, size_t src_stride, size_t v_off) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= 2 * n_kv) return;
+    int h = j / 2, val = j % 2;
+    const float *s = src + (size_t)i * src_stride + (val ? v_off : 0) + (size_t)h * hd;
+    size_t blk = (size_t)table[i][slot[i] / block_size], col = (size_t)(slot[i] % block_size);
+    size_t at = blk * block_stride + col + (size_t)h * hd * block_size;
+    float d = q8_head(s, hd, (val ? v : k) + at, (size_t)block_size);
+    (val ? vs : ks)[blk * scale_stride + col + (size_t)h * block_size] = d;
+}
+
+/* k_row_to_f32 of rows[t]: a copy (f32) or a widening (bf16) */
+__global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, const int32_t *rows, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (c >= cols) return;
+    size_t at = (size_t)rows[t] * cols + c;
+    y[(size_t)t * cols + c] =
+        wt == WT_F32 ? ((const float *)w)[at] : bits_f32((uint32_t)((const uint16_t *)w)[at] << 16);
+}
+
+void cuda_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
+               const float *sin_t) {
+    size_t pairs = (size_t)n_heads * (head_dim / 2);
+    if (n > 0 && pairs)
+        CUEMU_LAUNCH(rope_kernel, dim3(blocks_for(pairs), n), dim3(THREADS), 0, x, stride, pos, n_heads, head_dim,
+                     cos_t, sin_t);
+}
+void cuda_add(float *y, const float *x, size_t n) {
+    if (n) CUEMU_LAUNCH(add_kernel, dim3(blocks_for(n)), dim3(THREADS), 0, y, x, n);
+}
+void cuda_silu(float *y, const float *x, size_t n) {
+    if (n) CUEMU_LAUNCH(silu_kernel, dim3(blocks_for(n)), dim3(THREADS), 0, y, x, n);
+}
+void cuda_add_rows(float *y, size_t stride, const float *x, int n, int cols) {
+    if (n > 0 && cols > 0)
+        CUEMU_LAUNCH(add_rows_kernel, dim3(blocks_for(cols), n), dim3(THREADS), 0, y, stride, x, cols);
+}
+void cuda_silu_mul_rows(float *y, const float *gu, int n, int cols) {
+    if (n > 0 && cols > 0) CUEMU_LAUNCH(silu_mul_rows_kernel, dim3(blocks_for(cols), n), dim3(THREADS), 0, y, gu, cols);
+}
+void cuda_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
+                         int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot,
+                         const float *src, size_t src_stride, size_t v_off, int n) {
+    if (n <= 0 || n_kv <= 0 || hd <= 0) return;
+    if (t == KV_Q8_0)
+        CUEMU_LAUNCH(kv_write_q8_kernel, dim3(blocks_for(2 * (size_t)n_kv), n), dim3(THREADS), 0, (int8_t *)k,
+                     (int8_t *)v, ks, vs, block_stride, scale_stride, block_size, n_kv, hd, table, slot, src,
+                     src_stride, v_off);
+    else
+        CUEMU_LAUNCH(kv_write_kernel, dim3(blocks_for((size_t)n_kv * hd), n), dim3(THREADS), 0, t, k, v, block_stride,
+                     block_size, n_kv * hd, table, slot, src, src_stride, v_off);
+}
+void cuda_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols) {
+    if (n > 0 && cols > 0)
+        CUEMU_LAUNCH(rows_to_f32_kernel, dim3(blocks_for(cols), n), dim3(THREADS), 0, y, w, wt, rows, cols);
+}

@@ -1,0 +1,74 @@
+# test_device_cuemu — --device cuemu (the CUDA kernels of kernels/cuda built for the
+# host under cuemu.h) end to end on stories260K: every method `decode --help` lists,
+# greedy, and sampled with a seed (its draft sizes fixed), emits exactly what it emits
+# with --device cpu; the
+# logits after a prompt are the CPU's bit for bit (f32, bf16 and q8_0 KV caches); both
+# thread orders of the emulation agree; a device not compiled in, and weights the CUDA
+# kernels cannot multiply yet, are refused in one line.
+. tests/lib.sh
+N=40
+[ -n "${PARADEC_SAN:-}" ] && N=16 # ASan makes every emulated thread's switch costly
+
+# a method's switches that fix its draft sizes: its size controller times the rounds, and
+# a sampled output follows the drafts' random draws, so only fixed drafts are comparable
+fixed_flags() {
+    $BIN/decode --help | sed -n '/^Methods/,$p' | awk -v m="$1" '
+        /^  [a-z]/ { on = $1 == m } on && /^      --(fixed-tree|draft-fixed) / { printf "%s ", $1 }'
+}
+
+set -- "Once upon a time, there was a" "The little dog ran to the" "Tom was sad because"
+for meth in $(decode_methods); do
+    f=$(method_flags "$meth")
+    case $f in *NEED*)
+        bad "$meth: $f (this test does not know how to give the method what it needs)"
+        continue ;;
+    esac
+    for mode in "--temp 0" "--temp 0.8 --seed 7 $(fixed_flags "$meth")"; do
+        same=0 i=0
+        for p; do
+            i=$((i + 1))
+            $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d cpu >"$TMP/cpu" 2>/dev/null
+            $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d cuemu >"$TMP/emu" 2>"$TMP/err"
+            if [ -s "$TMP/cpu" ] && cmp -s "$TMP/cpu" "$TMP/emu"; then
+                same=$((same + 1))
+            else
+                echo "$meth ($mode) prompt $i:"; head -2 "$TMP/err"
+            fi
+        done
+        check "$meth, $mode: $same of $# outputs with --device cuemu are --device cpu's" test $same = $#
+    done
+done
+
+P="Once upon a time, there was a"
+for t in f32 bf16 q8_0; do
+    $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t --dump-logits "$TMP/l.cpu.$t" >/dev/null 2>&1
+    $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t -d cuemu --dump-logits "$TMP/l.emu.$t" >/dev/null 2>&1
+    check "--kv-type $t: the logits after a prompt on cuemu are the CPU's, bit for bit" \
+        sh -c "test -s '$TMP/l.cpu.$t' && cmp -s '$TMP/l.cpu.$t' '$TMP/l.emu.$t'"
+done
+CUEMU_ORDER=reverse $BIN/decode -m "$MODEL" -p "$P" --temp 0 -d cuemu --dump-logits "$TMP/l.rev" >/dev/null 2>&1
+check "threads last-to-first (CUEMU_ORDER=reverse): the same logits" cmp -s "$TMP/l.cpu.f32" "$TMP/l.rev"
+
+# refusals: one line, exit != 0
+for d in cuda gpu ""; do
+    refuses "decode --device '$d'" "" $BIN/decode -m "$MODEL" -p Once -n 4 -d "$d"
+done
+$BIN/decode -m "$MODEL" -p Once -n 4 -d cuda 2>"$TMP/err"
+check "the refusal names the device and the backends compiled in" \
+    grep -q "^decode: --device: device 'cuda' is not compiled in (this build has: cpu cuemu)$" "$TMP/err"
+for t in verifycost serve bench distill-heads train-medusa; do
+    $BIN/$t --help >"$TMP/help" 2>&1
+    check "$t --help lists -d, --device" grep -q -- "-d, --device" "$TMP/help"
+done
+refuses "verifycost --device nope" "" $BIN/verifycost -m "$MODEL" -d nope
+$BIN/convert "$MODEL" --dtype q8_0 -o "$TMP/q8.safetensors" 2>/dev/null
+if [ -s "$TMP/q8.safetensors" ]; then
+    refuses "a Q8_0 model on cuemu" "" $BIN/decode -m "$TMP/q8.safetensors" -p Once -n 4 -d cuemu
+    $BIN/decode -m "$TMP/q8.safetensors" -p Once -n 4 -d cuemu 2>"$TMP/err"
+    check "the refusal says which weights have no kernel" grep -q "device cuemu: no kernel for Q8_0 weights yet" "$TMP/err"
+else
+    bad "convert --dtype q8_0 makes a quantized stories260K"
+fi
+$BIN/decode --version >"$TMP/v"
+check "--version lists the backends" grep -q "^backends: cpu cuemu$" "$TMP/v"
+finish device_cuemu
