@@ -7,7 +7,6 @@
 # kernels cannot multiply yet, are refused in one line.
 . tests/lib.sh
 N=40
-[ -n "${PARADEC_SAN:-}" ] && N=16 # ASan makes every emulated thread's switch costly
 
 # a method's switches that fix its draft sizes: its size controller times the rounds, and
 # a sampled output follows the drafts' random draws, so only fixed drafts are comparable
@@ -17,6 +16,10 @@ fixed_flags() {
 }
 
 set -- "Once upon a time, there was a" "The little dog ran to the" "Tom was sad because"
+if [ -n "${PARADEC_SAN:-}" ]; then # under ASan an emulated thread costs ~50x: one prompt, short
+    set -- "Once upon a time, there was a"
+    N=10
+fi
 for meth in $(decode_methods); do
     f=$(method_flags "$meth")
     case $f in *NEED*)
