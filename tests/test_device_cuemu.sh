@@ -1,10 +1,10 @@
 # test_device_cuemu — --device cuemu (the CUDA kernels of kernels/cuda built for the
 # host under cuemu.h) end to end on stories260K: every method `decode --help` lists,
 # greedy, and sampled with a seed (its draft sizes fixed), emits exactly what it emits
-# with --device cpu; the
-# logits after a prompt are the CPU's bit for bit (f32, bf16 and q8_0 KV caches); both
-# thread orders of the emulation agree; a device not compiled in, and weights the CUDA
-# kernels cannot multiply yet, are refused in one line.
+# with --device cpu; the logits after a prompt are the CPU's bit for bit (f32, bf16 and
+# q8_0 KV caches); both thread orders of the emulation agree; distill-heads trains the
+# same heads; a device not compiled in, and weights the CUDA kernels cannot multiply
+# yet, are refused in one line.
 . tests/lib.sh
 N=40
 
@@ -51,6 +51,17 @@ for t in f32 bf16 q8_0; do
 done
 CUEMU_ORDER=reverse $BIN/decode -m "$MODEL" -p "$P" --temp 0 -d cuemu --dump-logits "$TMP/l.rev" >/dev/null 2>&1
 check "threads last-to-first (CUEMU_ORDER=reverse): the same logits" cmp -s "$TMP/l.cpu.f32" "$TMP/l.rev"
+
+# training reads the frozen model through a runner: the same heads, byte for byte
+if [ -z "${PARADEC_SAN:-}" ] && need "distill-heads on text" datasets/tinystories/tinystories_val_sample.txt.gz; then
+    gzip -dc "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" | head -c 20000 >"$TMP/train.txt"
+    for d in cpu cuemu; do
+        $BIN/distill-heads -m "$MODEL" --steps 1 --batch 2 --seq-len 64 --data "$TMP/train.txt" --layers 2 --norm 1 \
+            -d $d -o "$TMP/heads.$d.safetensors" 2>/dev/null
+    done
+    check "distill-heads -d cuemu writes the heads -d cpu writes" \
+        sh -c "test -s '$TMP/heads.cpu.safetensors' && cmp -s '$TMP/heads.cpu.safetensors' '$TMP/heads.cuemu.safetensors'"
+fi
 
 # refusals: one line, exit != 0
 for d in cuda gpu ""; do
