@@ -77,12 +77,28 @@ static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
 static void cpu_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols) {
     for (int i = 0; i < n; i++) k_row_to_f32(y + (size_t)i * cols, w, wt, (size_t)rows[i], cols);
 }
-static const KernelSet cpu_kernels = {"cpu",          cpu_wtype,  k_matmul,        k_rmsnorm,        k_rope,
-                                      k_add,          k_add_rows, k_silu_mul_rows, k_kv_write_typed, k_attention_rel,
-                                      cpu_rows_to_f32};
-static const KernelSet emu_kernels = {
-    "cuemu",       cuda_wtype,         cuda_matmul,         cuda_rmsnorm,       cuda_rope,       cuda_add,
-    cuda_add_rows, cuda_silu_mul_rows, cuda_kv_write_typed, cuda_attention_rel, cuda_rows_to_f32};
+static const KernelSet cpu_kernels = {.name = "cpu",
+                                      .has_wtype = cpu_wtype,
+                                      .matmul = k_matmul,
+                                      .rmsnorm = k_rmsnorm,
+                                      .rope = k_rope,
+                                      .add = k_add,
+                                      .add_rows = k_add_rows,
+                                      .silu_mul_rows = k_silu_mul_rows,
+                                      .kv_write = k_kv_write_typed,
+                                      .attention_rel = k_attention_rel,
+                                      .rows_to_f32 = cpu_rows_to_f32};
+static const KernelSet emu_kernels = {.name = "cuemu",
+                                      .has_wtype = cuda_wtype,
+                                      .matmul = cuda_matmul,
+                                      .rmsnorm = cuda_rmsnorm,
+                                      .rope = cuda_rope,
+                                      .add = cuda_add,
+                                      .add_rows = cuda_add_rows,
+                                      .silu_mul_rows = cuda_silu_mul_rows,
+                                      .kv_write = cuda_kv_write_typed,
+                                      .attention_rel = cuda_attention_rel,
+                                      .rows_to_f32 = cuda_rows_to_f32};
 const KernelSet *dev_kernels(const Device *d) { return d && d->emu ? &emu_kernels : &cpu_kernels; }
 
 int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
