@@ -105,6 +105,11 @@ typedef struct {
     void (*attention_rel)(const AttnArgs *a);
     /* k_row_to_f32 of rows[i] into y[i] for i < n: the embedding lookup */
     void (*rows_to_f32)(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols);
+    /* what dev_argmax_rows, dev_softmax(_temp)_rows (temp 0: none) and dev_topk_rows run,
+       the row count read from rows when they run (cuda_kernels.h's row ops) */
+    void (*argmax_rows)(int32_t *ids, const float *x, const int32_t *rows, int max_rows, int cols);
+    void (*softmax_rows)(float *y, const float *x, const int32_t *rows, int max_rows, int cols, float temp);
+    void (*topk_rows)(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols, int k);
 } KernelSet;
 const KernelSet *dev_kernels(const Device *d);
 

@@ -32,7 +32,7 @@ struct DevGraph {
 };
 
 struct Device {
-    int emu;             /* 1: cuemu */
+    const KernelSet *k;  /* its kernels: the kind */
     DevGraph *capturing; /* non-NULL between graph_begin and graph_end */
     uint64_t done;       /* calls completed */
 };
@@ -52,31 +52,56 @@ static int fail(const char *fmt, ...) {
     return -1;
 }
 
-Device *dev_open(const char *kind) {
-    int emu = kind && !strcmp(kind, "cuemu");
-    if (!kind || (!emu && strcmp(kind, "cpu"))) {
-        fail("device '%s' is not compiled in (this build has: %s)", kind ? kind : "(null)", k_backends());
-        return NULL;
-    }
-    Device *d = calloc(1, sizeof *d);
-    if (!d) fail("device: out of memory");
-    else d->emu = emu;
-    return d;
-}
-
-void dev_close(Device *d) {
-    if (!d) return;
-    if (d->capturing) dev_graph_free(d->capturing);
-    free(d);
-}
-
-const char *dev_kind(const Device *d) { return d ? dev_kernels(d)->name : "none"; }
-
 static int cpu_wtype(WType wt) { return wt >= 0 && wt < WT_COUNT; }
 static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
 static void cpu_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols) {
     for (int i = 0; i < n; i++) k_row_to_f32(y + (size_t)i * cols, w, wt, (size_t)rows[i], cols);
 }
+
+/* the row operations of device.h over host pointers, as kernels/cuda/rows.cu's launchers */
+static int row_count(const int32_t *rows, int max_rows) { return *rows < 0 ? 0 : *rows > max_rows ? max_rows : *rows; }
+static void cpu_argmax_rows(int32_t *ids, const float *x, const int32_t *rows, int max_rows, int cols) {
+    for (int r = 0, n = row_count(rows, max_rows); r < n; r++) ids[r] = k_argmax(x + (size_t)r * cols, cols);
+}
+static void cpu_softmax_rows(float *y, const float *x, const int32_t *rows, int max_rows, int cols, float temp) {
+    for (int r = 0, n = row_count(rows, max_rows); r < n; r++) {
+        float *yr = y + (size_t)r * cols;
+        memmove(yr, x + (size_t)r * cols, sizeof(float) * cols);
+        if (temp != 0)
+            for (int c = 0; c < cols; c++) yr[c] /= temp;
+        k_softmax(yr, cols);
+    }
+}
+/* a k-slot insertion list: k is small (a tree's branching, a sampler's top-k) */
+static void cpu_topk_rows(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols, int k) {
+    int n = row_count(rows, max_rows);
+    float *row = malloc(sizeof(float) * cols);
+    if (!row) { /* no scratch: the ids say so rather than holding stale ones */
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < k; j++) ids[(size_t)r * k + j] = -1;
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        memcpy(row, x + (size_t)r * cols, sizeof(float) * cols);
+        k_softmax(row, cols);
+        int32_t *id = ids + (size_t)r * k;
+        int have = 0;
+        for (int c = 0; c < cols; c++) {
+            if (have == k && !(row[c] > row[id[have - 1]])) continue;
+            int at = have < k ? have++ : have - 1;
+            while (at > 0 && row[c] > row[id[at - 1]]) { /* strictly larger moves up: lower index wins ties */
+                id[at] = id[at - 1];
+                at--;
+            }
+            id[at] = c;
+        }
+        for (int j = have; j < k; j++) id[j] = -1;
+        if (p)
+            for (int j = 0; j < k; j++) p[(size_t)r * k + j] = id[j] >= 0 ? row[id[j]] : 0;
+    }
+    free(row);
+}
+
 static const KernelSet cpu_kernels = {.name = "cpu",
                                       .has_wtype = cpu_wtype,
                                       .matmul = k_matmul,
@@ -87,7 +112,10 @@ static const KernelSet cpu_kernels = {.name = "cpu",
                                       .silu_mul_rows = k_silu_mul_rows,
                                       .kv_write = k_kv_write_typed,
                                       .attention_rel = k_attention_rel,
-                                      .rows_to_f32 = cpu_rows_to_f32};
+                                      .rows_to_f32 = cpu_rows_to_f32,
+                                      .argmax_rows = cpu_argmax_rows,
+                                      .softmax_rows = cpu_softmax_rows,
+                                      .topk_rows = cpu_topk_rows};
 static const KernelSet emu_kernels = {.name = "cuemu",
                                       .has_wtype = cuda_wtype,
                                       .matmul = cuda_matmul,
@@ -98,8 +126,34 @@ static const KernelSet emu_kernels = {.name = "cuemu",
                                       .silu_mul_rows = cuda_silu_mul_rows,
                                       .kv_write = cuda_kv_write_typed,
                                       .attention_rel = cuda_attention_rel,
-                                      .rows_to_f32 = cuda_rows_to_f32};
-const KernelSet *dev_kernels(const Device *d) { return d && d->emu ? &emu_kernels : &cpu_kernels; }
+                                      .rows_to_f32 = cuda_rows_to_f32,
+                                      .argmax_rows = cuda_argmax_rows,
+                                      .softmax_rows = cuda_softmax_rows,
+                                      .topk_rows = cuda_topk_rows};
+
+Device *dev_open(const char *kind) {
+    const KernelSet *k = !kind                    ? NULL
+                         : !strcmp(kind, "cpu")   ? &cpu_kernels
+                         : !strcmp(kind, "cuemu") ? &emu_kernels
+                                                  : NULL;
+    if (!k) {
+        fail("device '%s' is not compiled in (this build has: %s)", kind ? kind : "(null)", k_backends());
+        return NULL;
+    }
+    Device *d = calloc(1, sizeof *d);
+    if (!d) fail("device: out of memory");
+    else d->k = k;
+    return d;
+}
+const KernelSet *dev_kernels(const Device *d) { return d->k; }
+
+void dev_close(Device *d) {
+    if (!d) return;
+    if (d->capturing) dev_graph_free(d->capturing);
+    free(d);
+}
+
+const char *dev_kind(const Device *d) { return d ? d->k->name : "none"; }
 
 int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
     (void)d;
@@ -317,84 +371,27 @@ int dev_graph_calls(const DevGraph *g) { return g ? g->n : 0; }
 /* ---- rows ---- */
 
 typedef struct {
+    const KernelSet *k;
     DevBuf ids, p, x, rows;
-    int max_rows, cols, k;
+    int max_rows, cols, n_out;
     float temp; /* softmax of x / temp; 0 = of x itself */
 } RowArgs;
-
-static int n_rows(const RowArgs *a) {
-    int n = *(const int32_t *)(a->rows.mem->p + a->rows.off);
-    return n < 0 ? 0 : n > a->max_rows ? a->max_rows : n;
-}
-static const float *row_x(const RowArgs *a, int r) {
-    return (const float *)(a->x.mem->p + a->x.off) + (size_t)r * a->cols;
-}
 
 #define AT(b, type) ((type)((b).mem ? (b).mem->p + (b).off : NULL))
 static void run_argmax(const void *v) {
     const RowArgs *a = v;
-    int32_t *ids = AT(a->ids, int32_t *);
-    for (int r = 0, n = n_rows(a); r < n; r++) ids[r] = k_argmax(row_x(a, r), a->cols);
+    a->k->argmax_rows(AT(a->ids, int32_t *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows,
+                      a->cols);
 }
-/* the same calls on cuemu: kernels/cuda/rows.cu */
-static void emu_argmax(const void *v) {
-    const RowArgs *a = v;
-    cuda_argmax_rows(AT(a->ids, int32_t *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows,
-                     a->cols);
-}
-static void emu_softmax(const void *v) {
-    const RowArgs *a = v;
-    cuda_softmax_rows(AT(a->p, float *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows, a->cols,
-                      a->temp);
-}
-static void emu_topk(const void *v) {
-    const RowArgs *a = v;
-    cuda_topk_rows(AT(a->ids, int32_t *), AT(a->p, float *), AT(a->x, const float *), AT(a->rows, const int32_t *),
-                   a->max_rows, a->cols, a->k);
-}
-
 static void run_softmax(const void *v) {
     const RowArgs *a = v;
-    float *y = (float *)(a->p.mem->p + a->p.off);
-    for (int r = 0, n = n_rows(a); r < n; r++) {
-        float *yr = y + (size_t)r * a->cols;
-        memmove(yr, row_x(a, r), sizeof(float) * a->cols);
-        if (a->temp != 0)
-            for (int c = 0; c < a->cols; c++) yr[c] /= a->temp;
-        k_softmax(yr, a->cols);
-    }
+    a->k->softmax_rows(AT(a->p, float *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows, a->cols,
+                       a->temp);
 }
-
-/* a k-slot insertion list: k is small (a tree's branching, a sampler's top-k) */
 static void run_topk(const void *v) {
     const RowArgs *a = v;
-    int32_t *ids = (int32_t *)(a->ids.mem->p + a->ids.off);
-    float *p = a->p.mem ? (float *)(a->p.mem->p + a->p.off) : NULL;
-    float *row = malloc(sizeof(float) * a->cols);
-    if (!row) { /* no scratch: the ids say so rather than holding stale ones */
-        for (int r = 0, n = n_rows(a); r < n; r++)
-            for (int j = 0; j < a->k; j++) ids[(size_t)r * a->k + j] = -1;
-        return;
-    }
-    for (int r = 0, n = n_rows(a); r < n; r++) {
-        memcpy(row, row_x(a, r), sizeof(float) * a->cols);
-        k_softmax(row, a->cols);
-        int32_t *id = ids + (size_t)r * a->k;
-        int have = 0;
-        for (int c = 0; c < a->cols; c++) {
-            if (have == a->k && !(row[c] > row[id[have - 1]])) continue;
-            int at = have < a->k ? have++ : have - 1;
-            while (at > 0 && row[c] > row[id[at - 1]]) { /* strictly larger moves up: lower index wins ties */
-                id[at] = id[at - 1];
-                at--;
-            }
-            id[at] = c;
-        }
-        for (int j = have; j < a->k; j++) id[j] = -1;
-        if (p)
-            for (int j = 0; j < a->k; j++) p[(size_t)r * a->k + j] = id[j] >= 0 ? row[id[j]] : 0;
-    }
-    free(row);
+    a->k->topk_rows(AT(a->ids, int32_t *), AT(a->p, float *), AT(a->x, const float *), AT(a->rows, const int32_t *),
+                    a->max_rows, a->cols, a->n_out);
 }
 
 static int rows_check(DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
@@ -408,16 +405,16 @@ static int rows_check(DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
 int dev_argmax_rows(Device *d, DevBuf ids, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * (size_t)max_rows, "argmax ids"))
         return -1;
-    RowArgs a = {ids, {0}, x, rows_buf, max_rows, cols, 1, 0};
-    return submit(d, d->emu ? emu_argmax : run_argmax, &a, sizeof a);
+    RowArgs a = {d->k, ids, {0}, x, rows_buf, max_rows, cols, 1, 0};
+    return submit(d, run_argmax, &a, sizeof a);
 }
 
 int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
     if (rows_check(x, rows_buf, max_rows, cols) ||
         in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
-    RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0, 0};
-    return submit(d, d->emu ? emu_softmax : run_softmax, &a, sizeof a);
+    RowArgs a = {d->k, {0}, y, x, rows_buf, max_rows, cols, 0, 0};
+    return submit(d, run_softmax, &a, sizeof a);
 }
 
 int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols, float temp) {
@@ -425,8 +422,8 @@ int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int ma
     if (rows_check(x, rows_buf, max_rows, cols) ||
         in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
-    RowArgs a = {{0}, y, x, rows_buf, max_rows, cols, 0, temp};
-    return submit(d, d->emu ? emu_softmax : run_softmax, &a, sizeof a);
+    RowArgs a = {d->k, {0}, y, x, rows_buf, max_rows, cols, 0, temp};
+    return submit(d, run_softmax, &a, sizeof a);
 }
 
 int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k) {
@@ -435,6 +432,6 @@ int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, in
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * out, "top-k ids") ||
         (p.mem && in_bounds(p, sizeof(float) * out, "top-k probabilities")))
         return -1;
-    RowArgs a = {ids, p, x, rows_buf, max_rows, cols, k, 0};
-    return submit(d, d->emu ? emu_topk : run_topk, &a, sizeof a);
+    RowArgs a = {d->k, ids, p, x, rows_buf, max_rows, cols, k, 0};
+    return submit(d, run_topk, &a, sizeof a);
 }

@@ -14,21 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float max1(float a, float b) { return a > b ? a : b; } /* MAXPS */
-static inline float min1(float a, float b) { return a < b ? a : b; } /* MINPS */
-
-/* the halving tree over s[16] (overwritten) */
-static inline float tree_sum16(float *s) {
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) s[l] += s[l + w];
-    return s[0];
-}
-static inline float tree_max16(const float *v) {
-    float t[8];
-    for (int l = 0; l < 8; l++) t[l] = max1(v[l + 8], v[l]);
-    for (int l = 0; l < 4; l++) t[l] = max1(t[l + 4], t[l]);
-    return max1(max1(t[0], t[2]), max1(t[1], t[3]));
-}
+#include "spec.h" /* max1, min1, tree_sum16, tree_max16 */
 
 #if defined(__AVX512F__)
 static inline __m512 load_f32(const float *p, int left) {

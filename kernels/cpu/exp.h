@@ -1,33 +1,12 @@
 /* exp.h — e^x for softmax and SiLU, and softmax's exponent pass, shared by ops.c and
-   attention.c. exp1 is the spec, our own so that every build and backend computes the
+   attention.c. exp1 (spec.h) is the spec, our own so that every build and backend computes the
    same bits: clamp x to [-103, 88.7] (MINPS then MAXPS, so a NaN becomes 88.7), x = n
    ln2 + r with n = x log2(e) rounded to nearest even and ln2 in two parts, a degree-6
    polynomial for e^r by fused multiply-adds, then y 2^n rounded once (AVX-512's
    scalef; elsewhere y 2^⌊n/2⌋, which is exact, times 2^(n-⌊n/2⌋)). About 1 ulp. */
 #ifndef PD_EXP_H
 #define PD_EXP_H
-#include "dot.h"
-
-static inline float pow2i(int k) { /* 2^k, -126 ≤ k ≤ 127 */
-    uint32_t u = (uint32_t)(k + 127) << 23;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline float exp1(float x) {
-    x = max1(min1(x, 88.7f), -103.0f);
-    float n = nearbyintf(x * 1.44269504f);
-    float r = fmaf(-n, 0.693359375f, x);
-    r = fmaf(-n, -2.12194440e-4f, r);
-    float y = 1.3981999507e-3f;
-    y = fmaf(y, r, 8.3334519073e-3f);
-    y = fmaf(y, r, 4.1665795894e-2f);
-    y = fmaf(y, r, 1.6666665459e-1f);
-    y = fmaf(y, r, 5.0000001201e-1f);
-    y = fmaf(y, r * r, r + 1.0f);
-    int k = (int)n, k1 = (int)floorf(n * 0.5f);
-    return y * pow2i(k1) * pow2i(k - k1);
-}
+#include "dot.h" /* and spec.h: exp1 */
 
 #if defined(__AVX512F__)
 static inline __m512 exp_ps(__m512 x) {

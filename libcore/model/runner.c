@@ -1,10 +1,10 @@
 /* runner.c — see runner.h */
 #include "model/runner.h"
 
-#include "model/linear.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/linear.h"
 
 /* every matrix the forward pass multiplies has a kernel on the runner's device */
 static int fits(const Runner *r, const Mat *w) {

@@ -1,0 +1,53 @@
+/* spec.h — the scalar spec's pieces that kernels/cpu (C) and kernels/cuda (nvcc, and the
+   host C++ compiler under cuemu.h) both compute with, written once so the CUDA kernels
+   cannot drift from the CPU's: MAXPS and MINPS, the 16-lane halving trees (dot.h says
+   where they come from) and exp1, the project's e^x (exp.h says how it is built). */
+#ifndef PD_SPEC_H
+#define PD_SPEC_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define PD_SPEC static __host__ __device__ inline
+#else
+#define PD_SPEC static inline
+#endif
+
+PD_SPEC float max1(float a, float b) { return a > b ? a : b; } /* MAXPS */
+PD_SPEC float min1(float a, float b) { return a < b ? a : b; } /* MINPS */
+
+/* the halving tree over s[16] (overwritten) */
+PD_SPEC float tree_sum16(float *s) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) s[l] += s[l + w];
+    return s[0];
+}
+PD_SPEC float tree_max16(const float *v) {
+    float t[8];
+    for (int l = 0; l < 8; l++) t[l] = max1(v[l + 8], v[l]);
+    for (int l = 0; l < 4; l++) t[l] = max1(t[l + 4], t[l]);
+    return max1(max1(t[0], t[2]), max1(t[1], t[3]));
+}
+
+PD_SPEC float pow2i(int k) { /* 2^k, -126 ≤ k ≤ 127 */
+    uint32_t u = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+PD_SPEC float exp1(float x) {
+    x = max1(min1(x, 88.7f), -103.0f);
+    float n = nearbyintf(x * 1.44269504f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float y = 1.3981999507e-3f;
+    y = fmaf(y, r, 8.3334519073e-3f);
+    y = fmaf(y, r, 4.1665795894e-2f);
+    y = fmaf(y, r, 1.6666665459e-1f);
+    y = fmaf(y, r, 5.0000001201e-1f);
+    y = fmaf(y, r * r, r + 1.0f);
+    int k = (int)n, k1 = (int)floorf(n * 0.5f);
+    return y * pow2i(k1) * pow2i(k - k1);
+}
+#endif
