@@ -92,7 +92,19 @@ void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols);
    A block holds block_size slots of one layer, keys and values each transposed:
    [kv_dim][block_size]. A score is the sequential FMA chain over the head's
    dimensions and the weighted sum keeps 16 partial sums by key index mod 16, in
-   every path, so a token's result never depends on the batch. */
+   every path, so a token's result never depends on the batch.
+   FlashDecoding: a token with more than ATT_SPLIT keys splits them by key index into
+   chunks c of ATT_SPLIT (the last shorter), a function of its keys alone, never of
+   the batch or the threads. Each chunk is computed as a token with only those keys
+   would be (its maximum m_c, its sum s_c, its weighted sums o_c before the division),
+   in parallel, and recombined in chunk order:
+     m = max1(... max1(m_0, m_1) ..., m_last)
+     w_c = exp1(m_c - m), sum = fmaf(s_c, w_c, sum), o[d] = fmaf(o_c[d], w_c, o[d])
+     out[d] = o[d] * (1 / sum)
+   which needs room for the chunks (split; a CPU caller may pass NULL: its own). */
+#ifndef ATT_SPLIT /* a benchmark's build may set it (-DATT_SPLIT=65536: unsplit) */
+#define ATT_SPLIT 256
+#endif
 typedef struct {
     int n;                 /* tokens in the call */
     int n_heads, n_kv, hd; /* q heads, kv heads, head size */
@@ -114,7 +126,14 @@ typedef struct {
     const void *kq, *vq;
     const float *k_scale, *v_scale;
     size_t scale_stride;
+    /* room for split tokens' chunks (o_c, m_c, s_c): [split_tokens][n_heads][max_chunks][hd + 2];
+       the call goes split_tokens tokens at a time (ATT_SPLIT_TOKENS is plenty of work) */
+    float *split;
+    int max_chunks; /* ≥ any token's chunks */
+    int split_tokens;
 } AttnArgs;
+#define ATT_SPLIT_TOKENS 16
+static inline int attn_chunks(int keys) { return keys <= ATT_SPLIT ? 1 : (keys + ATT_SPLIT - 1) / ATT_SPLIT; }
 void k_attention(const AttnArgs *a);
 /* the same, with extra holding offsets from n_ctx[t] instead of slots: a list that holds
    in every layer, however full each is (the step descriptor's); same bits */

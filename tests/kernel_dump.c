@@ -111,14 +111,15 @@ static void elementwise(void) {
 }
 
 /* attention over a shuffled block table: each token sees a committed run, a few of
-   this call's slots continuing it, then lone slots further on (a tree's ancestors) */
+   this call's slots continuing it, then lone slots further on (a tree's ancestors);
+   the first up to 600 keys (FlashDecoding's chunks) */
 static void attention(void) {
     static const int cfg[][3] = {{1, 1, 8}, {2, 1, 16}, {4, 2, 8}, {8, 4, 8}, {9, 3, 64}, {16, 2, 6}, {12, 1, 32}};
     static const int bss[] = {16, 32, 7};
     for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++)
         for (int b = 0; b < 3; b++) {
             int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = bss[b], kvd = nkv * hd, qd = nh * hd;
-            int slots = 160, nblk = slots / bs + 1, n = 1 + urand(4);
+            int slots = 700, nblk = slots / bs + 1, n = 1 + urand(4);
             int *table = malloc(sizeof(int) * nblk);
             for (int i = 0; i < nblk; i++) table[i] = i;
             for (int i = nblk - 1; i > 0; i--) {
@@ -132,7 +133,7 @@ static void attention(void) {
             int n_ctx[4], off[5] = {0}, extra[4 * 16];
             const int *tables[4];
             for (int t = 0; t < n; t++) {
-                n_ctx[t] = urand(70), tables[t] = table;
+                n_ctx[t] = urand(t ? 70 : 600), tables[t] = table; /* past ATT_SPLIT: split */
                 int run = urand(4), lone = urand(5), e = off[t];
                 for (int i = 0; i < run; i++) extra[e++] = n_ctx[t] + i;
                 for (int i = 0, s = n_ctx[t] + run + 2; i < lone; i++, s += 1 + urand(5)) extra[e++] = s;
@@ -160,6 +161,9 @@ static void attention(void) {
                           NULL,
                           NULL,
                           NULL,
+                          0,
+                          NULL,
+                          0,
                           0};
             k_attention(&a);
             put("attention", o, sizeof(float) * n * qd);
@@ -181,7 +185,7 @@ static void kv8_attention(void) {
         for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++)
             for (int b = 0; b < 3; b++) {
                 int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = bss[b], kvd = nkv * hd, qd = nh * hd;
-                int slots = 160, nblk = slots / bs + 1, n = 1 + urand(4), el = type == KV_BF16 ? 2 : 1;
+                int slots = 700, nblk = slots / bs + 1, n = 1 + urand(4), el = type == KV_BF16 ? 2 : 1;
                 int *table = malloc(sizeof(int) * nblk);
                 for (int i = 0; i < nblk; i++) table[i] = i;
                 for (int i = nblk - 1; i > 0; i--) {
@@ -207,7 +211,7 @@ static void kv8_attention(void) {
                 int n_ctx[4], off[5] = {0}, extra[4 * 16];
                 const int *tables[4];
                 for (int t = 0; t < n; t++) {
-                    n_ctx[t] = urand(70), tables[t] = table;
+                    n_ctx[t] = urand(t ? 70 : 600), tables[t] = table; /* past ATT_SPLIT: split */
                     int run = urand(4), lone = urand(5), e = off[t];
                     for (int i = 0; i < run; i++) extra[e++] = n_ctx[t] + i;
                     for (int i = 0, s = n_ctx[t] + run + 2; i < lone; i++, s += 1 + urand(5)) extra[e++] = s;
@@ -235,7 +239,10 @@ static void kv8_attention(void) {
                               V,
                               KS,
                               VS,
-                              (size_t)nkv * bs};
+                              (size_t)nkv * bs,
+                              NULL,
+                              0,
+                              0};
                 k_attention(&a);
                 put(type == KV_BF16 ? "kv8_attention_bf16" : "kv8_attention_q8_0", o, sizeof(float) * n * qd);
                 for (int i = 0; i < off[n]; i++)

@@ -10,7 +10,8 @@
    two bf16 neighbours, ties to the even one; q8_0: d = amax / 127, |x - d q| ≤ d / 2 (+ the float division's
    half ulp of x / d ≤ 127: 2^-17 d),
    the largest |q| 127), and the output against the double reference on the elements
-   dequantized here. */
+   dequantized here. Every fourth token sees up to 600 keys: FlashDecoding's chunks,
+   the same bits with the kernel's own room for them (alone) and the caller's (batch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ static unsigned urand(unsigned n) {
 }
 static float frand(void) { return (float)urand(1u << 24) / (1u << 23) - 1.0f; }
 
-enum { MAX_KEYS = 70, SLOTS = 6 * MAX_KEYS, MAX_CASES = 8 };
+enum { MAX_KEYS = 600, SLOTS = 6 * MAX_KEYS, MAX_CASES = 8 }; /* past ATT_SPLIT: FlashDecoding's chunks */
 
 typedef struct {
     int n_heads, n_kv, hd, bs;
@@ -133,8 +134,17 @@ static void run(Cache *c, View *const *views, int n) {
                   c->v,
                   c->ks,
                   c->vs,
-                  (size_t)c->n_kv * c->bs};
+                  (size_t)c->n_kv * c->bs,
+                  NULL,
+                  0,
+                  0};
+    float *split = NULL; /* a batch gets the forward pass's room for the chunks, a token alone the kernel's own */
+    if (n > 1) { /* in passes of 3 tokens */
+        a.max_chunks = attn_chunks(MAX_KEYS), a.split_tokens = 3;
+        a.split = split = malloc(sizeof(float) * 3 * c->n_heads * a.max_chunks * (c->hd + 2));
+    }
     k_attention(&a);
+    free(split);
     for (int t = 0; t < n; t++) memcpy(views[t]->out, out + (size_t)t * qd, sizeof(float) * qd);
     free(q), free(out);
 }
@@ -196,7 +206,7 @@ static void check_shape(int n_heads, int n_kv, int hd, int bs, KVType type) {
         }
         int next_lone = 2 * MAX_KEYS;
         for (int t = 0; t < MAX_CASES; t++) {
-            int nk = 1 + (int)urand(MAX_KEYS), nc = (int)urand((unsigned)nk + 1);
+            int nk = 1 + (int)urand(t % 4 == 3 ? MAX_KEYS : 70), nc = (int)urand((unsigned)nk + 1);
             View *w[3] = {&alone[t], &split[t], &lone[t]};
             for (int i = 0; i < 3; i++) {
                 *w[i] = (View){nk, nc, nk - nc, {0}, malloc(sizeof(float) * qd), malloc(sizeof(float) * qd)};

@@ -34,6 +34,7 @@ struct Case {
     std::vector<int> n_ctx, extra_off, extra_abs, extra_rel;
     std::vector<float> q;
     size_t q_stride;
+    std::vector<float> split; /* attention's FlashDecoding chunks */
 };
 
 static void fill_cache(Case &c) {
@@ -108,6 +109,11 @@ static AttnArgs args(Case &c, KVType kt, int rel, float *out, int n) {
     if (kt == KV_BF16) a.kq = c.kb.data(), a.vq = c.vb.data();
     if (kt == KV_Q8_0) a.kq = c.k8.data(), a.vq = c.v8.data(), a.k_scale = c.ks.data(), a.v_scale = c.vs.data();
     a.scale_stride = c.scale_stride;
+    int keys = 0; /* FlashDecoding's room: the chunks of the longest token */
+    for (int t = 0; t < n; t++) keys = std::max(keys, c.n_ctx[t] + c.extra_off[t + 1] - c.extra_off[t]);
+    a.max_chunks = attn_chunks(keys), a.split_tokens = std::max(1, n / 2); /* two passes */
+    c.split.assign((size_t)a.split_tokens * a.n_heads * a.max_chunks * (a.hd + 2), 5.0f);
+    a.split = c.split.data();
     return a;
 }
 
@@ -126,7 +132,9 @@ static void run_case(const Shape &s, int n, int max_ctx, uint64_t seed, int min_
         for (int rel = 0; rel < 2; rel++) {
             std::vector<float> want(outn, 7.0f);
             AttnArgs a = args(c, (KVType)kt, rel, want.data(), n);
+            a.split = nullptr; /* the CPU's own room, the GPU the caller's */
             (rel ? k_attention_rel : k_attention)(&a);
+            a.split = c.split.data();
             for (int order = 0; order < 2; order++) {
                 std::vector<float> got(outn, 3.0f);
                 a.out = got.data();
@@ -178,6 +186,7 @@ int main(void) {
     /* lone keys on both sides of the chunk boundary at 256, and the committed ones ending near it */
     run_case({4, 2, 16, 16}, san ? 4 : 9, 262, 0x5eed0d00, 236);
     run_case({2, 1, 48, 7}, san ? 3 : 6, 256, 0x5eed0e00, 240);
+    run_case({4, 2, 16, 16}, san ? 2 : 4, 700, 0x5eed0f00, 520); /* three FlashDecoding chunks */
     test_sensitive();
     printf("compared %d launches\n", compared);
     return check_done("cuemu_attention");

@@ -2,7 +2,7 @@
 # host under cuemu.h) end to end on stories260K: every method `decode --help` lists,
 # greedy, and sampled with a seed (its draft sizes fixed), emits exactly what it emits
 # with --device cpu; the logits after a prompt are the CPU's bit for bit (f32, bf16 and
-# q8_0 KV caches); both thread orders of the emulation agree; distill-heads trains the
+# q8_0 KV caches), and after a prompt longer than one FlashDecoding chunk; both thread orders of the emulation agree; distill-heads trains the
 # same heads; a device not compiled in, and weights the CUDA kernels cannot multiply
 # yet, are refused in one line.
 . tests/lib.sh
@@ -49,6 +49,16 @@ for t in f32 bf16 q8_0; do
     check "--kv-type $t: the logits after a prompt on cuemu are the CPU's, bit for bit" \
         sh -c "test -s '$TMP/l.cpu.$t' && cmp -s '$TMP/l.cpu.$t' '$TMP/l.emu.$t'"
 done
+# past ATT_SPLIT keys (a 362-token prompt): FlashDecoding's chunks, split and recombined
+LONG=$(for i in $(seq 1 30); do printf "Once upon a time, there was a little dog. "; done)
+for d in cpu cuemu; do
+    $BIN/decode -m "$MODEL" -p "$LONG" --temp 0 -d $d --dump-logits "$TMP/long.$d" >/dev/null 2>&1
+    [ -n "${PARADEC_SAN:-}" ] || $BIN/decode -m "$MODEL" -p "$LONG" -n 40 --temp 0 -d $d >"$TMP/long.$d.txt" 2>/dev/null
+done
+check "a 362-token prompt: the logits on cuemu are the CPU's, bit for bit" \
+    sh -c "test -s '$TMP/long.cpu' && cmp -s '$TMP/long.cpu' '$TMP/long.cuemu'"
+[ -n "${PARADEC_SAN:-}" ] || check "a 362-token prompt: 40 greedy tokens on cuemu are the CPU's" \
+    sh -c "test -s '$TMP/long.cpu.txt' && cmp -s '$TMP/long.cpu.txt' '$TMP/long.cuemu.txt'"
 CUEMU_ORDER=reverse $BIN/decode -m "$MODEL" -p "$P" --temp 0 -d cuemu --dump-logits "$TMP/l.rev" >/dev/null 2>&1
 check "threads last-to-first (CUEMU_ORDER=reverse): the same logits" cmp -s "$TMP/l.cpu.f32" "$TMP/l.rev"
 

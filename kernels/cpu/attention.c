@@ -14,10 +14,15 @@
    never depends on the batch.
    A bf16 or q8_0 cache is read in place: each element is widened (bf16, exact) or
    dequantized as its scale times its integer (q8_0, one rounding) where the f32 cache's
-   element would be loaded, and the chains are the same. */
+   element would be loaded, and the chains are the same.
+   FlashDecoding: a token with more than ATT_SPLIT keys is split into chunks of
+   ATT_SPLIT keys by key index; each chunk is a unit computed exactly as a token with
+   only those keys would be, giving its maximum, sum and unnormalized weighted sums,
+   and the chunks are recombined in chunk order (backend.h's spec). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -31,9 +36,11 @@ typedef struct {
     int t, kvh;
     int g;           /* query heads in this unit */
     int shift;       /* log2 of the block size when it is a power of two, else -1 */
-    int nc;          /* keys read from the blocks: 0 .. nc-1 */
+    int nc;          /* keys read from the blocks: 0 .. nc-1 (slots slot0 + j) */
     const int *lone; /* slots of keys nc, nc+1, ... (less lone_base) */
     int n_lone, lone_base;
+    int slot0;                 /* the first key's slot: the chunk's first key index */
+    float *sums;               /* a chunk of a split token: each head's sum goes here, out unnormalized */
     const float *q[MAX_GROUP]; /* [hd] each */
     float *out[MAX_GROUP];     /* [hd] each */
 } Unit;
@@ -42,6 +49,7 @@ typedef struct {
    from the slot's column; the offset in elements of any KV type */
 static inline size_t col_off(const Unit *u, int slot) {
     const AttnArgs *a = u->a;
+    slot += u->slot0;
     int blk = u->shift >= 0 ? slot >> u->shift : slot / a->block_size; /* no division per chunk */
     return (size_t)a->table[u->t][blk] * a->block_stride + (size_t)u->kvh * a->hd * a->block_size +
            (slot - blk * a->block_size);
@@ -51,6 +59,7 @@ static inline const float *column(const Unit *u, const float *base, int slot) { 
 /* a q8_0 slot's scale for this unit's kv head, in a layer's scales */
 static inline size_t scale_off(const Unit *u, int slot) {
     const AttnArgs *a = u->a;
+    slot += u->slot0;
     int blk = u->shift >= 0 ? slot >> u->shift : slot / a->block_size;
     return (size_t)a->table[u->t][blk] * a->scale_stride + (size_t)u->kvh * a->block_size +
            (slot - blk * a->block_size);
@@ -77,7 +86,14 @@ static inline float elem(const Unit *u, int val, int slot, int d) {
     }
 }
 
-static inline int lone_slot(const Unit *u, int x) { return u->lone_base + u->lone[x]; }
+static inline int lone_slot(const Unit *u, int x) { return u->lone_base + u->lone[x] - u->slot0; }
+
+/* 1 / sum, what out is multiplied by; a chunk of a split token keeps the sum instead */
+static inline float inv_of(const Unit *u, int h, float sum) {
+    if (!u->sums) return 1.0f / sum;
+    u->sums[h] = sum;
+    return 1.0f;
+}
 
 static float score_one(const Unit *u, const float *q, int slot) {
     float s = 0;
@@ -233,7 +249,7 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
         }
     }
     if (EXP)
-        for (int h = 0; h < GT && h0 + h < u->g; h++) inv[h0 + h] = 1.0f / _mm512_reduce_add_ps(sum[h]);
+        for (int h = 0; h < GT && h0 + h < u->g; h++) inv[h0 + h] = inv_of(u, h0 + h, _mm512_reduce_add_ps(sum[h]));
     _Alignas(64) float r[16];
     __m512 iv = _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -271,7 +287,7 @@ static void weighted_sums(const Unit *u, float *const *p, const float *mx) {
         return;
     }
     for (int h = 0; h < u->g; h++)
-        inv[h] = 1.0f / exp_sum(p[h], u->nc + u->n_lone, mx[h]); /* the division comes last */
+        inv[h] = inv_of(u, h, exp_sum(p[h], u->nc + u->n_lone, mx[h])); /* the division comes last */
     for (int h0 = 0; h0 < u->g; h0 += GT)
         for (int d0 = 0; d0 < u->a->hd; d0 += DT) TILES[0][lg](u, p, mx, inv, h0, d0);
 }
@@ -371,7 +387,7 @@ static inline __attribute__((always_inline)) void weighted_sums_avx2_t(const Uni
     const void *vb = T == KV_F32 ? (const void *)a->v : a->vq;
     int nk = u->nc + u->n_lone, bs = a->block_size;
     for (int h = 0; h < u->g; h++) {
-        float inv = 1.0f / exp_sum(p[h], nk, mx[h]);
+        float inv = inv_of(u, h, exp_sum(p[h], nk, mx[h]));
         for (int d0 = 0; d0 < a->hd; d0 += 4) {
             int D = a->hd - d0 < 4 ? a->hd - d0 : 4;
             __m256 acc[4][2];
@@ -434,7 +450,7 @@ static void score_scalar(const Unit *u, float *const *p, float *max) {
 static void weighted_sums_scalar(const Unit *u, float *const *p, const float *mx) {
     int nk = u->nc + u->n_lone;
     float inv[MAX_GROUP];
-    for (int h = 0; h < u->g; h++) inv[h] = 1.0f / exp_sum(p[h], nk, mx[h]);
+    for (int h = 0; h < u->g; h++) inv[h] = inv_of(u, h, exp_sum(p[h], nk, mx[h]));
     for (int h = 0; h < u->g; h++)
         for (int d = 0; d < u->a->hd; d++) {
             float acc[16] = {0};
@@ -446,18 +462,26 @@ static void weighted_sums_scalar(const Unit *u, float *const *p, const float *mx
 
 typedef struct {
     const AttnArgs *a;
-    int rel; /* extra holds offsets from n_ctx */
+    int rel;      /* extra holds offsets from n_ctx */
+    int mc;       /* chunks of the call's longest token: 1 when none is split */
+    int t0, nt;   /* the tokens of this pass */
+    float *split; /* [nt][n_heads][ml][hd + 2]: each chunk's weighted sums, maximum, sum */
+    int ml;
 } Job;
 
+static int keys_of(const AttnArgs *a, int t) { return a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t]; }
+
+/* a unit is (token, chunk, kv head, part of its query heads) */
 static void attend(void *ctx, int b, int e) {
     const Job *job = ctx;
     const AttnArgs *a = job->a;
     int qdim = a->n_heads * a->hd, group = a->n_heads / a->n_kv, parts = (group + MAX_GROUP - 1) / MAX_GROUP;
-    int maxk = 0;
-    for (int t = b / (a->n_kv * parts); t <= (e - 1) / (a->n_kv * parts); t++) {
-        int nk = a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
+    int per_t = job->mc * a->n_kv * parts, maxk = 0;
+    for (int t = job->t0 + b / per_t; t <= job->t0 + (e - 1) / per_t; t++) {
+        int nk = keys_of(a, t);
         maxk = nk > maxk ? nk : maxk;
     }
+    maxk = maxk < ATT_SPLIT ? maxk : ATT_SPLIT;
     int stride = (maxk + 15) / 16 * 16 + 16;                        /* whole chunks, each head's row 64-byte aligned */
     float raw[MAX_GROUP * stride + 16];                             /* scores [heads][keys]: 4 bytes a key and head */
     float *buf = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63); /* no chunk straddles two cache lines */
@@ -466,17 +490,33 @@ static void attend(void *ctx, int b, int e) {
     int fast512 = fast && a->kv_type == KV_F32; /* no AVX-512 path for bf16 / q8_0: the scalar spec */
     (void)fast512;
     for (int i = b; i < e; i++) {
-        int t = i / (a->n_kv * parts), kvh = i / parts % a->n_kv, part = i % parts;
+        int t = job->t0 + i / per_t, c = i / (a->n_kv * parts) % job->mc, kvh = i / parts % a->n_kv, part = i % parts;
+        int nk = keys_of(a, t), nch = attn_chunks(nk);
+        if (c >= nch) continue;
         const int *extra = a->extra + a->extra_off[t];
-        int n_extra = a->extra_off[t + 1] - a->extra_off[t], run = 0, rel = job->rel ? a->n_ctx[t] : 0;
+        int n_extra = nk - a->n_ctx[t], run = 0, rel = job->rel ? a->n_ctx[t] : 0;
         while (run < n_extra && extra[run] + rel == a->n_ctx[t] + run) run++; /* they continue the committed slots */
-        Unit u = {a, t, kvh, 0, shift, a->n_ctx[t] + run, extra + run, n_extra - run, rel, {0}, {0}};
+        int nc = a->n_ctx[t] + run, j0 = c * ATT_SPLIT, j1 = nch == 1 || nk - j0 < ATT_SPLIT ? nk : j0 + ATT_SPLIT;
+        int lone0 = j0 > nc ? j0 : nc;     /* the chunk's first lone key */
+        int cn = (j1 < nc ? j1 : nc) - j0; /* committed keys in the chunk */
+        float sums[MAX_GROUP];
+        Unit u = {.a = a,
+                  .t = t,
+                  .kvh = kvh,
+                  .shift = shift,
+                  .nc = cn > 0 ? cn : 0,
+                  .lone = extra + lone0 - a->n_ctx[t],
+                  .n_lone = j1 > lone0 ? j1 - lone0 : 0,
+                  .lone_base = rel,
+                  .slot0 = j0,
+                  .sums = nch > 1 ? sums : NULL};
         int h_first = kvh * group + part * MAX_GROUP, h_end = kvh * group + group;
         u.g = h_end - h_first < MAX_GROUP ? h_end - h_first : MAX_GROUP;
         float *p[MAX_GROUP], mx[MAX_GROUP];
         for (int h = 0; h < u.g; h++) {
             u.q[h] = a->q + (size_t)t * a->q_stride + (size_t)(h_first + h) * a->hd;
-            u.out[h] = a->out + (size_t)t * qdim + (size_t)(h_first + h) * a->hd;
+            u.out[h] = nch == 1 ? a->out + (size_t)t * qdim + (size_t)(h_first + h) * a->hd
+                                : job->split + (((size_t)(t - job->t0) * a->n_heads + h_first + h) * job->ml + c) * (a->hd + 2);
             p[h] = buf + (size_t)h * stride;
         }
 #if defined(__AVX512F__)
@@ -500,17 +540,64 @@ static void attend(void *ctx, int b, int e) {
         else
 #endif
             weighted_sums_scalar(&u, p, mx);
+        for (int h = 0; h < u.g && u.sums; h++) u.out[h][a->hd] = mx[h], u.out[h][a->hd + 1] = sums[h];
     }
     (void)fast;
 }
 
+/* a split token's chunks recombined in chunk order (backend.h's spec); a unit is
+   (token, query head) */
+static void combine(void *ctx, int b, int e) {
+    const Job *job = ctx;
+    const AttnArgs *a = job->a;
+    int hd = a->hd;
+    for (int i = b; i < e; i++) {
+        int t = job->t0 + i / a->n_heads, h = i % a->n_heads, nch = attn_chunks(keys_of(a, t));
+        if (nch == 1) continue;
+        const float *part = job->split + ((size_t)(t - job->t0) * a->n_heads + h) * job->ml * (hd + 2);
+        float m = part[hd], sum = 0;
+        for (int c = 1; c < nch; c++) m = max1(m, part[(size_t)c * (hd + 2) + hd]);
+        float *out = a->out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) out[d] = 0;
+        for (int c = 0; c < nch; c++) {
+            const float *pc = part + (size_t)c * (hd + 2);
+            float w = exp1(pc[hd] - m);
+            sum = fmaf(pc[hd + 1], w, sum);
+            for (int d = 0; d < hd; d++) out[d] = fmaf(pc[d], w, out[d]);
+        }
+        float inv = 1.0f / sum;
+        for (int d = 0; d < hd; d++) out[d] *= inv;
+    }
+}
+
 static void attention(const AttnArgs *a, int rel) {
-    Job job = {a, rel};
-    int keys = 0, group = a->n_heads / a->n_kv, parts = (group + MAX_GROUP - 1) / MAX_GROUP;
-    for (int t = 0; t < a->n; t++) keys += a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
-    int units = a->n * a->n_kv * parts;
-    int min_units = 1 + 4096 / (1 + keys * (group / parts) / (a->n ? a->n : 1));
-    pool_run(attend, &job, units, 1, min_units);
+    int keys = 0, mc = 1, group = a->n_heads / a->n_kv, parts = (group + MAX_GROUP - 1) / MAX_GROUP;
+    for (int t = 0; t < a->n; t++) {
+        int nk = keys_of(a, t), c = attn_chunks(nk);
+        keys += nk, mc = c > mc ? c : mc;
+    }
+    Job job = {a, rel, mc, 0, a->n, a->split, a->max_chunks};
+    int per = a->n; /* tokens a pass: all, unless their chunks need more room than there is */
+    float *own = NULL;
+    if (mc > 1) {
+        per = a->split_tokens;
+        if (!a->split || a->max_chunks < mc || per < 1) { /* a caller without room: this call's own */
+            per = a->n < ATT_SPLIT_TOKENS ? a->n : ATT_SPLIT_TOKENS;
+            own = malloc(sizeof(float) * (size_t)per * a->n_heads * mc * (a->hd + 2));
+            if (!own) {
+                for (size_t i = 0; i < (size_t)a->n * a->n_heads * a->hd; i++) a->out[i] = NAN;
+                return;
+            }
+            job.split = own, job.ml = mc;
+        }
+    }
+    int min_units = 1 + 4096 / (1 + keys * (group / parts) / (a->n * mc));
+    for (job.t0 = 0; job.t0 < a->n; job.t0 += per) {
+        job.nt = a->n - job.t0 < per ? a->n - job.t0 : per;
+        pool_run(attend, &job, job.nt * mc * a->n_kv * parts, 1, min_units);
+        if (mc > 1) pool_run(combine, &job, job.nt * a->n_heads, 1, 1 + 4096 / (1 + mc * a->hd));
+    }
+    free(own);
 }
 
 void k_attention(const AttnArgs *a) { attention(a, 0); }

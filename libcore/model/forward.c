@@ -63,13 +63,16 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
             if (j == i || visible(b, i, j)) d->vis[at++] = d->rank[j];
     }
     d->vis_off[n] = at;
+    int chunks = 1;               /* FlashDecoding's, of the longest token in any layer */
     for (int l = lb; l < le; l++) /* AdaDecode fills layers unevenly */
         for (int i = 0; i < n; i++) {
             size_t x = (size_t)(l - lb) * n + i;
             d->base[x] = kv_len(kv, d->seq[i], l);
             d->slot[x] = d->base[x] + d->rank[i];
+            int c = attn_chunks(d->base[x] + d->vis_off[i + 1] - d->vis_off[i]);
+            chunks = c > chunks ? c : chunks;
         }
-    return 0;
+    return runner_reserve_split(r, n < ATT_SPLIT_TOKENS ? n : ATT_SPLIT_TOKENS, chunks);
 }
 
 static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
@@ -115,7 +118,10 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
                   kv_layer_v(kv, l),
                   kv_layer_ks(kv, l),
                   kv_layer_vs(kv, l),
-                  kv_scale_stride(kv)};
+                  kv_scale_stride(kv),
+                  w->split,
+                  w->split_chunks,
+                  ATT_SPLIT_TOKENS};
     r->k->attention_rel(&a);
     r->k->matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
     r->k->add(x, w->out, (size_t)n * c->dim);

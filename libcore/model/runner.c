@@ -46,6 +46,7 @@ void runner_free(Runner *r) {
         dev_free(r->dev, r->ws.desc_buf);
         dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
         dev_free(r->dev, r->ws.rows);
+        dev_free(r->dev, r->ws.split_buf);
         dev_free(r->dev, r->packed);
         dev_close(r->dev);
     }
@@ -96,5 +97,19 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
                     (void **)&s->vis,   (void **)&s->table, (void **)&s->base, (void **)&s->slot};
     if (carve(r->dev, &w->desc_buf, 9, sizes, dst)) return -1;
     w->cap_n = (int)cn, w->cap_vis = cv, w->cap_layers = (int)cl;
+    return 0;
+}
+
+int runner_reserve_split(Runner *r, int n, int chunks) {
+    Workspace *w = &r->ws;
+    const Config *c = &r->m->c;
+    w->split_chunks = chunks;
+    if (chunks <= 1) return 0;
+    size_t need = pd_mul(pd_mul((size_t)n * c->n_heads, (size_t)chunks), (size_t)c->head_dim + 2);
+    if (need <= w->cap_split) return 0;
+    void **dst[] = {(void **)&w->split};
+    size_t bytes = pd_mul(need, sizeof(float));
+    if (carve(r->dev, &w->split_buf, 1, &bytes, dst)) return -1;
+    w->cap_split = need;
     return 0;
 }

@@ -39,6 +39,12 @@ typedef struct Workspace {
     DevBuf lg, ids, probs, rows; /* [cap_rows][vocab], [cap_out], [cap_out], the row count */
     int cap_rows;
     size_t cap_out;
+    /* attention's FlashDecoding chunks (AttnArgs.split) for this call:
+       [ATT_SPLIT_TOKENS][n_heads][split_chunks][hd + 2] */
+    DevBuf split_buf;
+    float *split;
+    size_t cap_split; /* floats */
+    int split_chunks;
 } Workspace;
 
 typedef struct Runner {
@@ -56,5 +62,7 @@ void runner_free(Runner *r);
 /* workspace for n tokens, vis visibility entries and a call over layers layers (grows,
    never shrinks) */
 int runner_reserve(Runner *r, int n, size_t vis, int layers);
+/* room for n tokens' attention chunks, chunks each (1: none needed), as the call's layout */
+int runner_reserve_split(Runner *r, int n, int chunks);
 
 #endif
