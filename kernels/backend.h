@@ -133,6 +133,9 @@ typedef struct {
     int split_tokens;
 } AttnArgs;
 #define ATT_SPLIT_TOKENS 16
+#ifdef __CUDACC__ /* the CUDA kernels split the same way */
+__host__ __device__
+#endif
 static inline int attn_chunks(int keys) { return keys <= ATT_SPLIT ? 1 : (keys + ATT_SPLIT - 1) / ATT_SPLIT; }
 void k_attention(const AttnArgs *a);
 /* the same, with extra holding offsets from n_ctx[t] instead of slots: a list that holds
