@@ -134,9 +134,13 @@ typedef struct {
 } AttnArgs;
 #define ATT_SPLIT_TOKENS 16
 #ifdef __CUDACC__ /* the CUDA kernels split the same way */
-__host__ __device__
+#define PD_HOST_DEVICE __host__ __device__
+#else
+#define PD_HOST_DEVICE
 #endif
-static inline int attn_chunks(int keys) { return keys <= ATT_SPLIT ? 1 : (keys + ATT_SPLIT - 1) / ATT_SPLIT; }
+static inline PD_HOST_DEVICE int attn_chunks(int keys) {
+    return keys <= ATT_SPLIT ? 1 : (keys + ATT_SPLIT - 1) / ATT_SPLIT;
+}
 void k_attention(const AttnArgs *a);
 /* the same, with extra holding offsets from n_ctx[t] instead of slots: a list that holds
    in every layer, however full each is (the step descriptor's); same bits */
