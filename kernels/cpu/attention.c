@@ -464,10 +464,15 @@ typedef struct {
     const AttnArgs *a;
     int rel;      /* extra holds offsets from n_ctx */
     int mc;       /* chunks of the call's longest token: 1 when none is split */
-    int t0, nt;   /* the tokens of this pass */
+    int t0;       /* the first token of this pass */
     float *split; /* [nt][n_heads][ml][hd + 2]: each chunk's weighted sums, maximum, sum */
     int ml;
 } Job;
+
+/* chunk c of token t's query head h in the pass's room */
+static float *chunk_at(const Job *job, int t, int h, int c) {
+    return job->split + (((size_t)(t - job->t0) * job->a->n_heads + h) * job->ml + c) * (job->a->hd + 2);
+}
 
 static int keys_of(const AttnArgs *a, int t) { return a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t]; }
 
@@ -496,7 +501,7 @@ static void attend(void *ctx, int b, int e) {
         const int *extra = a->extra + a->extra_off[t];
         int n_extra = nk - a->n_ctx[t], run = 0, rel = job->rel ? a->n_ctx[t] : 0;
         while (run < n_extra && extra[run] + rel == a->n_ctx[t] + run) run++; /* they continue the committed slots */
-        int nc = a->n_ctx[t] + run, j0 = c * ATT_SPLIT, j1 = nch == 1 || nk - j0 < ATT_SPLIT ? nk : j0 + ATT_SPLIT;
+        int nc = a->n_ctx[t] + run, j0 = c * ATT_SPLIT, j1 = nk - j0 < ATT_SPLIT ? nk : j0 + ATT_SPLIT;
         int lone0 = j0 > nc ? j0 : nc;     /* the chunk's first lone key */
         int cn = (j1 < nc ? j1 : nc) - j0; /* committed keys in the chunk */
         float sums[MAX_GROUP];
@@ -515,8 +520,8 @@ static void attend(void *ctx, int b, int e) {
         float *p[MAX_GROUP], mx[MAX_GROUP];
         for (int h = 0; h < u.g; h++) {
             u.q[h] = a->q + (size_t)t * a->q_stride + (size_t)(h_first + h) * a->hd;
-            u.out[h] = nch == 1 ? a->out + (size_t)t * qdim + (size_t)(h_first + h) * a->hd
-                                : job->split + (((size_t)(t - job->t0) * a->n_heads + h_first + h) * job->ml + c) * (a->hd + 2);
+            u.out[h] =
+                nch == 1 ? a->out + (size_t)t * qdim + (size_t)(h_first + h) * a->hd : chunk_at(job, t, h_first + h, c);
             p[h] = buf + (size_t)h * stride;
         }
 #if defined(__AVX512F__)
@@ -554,7 +559,7 @@ static void combine(void *ctx, int b, int e) {
     for (int i = b; i < e; i++) {
         int t = job->t0 + i / a->n_heads, h = i % a->n_heads, nch = attn_chunks(keys_of(a, t));
         if (nch == 1) continue;
-        const float *part = job->split + ((size_t)(t - job->t0) * a->n_heads + h) * job->ml * (hd + 2);
+        const float *part = chunk_at(job, t, h, 0);
         float m = part[hd], sum = 0;
         for (int c = 1; c < nch; c++) m = max1(m, part[(size_t)c * (hd + 2) + hd]);
         float *out = a->out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
@@ -576,7 +581,7 @@ static void attention(const AttnArgs *a, int rel) {
         int nk = keys_of(a, t), c = attn_chunks(nk);
         keys += nk, mc = c > mc ? c : mc;
     }
-    Job job = {a, rel, mc, 0, a->n, a->split, a->max_chunks};
+    Job job = {a, rel, mc, 0, a->split, a->max_chunks};
     int per = a->n; /* tokens a pass: all, unless their chunks need more room than there is */
     float *own = NULL;
     if (mc > 1) {
@@ -591,11 +596,11 @@ static void attention(const AttnArgs *a, int rel) {
             job.split = own, job.ml = mc;
         }
     }
-    int min_units = 1 + 4096 / (1 + keys * (group / parts) / (a->n * mc));
+    int min_units = 1 + 4096 / (1 + keys * (group / parts) / ((a->n ? a->n : 1) * mc));
     for (job.t0 = 0; job.t0 < a->n; job.t0 += per) {
-        job.nt = a->n - job.t0 < per ? a->n - job.t0 : per;
-        pool_run(attend, &job, job.nt * mc * a->n_kv * parts, 1, min_units);
-        if (mc > 1) pool_run(combine, &job, job.nt * a->n_heads, 1, 1 + 4096 / (1 + mc * a->hd));
+        int nt = a->n - job.t0 < per ? a->n - job.t0 : per;
+        pool_run(attend, &job, nt * mc * a->n_kv * parts, 1, min_units);
+        if (mc > 1) pool_run(combine, &job, nt * a->n_heads, 1, 1 + 4096 / (1 + mc * a->hd));
     }
     free(own);
 }

@@ -142,27 +142,34 @@ __global__ void attention_kernel(AttnArgs A, int rel, int mc, int t0) {
     if (tid == 0) part[hd] = mx, part[hd + 1] = sum_sh;
 }
 
-/* block (token, query head): a split token's chunks in chunk order, backend.h's spec */
+/* block (token, query head): a split token's chunks in chunk order, backend.h's spec;
+   each chunk's weight exp1(m_c - m) once, in dynamic shared memory [max_chunks] */
 __global__ void combine_kernel(AttnArgs A, int t0) {
+    __shared__ float m_sh, inv_sh;
+    CUEMU_DYN_SHARED(float, wt);
     const AttnArgs *a = &A;
     int hd = a->hd, t = t0 + blockIdx.x / a->n_heads, h = blockIdx.x % a->n_heads, nch = attn_chunks(keys_of(a, t));
     if (nch == 1 || nch > a->max_chunks) return;
     const float *part = a->split + ((size_t)(t - t0) * a->n_heads + h) * a->max_chunks * (hd + 2);
-    float m = part[hd], sum = 0.0f;
-    for (int c = 1; c < nch; c++) m = max1(m, part[(size_t)c * (hd + 2) + hd]);
-    for (int c = 0; c < nch; c++) {
-        const float *pc = part + (size_t)c * (hd + 2);
-        sum = __fmaf_rn(pc[hd + 1], exp1(pc[hd] - m), sum);
+    if (threadIdx.x == 0) {
+        float m = part[hd];
+        for (int c = 1; c < nch; c++) m = max1(m, part[(size_t)c * (hd + 2) + hd]);
+        m_sh = m;
     }
-    float inv = __fdiv_rn(1.0f, sum);
+    __syncthreads();
+    for (int c = threadIdx.x; c < nch; c += ATT_THREADS) wt[c] = exp1(part[(size_t)c * (hd + 2) + hd] - m_sh);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int c = 0; c < nch; c++) sum = __fmaf_rn(part[(size_t)c * (hd + 2) + hd + 1], wt[c], sum);
+        inv_sh = __fdiv_rn(1.0f, sum);
+    }
+    __syncthreads();
     float *out = a->out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float o = 0.0f;
-        for (int c = 0; c < nch; c++) {
-            const float *pc = part + (size_t)c * (hd + 2);
-            o = __fmaf_rn(pc[d], exp1(pc[hd] - m), o);
-        }
-        out[d] = o * inv;
+        for (int c = 0; c < nch; c++) o = __fmaf_rn(part[(size_t)c * (hd + 2) + d], wt[c], o);
+        out[d] = o * inv_sh;
     }
 }
 
@@ -175,7 +182,8 @@ static void launch(const AttnArgs *a, int rel) {
     for (int t0 = 0; t0 < a->n; t0 += per) {
         unsigned nt = (unsigned)(a->n - t0 < per ? a->n - t0 : per);
         CUEMU_LAUNCH(attention_kernel, dim3(nt * a->n_heads * mc), dim3(ATT_THREADS), shmem, *a, rel, mc, t0);
-        if (split) CUEMU_LAUNCH(combine_kernel, dim3(nt * a->n_heads), dim3(ATT_THREADS), 0, *a, t0);
+        if (split)
+            CUEMU_LAUNCH(combine_kernel, dim3(nt * a->n_heads), dim3(ATT_THREADS), sizeof(float) * (size_t)mc, *a, t0);
     }
 }
 
