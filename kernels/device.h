@@ -38,9 +38,11 @@ int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out);
 void dev_free(Device *d, DevBuf b);
 static inline DevBuf dbuf_at(DevBuf b, size_t off) { return (DevBuf){b.mem, b.off + off}; }
 size_t dbuf_bytes(DevBuf b); /* bytes from b.off to the allocation's end */
-/* where b lies in this process's memory when the device is host memory (CPU), NULL
-   otherwise: model/ uses it to hand CPU kernels their pointers */
+/* where the host may read and write b: the CPU's memory; NULL on a GPU and under cuemu */
 void *dev_host(const Device *d, DevBuf b);
+/* the address d's kernels are given for b: host memory on the CPU and under cuemu, device
+   memory on a GPU; never for the host to read or write */
+void *dev_ptr(const Device *d, DevBuf b);
 
 /* in stream order; bounds checked against the allocation */
 int dev_upload(Device *d, DevBuf dst, const void *src, size_t n);

@@ -42,6 +42,22 @@ static int check_batch(const Model *m, KVCache *kv, const Batch *b, int lb, int 
    its sequence (its slot is the sequence's committed length in a layer plus the rank),
    its block-table row, and the ranks of the batch tokens it sees, itself last. Ranks,
    not slots, so the lists hold in every layer, however full each layer is. */
+/* the host copy's used part onto the device, array by array, in stream order */
+static int upload_desc(Runner *r) {
+    Workspace *w = &r->ws;
+    const StepDesc *d = &w->desc;
+    size_t n = (size_t)d->n, nl = n * (size_t)d->layers, i4 = sizeof(int32_t);
+    const void *at[] = {d->token, d->pos, d->seq, d->rank, d->vis_off, d->vis, d->table, d->base, d->slot};
+    size_t len[] = {i4 * n,  i4 * n, i4 * n, i4 * n, i4 * (n + 1), i4 * (size_t)d->vis_off[n], sizeof *d->table * n,
+                    i4 * nl, i4 * nl};
+    for (int i = 0; i < 9; i++) {
+        size_t off = (size_t)((const char *)at[i] - (const char *)w->desc_host);
+        if (dev_upload(r->dev, dbuf_at(w->desc_buf, off), at[i], len[i])) return pd_error("forward: %s", dev_errmsg());
+    }
+    w->ddesc.n = d->n, w->ddesc.layers = d->layers;
+    return 0;
+}
+
 static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
     int n = b->n;
     if (runner_reserve(r, n, (size_t)n * (n + 1) / 2, le - lb)) return -1;
@@ -72,7 +88,7 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
             int c = attn_chunks(d->base[x] + d->vis_off[i + 1] - d->vis_off[i]);
             chunks = c > chunks ? c : chunks;
         }
-    return runner_reserve_split(r, n < ATT_SPLIT_TOKENS ? n : ATT_SPLIT_TOKENS, chunks);
+    return runner_reserve_split(r, n < ATT_SPLIT_TOKENS ? n : ATT_SPLIT_TOKENS, chunks) || upload_desc(r);
 }
 
 static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
@@ -80,7 +96,7 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     Workspace *w = &r->ws;
-    StepDesc *d = &w->desc;
+    const StepDesc *d = &w->ddesc; /* the kernels read the device's copy */
     int n = d->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
     const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
@@ -142,7 +158,7 @@ void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden) {
 /* the descriptor's tokens' embedding rows, on the runner's device */
 static void embed(Runner *r, float *hidden) {
     const Model *m = r->m;
-    r->k->rows_to_f32(hidden, m->embed.w, m->embed.t, r->ws.desc.token, r->ws.desc.n, m->c.dim);
+    r->k->rows_to_f32(hidden, m->embed.w, m->embed.t, r->ws.ddesc.token, r->ws.ddesc.n, m->c.dim);
 }
 
 /* blocks for every slot the call will fill, before anything changes */
@@ -273,9 +289,7 @@ static int rows_room(Runner *r, int n, int cols, size_t out) {
 /* the logits of n hidden rows on the device, with room for out results */
 static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
     if (rows_room(r, n, r->m->c.vocab_size, out)) return -1;
-    float *lg = dev_host(r->dev, r->ws.lg); /* the CPU's final_logits writes device memory directly */
-    if (!lg) return pd_error("runner: logits rows need a host-memory device");
-    return final_logits(r, hidden, n, lg);
+    return final_logits(r, hidden, n, dev_ptr(r->dev, r->ws.lg));
 }
 
 /* n given rows of cols floats onto the device, with room for out results */

@@ -44,6 +44,7 @@ void runner_free(Runner *r) {
     if (r->dev) {
         dev_free(r->dev, r->ws.acts);
         dev_free(r->dev, r->ws.desc_buf);
+        free(r->ws.desc_host);
         dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
         dev_free(r->dev, r->ws.rows);
         dev_free(r->dev, r->ws.split_buf);
@@ -55,17 +56,30 @@ void runner_free(Runner *r) {
 
 static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
 
-/* carves one device buffer into pieces of the given sizes, each 64-byte aligned */
-static int carve(Device *d, DevBuf *b, size_t n, const size_t *sizes, void **const *dst) {
+static size_t carved(size_t n, const size_t *sizes) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += up64(sizes[i]);
+    return total;
+}
+/* pieces of the given sizes from p on, each 64-byte aligned */
+static void carve_at(char *p, size_t n, const size_t *sizes, void **const *dst) {
+    for (size_t i = 0, at = 0; i < n; at += up64(sizes[i]), i++) *dst[i] = p + at;
+}
+/* carves a new device buffer into pieces where the kernels see them */
+static int carve(Device *d, DevBuf *b, size_t n, const size_t *sizes, void **const *dst) {
     DevBuf nb;
-    if (dev_alloc(d, total, &nb)) return pd_error("runner: %s", dev_errmsg());
+    if (dev_alloc(d, carved(n, sizes), &nb)) return pd_error("runner: %s", dev_errmsg());
     dev_free(d, *b);
     *b = nb;
-    char *p = dev_host(d, nb);
-    for (size_t i = 0, at = 0; i < n; at += up64(sizes[i]), i++) *dst[i] = p + at;
+    carve_at(dev_ptr(d, nb), n, sizes, dst);
     return 0;
+}
+
+/* the descriptor's arrays in the order runner_reserve lays them out */
+static void desc_arrays(StepDesc *s, void **a[9]) {
+    void **v[] = {(void **)&s->token, (void **)&s->pos,   (void **)&s->seq,  (void **)&s->rank, (void **)&s->vis_off,
+                  (void **)&s->vis,   (void **)&s->table, (void **)&s->base, (void **)&s->slot};
+    memcpy(a, v, sizeof v);
 }
 
 int runner_reserve(Runner *r, int n, size_t vis, int layers) {
@@ -83,7 +97,6 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
                         (void **)&w->gu, (void **)&w->hb,  (void **)&w->out};
         if (carve(r->dev, &w->acts, 6, sizes, dst)) return -1;
     }
-    StepDesc *s = &w->desc;
     size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn,
                                             i4 * cn,
                                             i4 * cn,
@@ -93,9 +106,15 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
                                             sizeof(int *) * cn,
                                             pd_mul(i4 * cn, cl),
                                             pd_mul(i4 * cn, cl)};
-    void **dst[] = {(void **)&s->token, (void **)&s->pos,   (void **)&s->seq,  (void **)&s->rank, (void **)&s->vis_off,
-                    (void **)&s->vis,   (void **)&s->table, (void **)&s->base, (void **)&s->slot};
-    if (carve(r->dev, &w->desc_buf, 9, sizes, dst)) return -1;
+    void **ddst[9], **hdst[9];
+    desc_arrays(&w->ddesc, ddst), desc_arrays(&w->desc, hdst);
+    size_t bytes = carved(9, sizes);
+    void *host = aligned_alloc(64, bytes);
+    if (!host) return pd_error("runner: out of memory (%zu bytes of step descriptor)", bytes);
+    if (carve(r->dev, &w->desc_buf, 9, sizes, ddst)) return free(host), -1;
+    free(w->desc_host);
+    w->desc_host = host, w->desc_bytes = bytes;
+    carve_at(host, 9, sizes, hdst);
     w->cap_n = (int)cn, w->cap_vis = cv, w->cap_layers = (int)cl;
     return 0;
 }

@@ -6,8 +6,8 @@
 #include "device.h"
 #include "model/model.h"
 
-/* the per-call step descriptor (forward.c builds it once per forward_layers call, in
-   one device buffer): per token its id, position, sequence, slot offset after the
+/* the per-call step descriptor (forward.c builds it once per forward_layers call in a host
+   copy and uploads it in stream order, so a replayed graph reads this call's): per token its id, position, sequence, slot offset after the
    sequence's committed slots (its rank among the batch's tokens of that sequence), its
    block-table row, its visibility list (offsets like the rank, of the batch tokens it
    sees, itself last), and per layer of the call its sequence's committed length and its
@@ -17,7 +17,7 @@ typedef struct {
     int32_t *token, *pos, *seq, *rank; /* [n] */
     int32_t *vis_off;                  /* [n+1] */
     int32_t *vis;                      /* [vis_off[n]] */
-    const int **table;                 /* [n] block-table rows (host pointers on the CPU) */
+    const int **table;                 /* [n] block-table rows (host pointers, for now) */
     int32_t *base;                     /* [layers][n] committed slots in each layer */
     int32_t *slot;                     /* [layers][n] base + rank */
 } StepDesc;
@@ -34,7 +34,10 @@ typedef struct Workspace {
     float *out;      /* [n][dim] a branch's output before the residual add */
     DevBuf acts;     /* the activations above, one device buffer, each 64-byte aligned */
     DevBuf desc_buf; /* the step descriptor's arrays, one device buffer */
-    StepDesc desc;   /* its arrays, where the CPU sees them */
+    StepDesc ddesc;  /* its arrays where the kernels see them (dev_ptr) */
+    StepDesc desc;   /* the host copy forward.c builds, laid out as desc_buf */
+    void *desc_host; /* that copy's one allocation, desc_bytes long */
+    size_t desc_bytes;
     /* logits rows and what the row ops give back (logits_argmax, _topk, _softmax) */
     DevBuf lg, ids, probs, rows; /* [cap_rows][vocab], [cap_out], [cap_out], the row count */
     int cap_rows;
