@@ -6,6 +6,7 @@
 #   make models     fetch SmolLM2-135M-Instruct and the reference tools (make test does)
 #   make recipe=NAME  recipes/NAME.yaml's pipeline into out/NAME/: model, heads, bundle, bench tables
 #   make SAN=1 ...  the same with AddressSanitizer + UBSan, in build-san/
+#   make CUDA=1 ... the same with the "cuda" device (nvcc), in build-cuda/
 
 BUILD  ?= build
 BIN    ?= bin
@@ -15,6 +16,16 @@ BUILD  := build-san
 BIN    := build-san/bin
 OPT    := -O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=address,undefined
+endif
+# make CUDA=1: the same with the "cuda" device (kernels/cuda through nvcc, the CUDA
+# runtime linked statically: only the driver is needed where it runs), in build-cuda/
+ifeq ($(CUDA),1)
+BUILD     := build-cuda
+BIN       := build-cuda/bin
+NVCC      ?= $(firstword $(shell command -v nvcc) /usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CFLAGS    += -DPD_CUDA -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 endif
 # -ffp-contract=off: every product and sum rounds on its own in plain C too (gcc's ISO
 # default; clang would fuse a*b+c), so kernels and their tests agree bit for bit
@@ -32,6 +43,10 @@ LIB_SRC  := $(wildcard libcore/*/*.c kernels/cpu/*.c)
 CUDA_SRC := $(wildcard kernels/cuda/*.cu)
 CUEMU_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/cuemu/%.o)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUEMU_OBJ)
+ifeq ($(CUDA),1)
+GPU_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/gpu/%.o)
+LIB_OBJ   += $(GPU_OBJ) $(BUILD)/obj/kernels/cuda/device_cuda.o
+endif
 LIB      := $(BUILD)/libcore.a
 TOOLS    := $(patsubst tools/%.c,$(BIN)/%,$(wildcard tools/*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
@@ -80,10 +95,15 @@ $(CUEMU_TESTS): $(BUILD)/tests/%: tests/%.cpp $(LIB) | $(DEPS_OK)
 	@mkdir -p $(BUILD)/tests
 	$(CXX) $(CUEMU_FLAGS) -MMD -MP -MF $(BUILD)/obj/test-$*.d $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/obj/gpu/%.o: %.cu | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -fmad=false -Ikernels -Werror all-warnings -gencode arch=compute_90a,code=sm_90a \
+	    -gencode arch=compute_80,code=sm_80 -MMD -MP -c $< -o $@
+
 # the same .cu files through nvcc for sm_90a and sm_80 (tests/test_cuda_build.sh; SKIP without nvcc)
 .PHONY: nvcc-check
 nvcc-check:
-	@sh tests/test_cuda_build.sh
+	@NVCC_ONLY=1 sh tests/test_cuda_build.sh
 
 # the kernels twice, as this machine runs them and as the scalar spec (no AVX, no FMA
 # instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output

@@ -23,9 +23,10 @@ typedef struct {
 
 const char *dev_errmsg(void); /* the calling thread's last device error */
 
-/* kind "cpu" (kernels/cpu on host memory) or "cuemu" (kernels/cuda's sources built for
-   the host under cuemu.h, on host memory: the CUDA kernels' bits, tested without a GPU);
-   NULL + dev_errmsg when not compiled in */
+/* kind "cpu" (kernels/cpu on host memory), "cuemu" (kernels/cuda's sources built for
+   the host under cuemu.h, on host memory: the CUDA kernels' bits, tested without a GPU)
+   or, in a CUDA build, "cuda" (the first GPU); NULL + dev_errmsg when not compiled in or
+   when there is no GPU */
 Device *dev_open(const char *kind);
 void dev_close(Device *d);
 const char *dev_kind(const Device *d);
@@ -107,6 +108,9 @@ typedef struct {
     void (*attention_rel)(const AttnArgs *a);
     /* k_row_to_f32 of rows[i] into y[i] for i < n: the embedding lookup */
     void (*rows_to_f32)(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols);
+    /* what dev_move_cols_elem runs (cuda_kernels.h's cuda_move_cols) */
+    void (*move_cols)(void *base, const int64_t *list, const int32_t *count, int max_count, int len, size_t stride,
+                      int elem_bytes);
     /* what dev_argmax_rows, dev_softmax(_temp)_rows (temp 0: none) and dev_topk_rows run,
        the row count read from rows when they run (cuda_kernels.h's row ops) */
     void (*argmax_rows)(int32_t *ids, const float *x, const int32_t *rows, int max_rows, int cols);

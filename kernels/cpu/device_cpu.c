@@ -4,7 +4,10 @@
    thread as they are submitted, so the stream is in order by construction and an event
    is done once recorded; a graph is the list of calls (function and a copy of its
    arguments) captured between begin and end, replayed in order. Arguments hold Bufs,
-   never host pointers, so a replay reads whatever the buffers hold then. */
+   never host pointers, so a replay reads whatever the buffers hold then.
+   In a build with PD_CUDA a "cuda" device's memory, streams, events and graphs are
+   kernels/cuda/device_cuda.c's (GPU below); its calls are the same host functions,
+   which launch its kernels on its stream. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,39 +15,29 @@
 
 #include "backend.h"
 #include "cuda/cuda_kernels.h"
-#include "device.h"
+#include "device_impl.h"
 
-struct DevMem {
-    unsigned char *p;
-    size_t size;
-    int owned; /* 0: wrapped caller memory */
-};
-
-typedef struct {
-    void (*fn)(const void *args);
-    size_t bytes;
-    _Alignas(16) unsigned char args[]; /* the call's arguments, copied */
-} Call;
-
-struct DevGraph {
-    Call **calls;
-    int n, cap;
-};
-
-struct Device {
-    const KernelSet *k;  /* its kernels: the kind */
-    DevGraph *capturing; /* non-NULL between graph_begin and graph_end */
-    uint64_t done;       /* calls completed */
-};
-
-struct DevEvent {
-    uint64_t at; /* the stream's count when recorded; 0 = never */
-    const Device *on;
-};
+#ifdef PD_CUDA
+#define GPU(d, call)                                                                                                   \
+    do {                                                                                                               \
+        if ((d)->native) return call;                                                                                  \
+    } while (0)
+#define GPU_VOID(d, call)                                                                                              \
+    do {                                                                                                               \
+        if ((d)->native) {                                                                                             \
+            call;                                                                                                      \
+            return;                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+#else
+#define GPU(d, call) (void)(d)
+#define GPU_VOID(d, call) (void)(d)
+#endif
 
 static _Thread_local char err[256];
 const char *dev_errmsg(void) { return err; }
-static int fail(const char *fmt, ...) {
+#define fail dev_fail
+int dev_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, sizeof err, fmt, ap);
@@ -54,6 +47,16 @@ static int fail(const char *fmt, ...) {
 
 static int cpu_wtype(WType wt) { return wt >= 0 && wt < WT_COUNT; }
 static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
+static void cpu_move_cols(void *base, const int64_t *list, const int32_t *count, int max_count, int len, size_t stride,
+                          int elem) {
+    int n = *count < 0 ? 0 : *count > max_count ? max_count : *count;
+    size_t e = (size_t)elem, step = stride * e;
+    for (int i = 0; i < n; i++) {
+        const unsigned char *s = (const unsigned char *)base + (size_t)list[2 * i] * e;
+        unsigned char *t = (unsigned char *)base + (size_t)list[2 * i + 1] * e;
+        for (int j = 0; j < len; j++) memcpy(t + (size_t)j * step, s + (size_t)j * step, e);
+    }
+}
 static void cpu_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols) {
     for (int i = 0; i < n; i++) k_row_to_f32(y + (size_t)i * cols, w, wt, (size_t)rows[i], cols);
 }
@@ -113,6 +116,7 @@ static const KernelSet cpu_kernels = {.name = "cpu",
                                       .kv_write = k_kv_write_typed,
                                       .attention_rel = k_attention_rel,
                                       .rows_to_f32 = cpu_rows_to_f32,
+                                      .move_cols = cpu_move_cols,
                                       .argmax_rows = cpu_argmax_rows,
                                       .softmax_rows = cpu_softmax_rows,
                                       .topk_rows = cpu_topk_rows};
@@ -127,6 +131,7 @@ static const KernelSet emu_kernels = {.name = "cuemu",
                                       .kv_write = cuda_kv_write_typed,
                                       .attention_rel = cuda_attention_rel,
                                       .rows_to_f32 = cuda_rows_to_f32,
+                                      .move_cols = cuda_move_cols,
                                       .argmax_rows = cuda_argmax_rows,
                                       .softmax_rows = cuda_softmax_rows,
                                       .topk_rows = cuda_topk_rows};
@@ -136,13 +141,23 @@ Device *dev_open(const char *kind) {
                          : !strcmp(kind, "cpu")   ? &cpu_kernels
                          : !strcmp(kind, "cuemu") ? &emu_kernels
                                                   : NULL;
-    if (!k) {
+    int gpu = 0;
+#ifdef PD_CUDA
+    gpu = kind && !strcmp(kind, "cuda");
+#endif
+    if (!k && !gpu) {
         fail("device '%s' is not compiled in (this build has: %s)", kind ? kind : "(null)", k_backends());
         return NULL;
     }
     Device *d = calloc(1, sizeof *d);
-    if (!d) fail("device: out of memory");
-    else d->k = k;
+    if (!d) {
+        fail("device: out of memory");
+        return NULL;
+    }
+    d->k = k;
+#ifdef PD_CUDA
+    if (gpu && cudev_open(d)) return free(d), NULL;
+#endif
     return d;
 }
 const KernelSet *dev_kernels(const Device *d) { return d->k; }
@@ -150,13 +165,16 @@ const KernelSet *dev_kernels(const Device *d) { return d->k; }
 void dev_close(Device *d) {
     if (!d) return;
     if (d->capturing) dev_graph_free(d->capturing);
+#ifdef PD_CUDA
+    if (d->native) cudev_close(d);
+#endif
     free(d);
 }
 
 const char *dev_kind(const Device *d) { return d ? d->k->name : "none"; }
 
 int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
-    (void)d;
+    GPU(d, cudev_alloc(d, bytes, out));
     *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
     size_t sz = (bytes + 63) / 64 * 64;
@@ -172,7 +190,7 @@ int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
 }
 
 int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
-    (void)d;
+    GPU(d, cudev_wrap(d, host, bytes, out));
     *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
     if (!m) return fail("device: out of memory");
@@ -183,8 +201,8 @@ int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
 }
 
 void dev_free(Device *d, DevBuf b) {
-    (void)d;
     if (!b.mem) return;
+    GPU_VOID(d, cudev_free(d, b));
     if (b.mem->owned) free(b.mem->p);
     free(b.mem);
 }
@@ -193,7 +211,7 @@ size_t dbuf_bytes(DevBuf b) { return b.mem && b.off <= b.mem->size ? b.mem->size
 
 /* cuemu's memory is host memory, but the host is not shown it: a GPU's is not, and what
    would read it directly must fail under cuemu's tests rather than pass */
-void *dev_host(const Device *d, DevBuf b) { return d->k == &emu_kernels ? NULL : dev_ptr(d, b); }
+void *dev_host(const Device *d, DevBuf b) { return d->k == &cpu_kernels ? dev_ptr(d, b) : NULL; }
 
 void *dev_ptr(const Device *d, DevBuf b) {
     (void)d;
@@ -209,6 +227,7 @@ static int in_bounds(DevBuf b, size_t n, const char *what) {
 
 /* runs a call now, or appends it to the graph being captured */
 static int submit(Device *d, void (*fn)(const void *), const void *args, size_t bytes) {
+    GPU(d, cudev_submit(d, fn, args));
     if (!d->capturing) {
         fn(args);
         d->done++;
@@ -247,6 +266,7 @@ static void run_upload(const void *a) {
 }
 int dev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
     if (in_bounds(dst, n, "upload")) return -1;
+    GPU(d, cudev_upload(d, dst, src, n));
     if (!d->capturing) {
         memcpy(dst.mem->p + dst.off, src, n);
         d->done++;
@@ -264,6 +284,7 @@ int dev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
 int dev_download(Device *d, void *dst, DevBuf src, size_t n) {
     if (d->capturing) return fail("device: download while capturing a graph");
     if (in_bounds(src, n, "download")) return -1;
+    GPU(d, cudev_download(d, dst, src, n));
     memcpy(dst, src.mem->p + src.off, n);
     return 0;
 }
@@ -278,27 +299,22 @@ static void run_copy(const void *a) {
 }
 int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n) {
     if (in_bounds(dst, n, "copy destination") || in_bounds(src, n, "copy source")) return -1;
+    GPU(d, cudev_copy(d, dst, src, n));
     CopyArgs c = {dst, src, n};
     return submit(d, run_copy, &c, sizeof c);
 }
 
+#define AT(b, type) ((type)((b).mem ? (b).mem->p + (b).off : NULL))
 typedef struct {
+    const KernelSet *k;
     DevBuf base, list, count;
     int max_count, len, elem;
     size_t stride;
 } MoveArgs;
 static void run_move(const void *a) {
     const MoveArgs *m = a;
-    unsigned char *base = m->base.mem->p + m->base.off;
-    const int64_t *list = (const int64_t *)(m->list.mem->p + m->list.off);
-    int n = *(const int32_t *)(m->count.mem->p + m->count.off);
-    n = n < 0 ? 0 : n > m->max_count ? m->max_count : n;
-    size_t e = (size_t)m->elem, step = m->stride * e;
-    for (int i = 0; i < n; i++) {
-        const unsigned char *s = base + (size_t)list[2 * i] * e;
-        unsigned char *t = base + (size_t)list[2 * i + 1] * e;
-        for (int j = 0; j < m->len; j++) memcpy(t + (size_t)j * step, s + (size_t)j * step, e);
-    }
+    m->k->move_cols(AT(m->base, void *), AT(m->list, const int64_t *), AT(m->count, const int32_t *), m->max_count,
+                    m->len, m->stride, m->elem);
 }
 int dev_move_cols_elem(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride,
                        int elem_bytes) {
@@ -308,7 +324,7 @@ int dev_move_cols_elem(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, in
     if (in_bounds(list, sizeof(int64_t) * 2 * (size_t)max_count, "move_cols list") ||
         in_bounds(count_buf, sizeof(int32_t), "move_cols count") || in_bounds(base, 0, "move_cols base"))
         return -1;
-    MoveArgs m = {base, list, count_buf, max_count, len, elem_bytes, stride};
+    MoveArgs m = {d->k, base, list, count_buf, max_count, len, elem_bytes, stride};
     return submit(d, run_move, &m, sizeof m);
 }
 int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride) {
@@ -317,45 +333,77 @@ int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max
 
 int dev_sync(Device *d) {
     if (d->capturing) return fail("device: sync while capturing a graph");
+    GPU(d, cudev_sync(d));
     return 0;
 }
 
 DevEvent *dev_event_new(Device *d) {
-    (void)d;
     DevEvent *e = calloc(1, sizeof *e);
     if (!e) fail("device: out of memory");
+#ifdef PD_CUDA
+    else if (d->native && cudev_event_new(d, e)) e = (free(e), NULL);
+#else
+    (void)d;
+#endif
     return e;
 }
-void dev_event_free(DevEvent *e) { free(e); }
+void dev_event_free(DevEvent *e) {
+#ifdef PD_CUDA
+    if (e && e->native) cudev_event_free(e);
+#endif
+    free(e);
+}
 
 int dev_record(Device *d, DevEvent *e) {
     if (d->capturing) return fail("device: events inside a captured graph are not supported");
+    if (!!d->native != !!e->native) return fail("device: an event of another kind of device");
+    GPU(d, cudev_record(d, e));
     e->at = d->done + 1, e->on = d;
     return 0;
 }
 /* the recording stream ran everything before the record already: nothing to wait for */
 int dev_wait(Device *d, DevEvent *e) {
-    (void)d;
+    if (!!d->native != !!e->native) return fail("device: an event of another kind of device");
+    GPU(d, cudev_wait(d, e));
     return e->at ? 0 : fail("device: waiting on an event never recorded");
 }
-int dev_event_done(DevEvent *e) { return e->at ? 1 : -1; }
+int dev_event_done(DevEvent *e) {
+#ifdef PD_CUDA
+    if (e->native) return cudev_event_done(e);
+#endif
+    return e->at ? 1 : -1;
+}
 
 int dev_graph_begin(Device *d) {
     if (d->capturing) return fail("device: a graph is already being captured");
     d->capturing = calloc(1, sizeof *d->capturing);
-    return d->capturing ? 0 : fail("device: out of memory");
+    if (!d->capturing) return fail("device: out of memory");
+#ifdef PD_CUDA
+    if (d->native && cudev_graph_begin(d)) {
+        free(d->capturing);
+        d->capturing = NULL;
+        return -1;
+    }
+#endif
+    return 0;
 }
 
 int dev_graph_end(Device *d, DevGraph **out) {
     *out = NULL;
     if (!d->capturing) return fail("device: graph_end without graph_begin");
-    *out = d->capturing;
+    DevGraph *g = d->capturing;
     d->capturing = NULL;
+#ifdef PD_CUDA
+    if (d->native && cudev_graph_end(d, g)) return dev_graph_free(g), -1;
+#endif
+    *out = g;
     return 0;
 }
 
 int dev_graph_replay(Device *d, const DevGraph *g) {
     if (d->capturing) return fail("device: replay while capturing a graph");
+    if (!!d->native != !!g->native) return fail("device: a graph of another kind of device");
+    GPU(d, cudev_graph_replay(d, g));
     for (int i = 0; i < g->n; i++) {
         g->calls[i]->fn(g->calls[i]->args);
         d->done++;
@@ -365,12 +413,20 @@ int dev_graph_replay(Device *d, const DevGraph *g) {
 
 void dev_graph_free(DevGraph *g) {
     if (!g) return;
+#ifdef PD_CUDA
+    if (g->native) cudev_graph_free(g);
+#endif
     for (int i = 0; i < g->n; i++) free(g->calls[i]);
     free(g->calls);
     free(g);
 }
 
-int dev_graph_calls(const DevGraph *g) { return g ? g->n : 0; }
+int dev_graph_calls(const DevGraph *g) {
+#ifdef PD_CUDA
+    if (g && g->native) return cudev_graph_calls(g);
+#endif
+    return g ? g->n : 0;
+}
 
 /* ---- rows ---- */
 
@@ -381,7 +437,6 @@ typedef struct {
     float temp; /* softmax of x / temp; 0 = of x itself */
 } RowArgs;
 
-#define AT(b, type) ((type)((b).mem ? (b).mem->p + (b).off : NULL))
 static void run_argmax(const void *v) {
     const RowArgs *a = v;
     a->k->argmax_rows(AT(a->ids, int32_t *), AT(a->x, const float *), AT(a->rows, const int32_t *), a->max_rows,

@@ -111,7 +111,13 @@ void pool_run(PoolFn fn, void *ctx, int n, int align, int min_per_thread) {
     atomic_flag_clear_explicit(&P.busy, memory_order_release);
 }
 
-const char *k_backends(void) { return "cpu cuemu"; }
+const char *k_backends(void) {
+#ifdef PD_CUDA
+    return "cpu cuemu cuda";
+#else
+    return "cpu cuemu";
+#endif
+}
 
 const char *k_cpu_features(void) {
     return ""

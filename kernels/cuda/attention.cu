@@ -33,10 +33,12 @@ struct View {
 };
 
 /* key j's slot */
-__device__ __forceinline__ int slot_of(const View &w, int j) { return j < w.n_ctx ? j : w.base + w.extra[j - w.n_ctx]; }
+static __device__ __forceinline__ int slot_of(const View &w, int j) {
+    return j < w.n_ctx ? j : w.base + w.extra[j - w.n_ctx];
+}
 
 /* element d of slot's key (val 0) or value (val 1) as attention.c's elem() computes it */
-__device__ __forceinline__ float elem(const View &w, int val, int slot, int d) {
+static __device__ __forceinline__ float elem(const View &w, int val, int slot, int d) {
     const AttnArgs *a = w.a;
     int bs = a->block_size, blk = slot / bs, col = slot - blk * bs;
     size_t b = (size_t)w.row[blk];
@@ -53,7 +55,7 @@ __device__ __forceinline__ float elem(const View &w, int val, int slot, int d) {
 }
 
 /* this thread's scores of chunk [j0, j1) into s[j - j0] */
-__device__ void chunk_scores(const View &w, const float *q, float *s, int j0, int j1) {
+static __device__ void chunk_scores(const View &w, const float *q, float *s, int j0, int j1) {
     for (int j = j0 + (int)threadIdx.x; j < j1; j += ATT_THREADS) {
         int slot = slot_of(w, j);
         float acc = 0.0f;
@@ -62,13 +64,13 @@ __device__ void chunk_scores(const View &w, const float *q, float *s, int j0, in
     }
 }
 
-__device__ __forceinline__ int keys_of(const AttnArgs *a, int t) {
+static __device__ __forceinline__ int keys_of(const AttnArgs *a, int t) {
     return a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t];
 }
 
 /* block (token, query head, chunk): the chunk's keys as a token with only those keys;
    a token of one chunk writes out, a split one its chunk's o, m and sum */
-__global__ void attention_kernel(AttnArgs A, int rel, int mc, int t0) {
+static __global__ void attention_kernel(AttnArgs A, int rel, int mc, int t0) {
     __shared__ float s[ATT_SPLIT]; /* the chunk's scores, then its exponents */
     __shared__ float lanes[16];
     __shared__ float mx_sh, sum_sh;
@@ -144,7 +146,7 @@ __global__ void attention_kernel(AttnArgs A, int rel, int mc, int t0) {
 
 /* block (token, query head): a split token's chunks in chunk order, backend.h's spec;
    each chunk's weight exp1(m_c - m) once, in dynamic shared memory [max_chunks] */
-__global__ void combine_kernel(AttnArgs A, int t0) {
+static __global__ void combine_kernel(AttnArgs A, int t0) {
     __shared__ float m_sh, inv_sh;
     CUEMU_DYN_SHARED(float, wt);
     const AttnArgs *a = &A;

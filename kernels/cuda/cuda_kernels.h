@@ -13,6 +13,27 @@ extern "C" {
 #endif
 #include "backend.h"
 
+/* One binary links both builds of these sources: nvcc's (the GPU device) keeps the
+   cuda_ names, the host compiler's (cuemu) takes cuemu_ ones. device_cuda.c, a host C
+   file calling the GPU's, defines PD_CUDA_GPU_NAMES first. */
+#if !defined(__CUDACC__) && !defined(PD_CUDA_GPU_NAMES)
+#define cuda_matmul cuemu_matmul
+#define cuda_rmsnorm cuemu_rmsnorm
+#define cuda_rope cuemu_rope
+#define cuda_add cuemu_add
+#define cuda_silu cuemu_silu
+#define cuda_add_rows cuemu_add_rows
+#define cuda_silu_mul_rows cuemu_silu_mul_rows
+#define cuda_kv_write_typed cuemu_kv_write_typed
+#define cuda_rows_to_f32 cuemu_rows_to_f32
+#define cuda_move_cols cuemu_move_cols
+#define cuda_attention cuemu_attention
+#define cuda_attention_rel cuemu_attention_rel
+#define cuda_argmax_rows cuemu_argmax_rows
+#define cuda_softmax_rows cuemu_softmax_rows
+#define cuda_topk_rows cuemu_topk_rows
+#endif
+
 /* k_matmul for WT_F32 and WT_BF16 on k_pack's layout (matmul.cu) */
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* ops.cu / rmsnorm.cu: the element-wise and per-row kernels of backend.h */
@@ -28,6 +49,10 @@ void cuda_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_
                          const float *src, size_t src_stride, size_t v_off, int n);
 /* k_row_to_f32 of rows[i] for i < n into y[n][cols] (an embedding lookup), f32 and bf16 */
 void cuda_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols);
+/* dev_move_cols_elem over device memory: for the count (read from count) pairs
+   {src, dst} of list, in order, len elements of elem_bytes strided stride apart */
+void cuda_move_cols(void *base, const int64_t *list, const int32_t *count, int max_count, int len, size_t stride,
+                    int elem_bytes);
 /* attention.cu: k_attention, k_attention_rel (every KVType) */
 void cuda_attention(const AttnArgs *a);
 void cuda_attention_rel(const AttnArgs *a);

@@ -12,7 +12,16 @@
 #define PD_CUEMU_H
 
 #ifndef CUEMU
-#define CUEMU_LAUNCH(kernel, grid, block, shmem, ...) kernel<<<(grid), (block), (shmem)>>>(__VA_ARGS__)
+#include <cuda_runtime.h>
+/* device_cuda.c's: the stream the calling thread's device call runs on, and the check
+   after each launch that keeps the first error with the kernel's name */
+extern "C" cudaStream_t pd_cuda_stream(void);
+extern "C" void pd_cuda_launched(const char *kernel);
+#define CUEMU_LAUNCH(kernel, grid, block, shmem, ...)                                                                  \
+    do {                                                                                                               \
+        kernel<<<(grid), (block), (shmem), pd_cuda_stream()>>>(__VA_ARGS__);                                           \
+        pd_cuda_launched(#kernel);                                                                                     \
+    } while (0)
 #define CUEMU_DYN_SHARED(type, name) extern __shared__ type name[]
 #else
 #include <cmath>

@@ -11,7 +11,7 @@
 #define PANEL 16
 #define BLOCK_ROWS 64 /* PANEL * matmul.c's BLOCK */
 
-__global__ void matmul_kernel(float *y, const float *x, const void *w, WType wt, int cols, int rows) {
+static __global__ void matmul_kernel(float *y, const float *x, const void *w, WType wt, int cols, int rows) {
     int b = blockIdx.x, t = blockIdx.y, q = threadIdx.x, r0 = b * BLOCK_ROWS;
     int left = (rows - r0 + PANEL - 1) / PANEL, W = (left < 4 ? left : 4) * PANEL; /* the block's width */
     if (r0 + q >= rows) return;

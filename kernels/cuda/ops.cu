@@ -9,8 +9,8 @@
 static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
 
 /* rope_row: a = x[k], b = x[k + half] → a c - b s, a s + b c; one thread a pair */
-__global__ void rope_kernel(float *x, size_t stride, const int32_t *pos, int n_heads, int hd, const float *cos_t,
-                            const float *sin_t) {
+static __global__ void rope_kernel(float *x, size_t stride, const int32_t *pos, int n_heads, int hd, const float *cos_t,
+                                   const float *sin_t) {
     int half = hd / 2, t = blockIdx.y;
     int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= n_heads * half) return;
@@ -22,26 +22,26 @@ __global__ void rope_kernel(float *x, size_t stride, const int32_t *pos, int n_h
     v[k + half] = a * s[k] + b * c[k];
 }
 
-__global__ void add_kernel(float *y, const float *x, size_t n) {
+static __global__ void add_kernel(float *y, const float *x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
-__device__ __forceinline__ float silu1(float a) { return __fdiv_rn(a, 1.0f + exp1(0.0f - a)); }
+static __device__ __forceinline__ float silu1(float a) { return __fdiv_rn(a, 1.0f + exp1(0.0f - a)); }
 
-__global__ void silu_kernel(float *y, const float *x, size_t n) {
+static __global__ void silu_kernel(float *y, const float *x, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = silu1(x[i]);
 }
 
 /* y[t*stride + c] += x[c] */
-__global__ void add_rows_kernel(float *y, size_t stride, const float *x, int cols) {
+static __global__ void add_rows_kernel(float *y, size_t stride, const float *x, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c < cols) y[(size_t)blockIdx.y * stride + c] += x[c];
 }
 
 /* y[t][c] = silu(gu[t][c]) * gu[t][cols + c] */
-__global__ void silu_mul_rows_kernel(float *y, const float *gu, int cols) {
+static __global__ void silu_mul_rows_kernel(float *y, const float *gu, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (c >= cols) return;
     const float *g = gu + (size_t)t * 2 * cols;
@@ -49,16 +49,16 @@ __global__ void silu_mul_rows_kernel(float *y, const float *gu, int cols) {
 }
 
 /* attention.c's f32_bf16: nearest, ties to even; a NaN stays a quiet NaN, sign kept */
-__device__ __forceinline__ uint16_t to_bf16(float f) {
+static __device__ __forceinline__ uint16_t to_bf16(float f) {
     uint32_t w = f32_bits(f);
     if ((w & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((w >> 16) | 0x40);
     return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1)) >> 16);
 }
 
 /* f32 and bf16: one thread per (token, element of the kv row) */
-__global__ void kv_write_kernel(KVType type, void *k, void *v, size_t block_stride, int block_size, int kv_dim,
-                                const int *const *table, const int32_t *slot, const float *src, size_t src_stride,
-                                size_t v_off) {
+static __global__ void kv_write_kernel(KVType type, void *k, void *v, size_t block_stride, int block_size, int kv_dim,
+                                       const int *const *table, const int32_t *slot, const float *src,
+                                       size_t src_stride, size_t v_off) {
     int d = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
     if (d >= kv_dim) return;
     const float *sk = src + (size_t)i * src_stride, *sv = sk + v_off;
@@ -74,7 +74,7 @@ __global__ void kv_write_kernel(KVType type, void *k, void *v, size_t block_stri
 }
 
 /* q8_head: amax over the head (sequential), d = amax / 127, q = rint(x / d) clamped */
-__device__ float q8_head(const float *x, int hd, int8_t *q, size_t stride) {
+static __device__ float q8_head(const float *x, int hd, int8_t *q, size_t stride) {
     float amax = 0;
     for (int i = 0; i < hd; i++) {
         float m = fabsf(x[i]);
@@ -89,9 +89,10 @@ __device__ float q8_head(const float *x, int hd, int8_t *q, size_t stride) {
 }
 
 /* q8_0: one thread per (token, kv head, key or value) */
-__global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
-                                   int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot,
-                                   const float *src, size_t src_stride, size_t v_off) {
+static __global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float *vs, size_t block_stride,
+                                          size_t scale_stride, int block_size, int n_kv, int hd,
+                                          const int *const *table, const int32_t *slot, const float *src,
+                                          size_t src_stride, size_t v_off) {
     int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
     if (j >= 2 * n_kv) return;
     int h = j / 2, val = j % 2;
@@ -103,12 +104,28 @@ __global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float *vs, s
 }
 
 /* k_row_to_f32 of rows[t]: a copy (f32) or a widening (bf16) */
-__global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, const int32_t *rows, int cols) {
+static __global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, const int32_t *rows, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (c >= cols) return;
     size_t at = (size_t)rows[t] * cols + c;
     y[(size_t)t * cols + c] =
         wt == WT_F32 ? ((const float *)w)[at] : bits_f32((uint32_t)((const uint16_t *)w)[at] << 16);
+}
+
+/* dev_move_cols_elem's moves, pairs in order (a kept path's later source may be an
+   earlier destination): one thread a row j of the columns, every pair in turn; distinct
+   slots' columns never share an element, so the rows are independent */
+static __global__ void move_cols_kernel(unsigned char *base, const int64_t *list, const int32_t *count, int max_count,
+                                        int len, size_t stride, int elem) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x, n = *count;
+    n = n < 0 ? 0 : n > max_count ? max_count : n;
+    if (j >= len) return;
+    size_t e = (size_t)elem, at = (size_t)j * stride * e;
+    for (int i = 0; i < n; i++) {
+        const unsigned char *s = base + (size_t)list[2 * i] * e + at;
+        unsigned char *t = base + (size_t)list[2 * i + 1] * e + at;
+        for (size_t b = 0; b < e; b++) t[b] = s[b];
+    }
 }
 
 void cuda_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
@@ -146,4 +163,10 @@ void cuda_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_
 void cuda_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols) {
     if (n > 0 && cols > 0)
         CUEMU_LAUNCH(rows_to_f32_kernel, dim3(blocks_for(cols), n), dim3(THREADS), 0, y, w, wt, rows, cols);
+}
+void cuda_move_cols(void *base, const int64_t *list, const int32_t *count, int max_count, int len, size_t stride,
+                    int elem_bytes) {
+    if (max_count > 0 && len > 0)
+        CUEMU_LAUNCH(move_cols_kernel, dim3(blocks_for((size_t)len)), dim3(THREADS), 0, (unsigned char *)base, list,
+                     count, max_count, len, stride, elem_bytes);
 }

@@ -9,7 +9,7 @@
 
 #define RMS_THREADS 64 /* dot.h's 4 accumulators x 16 lanes */
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *g, int dim, float eps) {
+static __global__ void rmsnorm_kernel(float *y, const float *x, const float *g, int dim, float eps) {
     __shared__ float part[RMS_THREADS];
     __shared__ float scale;
     const float *xt = x + (size_t)blockIdx.x * dim;

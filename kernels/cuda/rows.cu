@@ -7,18 +7,18 @@
 
 #define LANES 16
 
-__device__ __forceinline__ int row_count(const int32_t *rows, int max_rows) {
+static __device__ __forceinline__ int row_count(const int32_t *rows, int max_rows) {
     int n = *rows;
     return n < 0 ? 0 : n > max_rows ? max_rows : n;
 }
 
 /* the row's value at i: x, or x / temp (an IEEE division, before anything else) */
-__device__ __forceinline__ float at(const float *x, int i, float temp) {
+static __device__ __forceinline__ float at(const float *x, int i, float temp) {
     return temp != 0 ? __fdiv_rn(x[i], temp) : x[i];
 }
 
 /* max16 of the row into *m (every thread) */
-__device__ float row_max(const float *x, int cols, float temp, float *lanes, float *m) {
+static __device__ float row_max(const float *x, int cols, float temp, float *lanes, float *m) {
     int l = threadIdx.x;
     float v = -INFINITY;
     for (int i = l; i < cols; i += LANES) v = max1(v, at(x, i, temp));
@@ -30,7 +30,7 @@ __device__ float row_max(const float *x, int cols, float temp, float *lanes, flo
 }
 
 /* exp_sum's 16 lane sums of exp1(x - m), their tree, and 1 / that (every thread) */
-__device__ float row_inv_sum(const float *x, int cols, float temp, float m, float *lanes, float *inv) {
+static __device__ float row_inv_sum(const float *x, int cols, float temp, float m, float *lanes, float *inv) {
     int l = threadIdx.x;
     float s = 0.0f;
     for (int i = l; i < cols; i += LANES) s += exp1(at(x, i, temp) - m);
@@ -41,7 +41,7 @@ __device__ float row_inv_sum(const float *x, int cols, float temp, float m, floa
     return *inv;
 }
 
-__global__ void argmax_kernel(int32_t *ids, const float *x, const int32_t *rows, int max_rows, int cols) {
+static __global__ void argmax_kernel(int32_t *ids, const float *x, const int32_t *rows, int max_rows, int cols) {
     __shared__ float lanes[LANES];
     __shared__ float m;
     __shared__ int first[LANES];
@@ -64,7 +64,8 @@ __global__ void argmax_kernel(int32_t *ids, const float *x, const int32_t *rows,
     }
 }
 
-__global__ void softmax_kernel(float *y, const float *x, const int32_t *rows, int max_rows, int cols, float temp) {
+static __global__ void softmax_kernel(float *y, const float *x, const int32_t *rows, int max_rows, int cols,
+                                      float temp) {
     __shared__ float lanes[LANES];
     __shared__ float m, inv;
     int r = blockIdx.x, l = threadIdx.x;
@@ -80,8 +81,8 @@ __global__ void softmax_kernel(float *y, const float *x, const int32_t *rows, in
 /* top-k: each lane keeps the k largest probabilities of its indices (an insertion list,
    larger first, the earlier index first among equals: its indices ascend), then thread
    0 merges the 16 lists, taking the largest head, the lower index among equals */
-__global__ void topk_kernel(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols,
-                            int k) {
+static __global__ void topk_kernel(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols,
+                                   int k) {
     __shared__ float lanes[LANES];
     __shared__ float m, inv;
     CUEMU_DYN_SHARED(float, dyn); /* [LANES][k] probabilities, then [LANES][k] ids */

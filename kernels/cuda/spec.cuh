@@ -5,12 +5,12 @@
 #include "cuemu.h"
 #include "spec.h"
 
-__device__ __forceinline__ float bits_f32(uint32_t w) {
+static __device__ __forceinline__ float bits_f32(uint32_t w) {
     float f;
     memcpy(&f, &w, sizeof f);
     return f;
 }
-__device__ __forceinline__ uint32_t f32_bits(float f) {
+static __device__ __forceinline__ uint32_t f32_bits(float f) {
     uint32_t w;
     memcpy(&w, &f, sizeof w);
     return w;

@@ -1,0 +1,263 @@
+/* device_cuda.c — the "cuda" device over the CUDA runtime: one stream per Device,
+   cudaMalloc'd memory (dev_wrap copies: a GPU cannot read the host's), events, and
+   graphs captured from the stream (cudaStreamBeginCapture) and replayed as one launch.
+   A call (device_cpu.c's submit) is a host function that launches kernels/cuda's
+   kernels: it runs at once with pd_cuda_stream() naming this device's stream, so under
+   capture its launches become the graph's nodes. Built only with nvcc (make CUDA=1). */
+#define PD_CUDA_GPU_NAMES
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "device_impl.h"
+
+typedef struct {
+    cudaStream_t stream;
+    int id;         /* the GPU */
+    char name[256]; /* its name, for the messages */
+    void **staged;  /* pinned copies of the uploads of the graph being captured */
+    int n_staged, cap_staged;
+} Gpu;
+
+typedef struct {
+    cudaGraphExec_t exec;
+    size_t nodes;
+    void **staged; /* the uploads' sources, freed with the graph */
+    int n_staged;
+} GpuGraph;
+
+static _Thread_local cudaStream_t cur_stream;
+static _Thread_local char launch_err[192]; /* the first failed launch since the call began */
+
+cudaStream_t pd_cuda_stream(void) { return cur_stream; }
+void pd_cuda_launched(const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess && !launch_err[0])
+        snprintf(launch_err, sizeof launch_err, "kernel %s: %s", kernel, cudaGetErrorString(e));
+}
+
+static int cuda_fail(const char *what, cudaError_t e) {
+    return dev_fail("device cuda: %s: %s", what, cudaGetErrorString(e));
+}
+#define CK(what, call)                                                                                                 \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) return cuda_fail(what, e_);                                                             \
+    } while (0)
+
+static Gpu *gpu(const Device *d) { return d->native; }
+
+static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
+static const KernelSet gpu_kernels = {.name = "cuda",
+                                      .has_wtype = cuda_wtype,
+                                      .matmul = cuda_matmul,
+                                      .rmsnorm = cuda_rmsnorm,
+                                      .rope = cuda_rope,
+                                      .add = cuda_add,
+                                      .add_rows = cuda_add_rows,
+                                      .silu_mul_rows = cuda_silu_mul_rows,
+                                      .kv_write = cuda_kv_write_typed,
+                                      .attention_rel = cuda_attention_rel,
+                                      .rows_to_f32 = cuda_rows_to_f32,
+                                      .move_cols = cuda_move_cols,
+                                      .argmax_rows = cuda_argmax_rows,
+                                      .softmax_rows = cuda_softmax_rows,
+                                      .topk_rows = cuda_topk_rows};
+
+int cudev_open(Device *d) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1)
+        return dev_fail("device cuda: no CUDA GPU here (%s)",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
+    Gpu *g = calloc(1, sizeof *g);
+    if (!g) return dev_fail("device cuda: out of memory");
+    struct cudaDeviceProp p;
+    if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        free(g);
+        return cuda_fail("opening GPU 0", e);
+    }
+    snprintf(g->name, sizeof g->name, "%s", p.name);
+    d->k = &gpu_kernels, d->native = g;
+    return 0;
+}
+
+void cudev_close(Device *d) {
+    Gpu *g = gpu(d);
+    cudaStreamSynchronize(g->stream);
+    cudaStreamDestroy(g->stream);
+    for (int i = 0; i < g->n_staged; i++) cudaFreeHost(g->staged[i]);
+    free(g->staged);
+    free(g);
+    d->native = NULL;
+}
+
+/* what a failed allocation says: what it wanted and what the GPU has free */
+static int oom(const Device *d, size_t bytes, cudaError_t e) {
+    size_t free_b = 0, total = 0;
+    cudaGetLastError(); /* the failure is reported here, not by the next launch */
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) free_b = total = 0;
+    return dev_fail("device cuda (%s): cannot allocate %.1f MiB: %.1f MiB free of %.1f MiB (%s)", gpu(d)->name,
+                    bytes / 1048576.0, free_b / 1048576.0, total / 1048576.0, cudaGetErrorString(e));
+}
+
+static int gpu_mem(Device *d, size_t bytes, DevBuf *out) {
+    *out = (DevBuf){0};
+    DevMem *m = calloc(1, sizeof *m);
+    if (!m) return dev_fail("device cuda: out of memory");
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+        free(m);
+        return oom(d, bytes, e);
+    }
+    m->p = p, m->size = bytes, m->owned = 1;
+    out->mem = m;
+    return 0;
+}
+
+int cudev_alloc(Device *d, size_t bytes, DevBuf *out) {
+    if (gpu_mem(d, bytes, out)) return -1;
+    cudaError_t e = cudaMemsetAsync(out->mem->p, 0, bytes ? bytes : 64, gpu(d)->stream);
+    if (e != cudaSuccess) {
+        cudev_free(d, *out);
+        return cuda_fail("zeroing an allocation", e);
+    }
+    return 0;
+}
+
+int cudev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
+    if (gpu_mem(d, bytes, out)) return -1;
+    cudaError_t e = cudaMemcpy(out->mem->p, host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudev_free(d, *out);
+        return cuda_fail("copying weights in", e);
+    }
+    return 0;
+}
+
+/* freed once the stream has finished with it: cudaFree waits for the device */
+void cudev_free(Device *d, DevBuf b) {
+    (void)d;
+    cudaFree(b.mem->p);
+    free(b.mem);
+}
+
+/* under capture the bytes are copied to pinned memory the graph keeps, so the replay
+   uploads them as they were (device.h's rule); else cudaMemcpyAsync from pageable
+   memory has taken the bytes when it returns */
+int cudev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
+    Gpu *g = gpu(d);
+    if (!n) return 0;
+    if (d->capturing) {
+        void *pin;
+        if (g->n_staged == g->cap_staged) {
+            int cap = g->cap_staged ? 2 * g->cap_staged : 16;
+            void **s = realloc(g->staged, sizeof *s * cap);
+            if (!s) return dev_fail("device cuda: out of memory capturing an upload");
+            g->staged = s, g->cap_staged = cap;
+        }
+        CK("staging an upload", cudaMallocHost(&pin, n));
+        memcpy(pin, src, n);
+        g->staged[g->n_staged++] = pin;
+        src = pin;
+    }
+    CK("upload", cudaMemcpyAsync(dst.mem->p + dst.off, src, n, cudaMemcpyHostToDevice, g->stream));
+    return 0;
+}
+
+int cudev_download(Device *d, void *dst, DevBuf src, size_t n) {
+    Gpu *g = gpu(d);
+    if (!n) return 0;
+    CK("download", cudaMemcpyAsync(dst, src.mem->p + src.off, n, cudaMemcpyDeviceToHost, g->stream));
+    return cudev_sync(d);
+}
+
+int cudev_copy(Device *d, DevBuf dst, DevBuf src, size_t n) {
+    if (!n) return 0;
+    CK("copy",
+       cudaMemcpyAsync(dst.mem->p + dst.off, src.mem->p + src.off, n, cudaMemcpyDeviceToDevice, gpu(d)->stream));
+    return 0;
+}
+
+int cudev_submit(Device *d, void (*fn)(const void *), const void *args) {
+    cudaStream_t was = cur_stream;
+    cur_stream = gpu(d)->stream;
+    launch_err[0] = 0;
+    fn(args);
+    cur_stream = was;
+    return launch_err[0] ? dev_fail("device cuda: %s", launch_err) : 0;
+}
+
+/* a kernel's fault shows at the next sync: the message names the GPU's error */
+int cudev_sync(Device *d) {
+    CK("a kernel failed before this sync", cudaStreamSynchronize(gpu(d)->stream));
+    return 0;
+}
+
+int cudev_event_new(Device *d, DevEvent *e) {
+    cudaEvent_t ev;
+    CK("creating an event", cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    e->native = ev, e->on = d;
+    return 0;
+}
+void cudev_event_free(DevEvent *e) { cudaEventDestroy((cudaEvent_t)e->native); }
+
+int cudev_record(Device *d, DevEvent *e) {
+    CK("recording an event", cudaEventRecord((cudaEvent_t)e->native, gpu(d)->stream));
+    e->at = 1, e->on = d;
+    return 0;
+}
+int cudev_wait(Device *d, DevEvent *e) {
+    if (!e->at) return dev_fail("device: waiting on an event never recorded");
+    CK("waiting on an event", cudaStreamWaitEvent(gpu(d)->stream, (cudaEvent_t)e->native, 0));
+    return 0;
+}
+int cudev_event_done(DevEvent *e) {
+    if (!e->at) return -1;
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e->native);
+    return r == cudaSuccess ? 1 : r == cudaErrorNotReady ? 0 : cuda_fail("event", r);
+}
+
+int cudev_graph_begin(Device *d) {
+    CK("beginning a capture", cudaStreamBeginCapture(gpu(d)->stream, cudaStreamCaptureModeRelaxed));
+    return 0;
+}
+
+int cudev_graph_end(Device *d, DevGraph *out) {
+    Gpu *g = gpu(d);
+    cudaGraph_t graph;
+    GpuGraph *gg = calloc(1, sizeof *gg);
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (e == cudaSuccess) {
+        e = cudaGraphGetNodes(graph, NULL, gg ? &gg->nodes : &(size_t){0});
+        if (e == cudaSuccess && gg) e = cudaGraphInstantiate(&gg->exec, graph, 0);
+        cudaGraphDestroy(graph);
+    }
+    if (gg) gg->staged = g->staged, gg->n_staged = g->n_staged;
+    else
+        for (int i = 0; i < g->n_staged; i++) cudaFreeHost(g->staged[i]);
+    g->staged = NULL, g->n_staged = g->cap_staged = 0;
+    if (!gg) return dev_fail("device cuda: out of memory ending a capture");
+    out->native = gg;
+    return e == cudaSuccess ? 0 : cuda_fail("ending a capture", e);
+}
+
+int cudev_graph_replay(Device *d, const DevGraph *g) {
+    CK("replaying a graph", cudaGraphLaunch(((GpuGraph *)g->native)->exec, gpu(d)->stream));
+    return 0;
+}
+
+void cudev_graph_free(DevGraph *g) {
+    GpuGraph *gg = g->native;
+    if (gg->exec) cudaGraphExecDestroy(gg->exec);
+    for (int i = 0; i < gg->n_staged; i++) cudaFreeHost(gg->staged[i]);
+    free(gg->staged);
+    free(gg);
+    g->native = NULL;
+}
+
+int cudev_graph_calls(const DevGraph *g) { return (int)((GpuGraph *)g->native)->nodes; }
