@@ -326,7 +326,8 @@ int main(void) {
     graphs();
     CHECK(model_sum() == before, "a forward pass wrote into the shared Model");
     Runner *r = runner_new(&M);
-    CHECK(r && r->m == &M && dev_host(r->dev, r->packed) == (void *)M.packed.base,
+    CHECK(r && r->m == &M && dev_host(r->dev, r->w.packed) == (void *)M.packed.base &&
+              r->w.layers[0].qkv == M.layers[0].qkv.p && r->w.embed == M.embed.w,
           "the runner's weights are not the model's packed bytes, wrapped without a copy");
     runner_free(r);
     model_free(&M);

@@ -189,8 +189,14 @@ int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
     return 0;
 }
 
+/* cuemu copies, as a GPU must: what its kernels read is then only what was copied in */
 int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
     GPU(d, cudev_wrap(d, host, bytes, out));
+    if (d->k == &emu_kernels) {
+        if (dev_alloc(d, bytes, out)) return -1;
+        memcpy(out->mem->p, host, bytes);
+        return 0;
+    }
     *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
     if (!m) return fail("device: out of memory");

@@ -94,21 +94,22 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
 static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const Model *m = r->m;
     const Config *c = &m->c;
-    const Layer *L = &m->layers[l];
+    const Layer *L = &m->layers[l]; /* types and shapes; the kernels read W's addresses */
+    const DevLayer *W = &r->w.layers[l];
     Workspace *w = &r->ws;
     const StepDesc *d = &w->ddesc; /* the kernels read the device's copy */
     int n = d->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
     const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
-    r->k->rmsnorm(w->xb, x, L->attn_norm, n, c->dim, c->norm_eps);
-    r->k->matmul(w->qkv, w->xb, L->qkv.p, L->qkv.t, n, c->dim, row);
-    if (L->bq) {
-        r->k->add_rows(w->qkv, row, L->bq, n, qd);
-        r->k->add_rows(w->qkv + qd, row, L->bk, n, kvd);
-        r->k->add_rows(w->qkv + qd + kvd, row, L->bv, n, kvd);
+    r->k->rmsnorm(w->xb, x, W->attn_norm, n, c->dim, c->norm_eps);
+    r->k->matmul(w->qkv, w->xb, W->qkv, L->qkv.t, n, c->dim, row);
+    if (W->bq) {
+        r->k->add_rows(w->qkv, row, W->bq, n, qd);
+        r->k->add_rows(w->qkv + qd, row, W->bk, n, kvd);
+        r->k->add_rows(w->qkv + qd + kvd, row, W->bv, n, kvd);
     }
-    r->k->rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, m->rope_cos, m->rope_sin); /* q and k heads */
+    r->k->rope(w->qkv, row, d->pos, n, c->n_heads + c->n_kv_heads, hd, r->w.cos, r->w.sin); /* q and k heads */
     r->k->kv_write(kv->type, kv_layer_k(kv, l), kv_layer_v(kv, l), kv_layer_ks(kv, l), kv_layer_vs(kv, l),
                    kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, c->n_kv_heads, hd, d->table, slot,
                    w->qkv + qd, row, kvd, n);
@@ -139,14 +140,14 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
                   w->split_chunks,
                   ATT_SPLIT_TOKENS};
     r->k->attention_rel(&a);
-    r->k->matmul(w->out, w->att, L->wo.p, L->wo.t, n, qd, c->dim);
+    r->k->matmul(w->out, w->att, W->wo, L->wo.t, n, qd, c->dim);
     r->k->add(x, w->out, (size_t)n * c->dim);
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
-    r->k->rmsnorm(w->xb, x, L->ffn_norm, n, c->dim, c->norm_eps);
-    r->k->matmul(w->gu, w->xb, L->gate_up.p, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
+    r->k->rmsnorm(w->xb, x, W->ffn_norm, n, c->dim, c->norm_eps);
+    r->k->matmul(w->gu, w->xb, W->gate_up, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
     r->k->silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
-    r->k->matmul(w->out, w->hb, L->w2.p, L->w2.t, n, c->hidden_dim, c->dim);
+    r->k->matmul(w->out, w->hb, W->w2, L->w2.t, n, c->hidden_dim, c->dim);
     r->k->add(x, w->out, (size_t)n * c->dim);
 }
 
@@ -158,7 +159,7 @@ void embed_tokens(const Model *m, const int32_t *tokens, int n, float *hidden) {
 /* the descriptor's tokens' embedding rows, on the runner's device */
 static void embed(Runner *r, float *hidden) {
     const Model *m = r->m;
-    r->k->rows_to_f32(hidden, m->embed.w, m->embed.t, r->ws.ddesc.token, r->ws.ddesc.n, m->c.dim);
+    r->k->rows_to_f32(hidden, r->w.embed, m->embed.t, r->ws.ddesc.token, r->ws.ddesc.n, m->c.dim);
 }
 
 /* blocks for every slot the call will fill, before anything changes */
@@ -252,8 +253,8 @@ void forward_graph_free(ForwardGraph *g) {
 int final_logits(Runner *r, const float *hidden, int n, float *logits) {
     const Model *m = r->m;
     if (runner_reserve(r, n, 0, 0)) return -1;
-    r->k->rmsnorm(r->ws.xb, hidden, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    r->k->matmul(logits, r->ws.xb, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
+    r->k->rmsnorm(r->ws.xb, hidden, r->w.final_norm, n, m->c.dim, m->c.norm_eps);
+    r->k->matmul(logits, r->ws.xb, r->w.lm_head, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
     return 0;
 }
 

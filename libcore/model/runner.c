@@ -21,6 +21,51 @@ static int weights_fit(const Runner *r) {
     return 0;
 }
 
+/* where the kernels see host pointer p of the model's memory (NULL stays NULL) */
+static const void *on_dev(const Runner *r, const void *p, int *missing) {
+    const Model *m = r->m;
+    const DevWeights *w = &r->w;
+    const char *c = p;
+    size_t eb = (size_t)m->embed.rows * mat_row_bytes(&m->embed);
+    struct {
+        const char *base;
+        size_t n;
+        DevBuf b;
+    } at[] = {{m->packed.base, m->packed.used, w->packed},
+              {m->arena.base, m->arena.used, w->arena},
+              {m->embed.w, eb, w->embed_buf}};
+    if (!p) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (at[i].base && c >= at[i].base && c < at[i].base + at[i].n)
+            return (char *)dev_ptr(r->dev, at[i].b) + (c - at[i].base);
+    *missing = 1;
+    return NULL;
+}
+
+static int weights_on_dev(Runner *r) {
+    const Model *m = r->m;
+    DevWeights *w = &r->w;
+    size_t eb = (size_t)m->embed.rows * mat_row_bytes(&m->embed);
+    if ((m->packed.base && dev_wrap(r->dev, m->packed.base, m->packed.used, &w->packed)) ||
+        (m->arena.base && dev_wrap(r->dev, m->arena.base, m->arena.used, &w->arena)) ||
+        dev_wrap(r->dev, m->embed.w, eb, &w->embed_buf))
+        return pd_error("runner: the weights: %s", dev_errmsg());
+    if (!(w->layers = pd_alloc(sizeof *w->layers * m->c.n_layers))) return -1;
+    int miss = 0;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        w->layers[l] =
+            (DevLayer){on_dev(r, L->attn_norm, &miss), on_dev(r, L->ffn_norm, &miss),  on_dev(r, L->bq, &miss),
+                       on_dev(r, L->bk, &miss),        on_dev(r, L->bv, &miss),        on_dev(r, L->qkv.p, &miss),
+                       on_dev(r, L->wo.p, &miss),      on_dev(r, L->gate_up.p, &miss), on_dev(r, L->w2.p, &miss)};
+    }
+    w->embed = on_dev(r, m->embed.w, &miss);
+    w->final_norm = on_dev(r, m->final_norm, &miss);
+    w->lm_head = on_dev(r, m->lm_head.p, &miss);
+    w->cos = on_dev(r, m->rope_cos, &miss), w->sin = on_dev(r, m->rope_sin, &miss);
+    return miss ? pd_error("runner: a weight outside the model's packed matrices, arena and embedding") : 0;
+}
+
 Runner *runner_new(const Model *m) {
     Runner *r = pd_alloc(sizeof *r);
     if (!r) return NULL;
@@ -31,11 +76,7 @@ Runner *runner_new(const Model *m) {
         return runner_free(r), NULL;
     }
     r->k = dev_kernels(r->dev);
-    if (weights_fit(r)) return runner_free(r), NULL;
-    if (m->packed.base && dev_wrap(r->dev, m->packed.base, m->packed.used, &r->packed)) {
-        pd_error("runner: %s", dev_errmsg());
-        return runner_free(r), NULL;
-    }
+    if (weights_fit(r) || weights_on_dev(r)) return runner_free(r), NULL;
     return r;
 }
 
@@ -48,7 +89,8 @@ void runner_free(Runner *r) {
         dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
         dev_free(r->dev, r->ws.rows);
         dev_free(r->dev, r->ws.split_buf);
-        dev_free(r->dev, r->packed);
+        dev_free(r->dev, r->w.packed), dev_free(r->dev, r->w.arena), dev_free(r->dev, r->w.embed_buf);
+        free(r->w.layers);
         dev_close(r->dev);
     }
     free(r);

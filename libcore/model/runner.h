@@ -50,11 +50,31 @@ typedef struct Workspace {
     int split_chunks;
 } Workspace;
 
+/* the weights one layer's kernels read, at the device's addresses (types and shapes
+   as the Model's Layer) */
+typedef struct {
+    const float *attn_norm, *ffn_norm;   /* [dim] */
+    const float *bq, *bk, *bv;           /* biases, or NULL */
+    const void *qkv, *wo, *gate_up, *w2; /* packed */
+} DevLayer;
+
+/* the Model's memory the kernels read, on the runner's device: its packed matrices, its
+   arena (norms, biases, RoPE tables) and the embedding as stored. The CPU wraps them in
+   place; a GPU (and cuemu, as one) copies them in once. */
+typedef struct {
+    DevBuf packed, arena, embed_buf;
+    DevLayer *layers;        /* [n_layers] */
+    const void *embed;       /* [vocab][dim] as stored */
+    const float *final_norm; /* [dim] */
+    const void *lm_head;     /* packed */
+    const float *cos, *sin;  /* [seq_len][hd/2] */
+} DevWeights;
+
 typedef struct Runner {
     const Model *m;
     Device *dev;
     const KernelSet *k; /* the device's kernels */
-    DevBuf packed;      /* the model's packed matrices, wrapped (the CPU makes no copy) */
+    DevWeights w;
     Workspace ws;
 } Runner;
 
