@@ -5,7 +5,7 @@
    formula's. Then, on the test model, a token's final hidden state is bit-identical
    whether its context came in one call or two, whether it is verified among siblings
    in a tree (then kept by kv_keep_path and continued), or batched with another
-   sequence's token: for every type. */
+   sequence's token: for every type. The storage checks run on cuemu too. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +14,7 @@
 #include "fixture.h"
 #include "model/forward.h"
 #include "model/kvcache.h"
+#include "model/linear.h"
 #include "model/runner.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -157,6 +158,11 @@ static void forward_invariance(const Model *m, KVType t) {
 int main(void) {
     for (int t = 0; t < KV_COUNT; t++)
         for (int bs = 5; bs <= 16; bs += 11) storage((KVType)t, bs);
+    /* on cuemu, as on a GPU: device storage and block tables, moves by the CUDA kernel,
+       the host's reads and writes through copies */
+    CHECK(model_device("cuemu") == 0, "%s", pd_errmsg());
+    for (int t = 0; t < KV_COUNT; t++) storage((KVType)t, 5);
+    model_device("cpu");
     CHECK(kv_bytes_per_token_layer(KV_F32, 192, 3) == 1536 && kv_bytes_per_token_layer(KV_BF16, 192, 3) == 768 &&
               kv_bytes_per_token_layer(KV_Q8_0, 192, 3) == 408,
           "SmolLM2's bytes a position and layer: 2·192·4, 2·192·2, 2·(192 + 3·4)");

@@ -70,7 +70,7 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
         d->pos[i] = b->pos[i];
         d->seq[i] = s;
         d->rank[i] = rank;
-        d->table[i] = kv_table(kv, s);
+        d->table[i] = kv_table_dev(kv, s);
     }
     int at = 0;
     for (int i = 0; i < n; i++) {

@@ -1,8 +1,11 @@
 /* kvcache.c — see kvcache.h */
 #include "model/kvcache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/linear.h"
 
 static const char *const TYPE_NAMES[KV_COUNT] = {"f32", "bf16", "q8_0"};
 
@@ -41,14 +44,20 @@ int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, in
     size_t data = pd_mul(block, kv->n_blocks);
     size_t scales = t == KV_Q8_0 ? pd_mul(pd_mul(kv_scale_stride(kv), sizeof(float)), kv->n_blocks) : 0;
     size_t ints = sizeof(int) * ((size_t)kv->n_blocks + (size_t)max_seqs * (kv->max_blocks + 1 + kv->n_layers));
-    if (data >= SIZE_MAX / 8 || scales >= SIZE_MAX / 8 ||
-        arena_init(&kv->arena, 2 * data + 2 * scales + ints + max_seqs + 7 * 64))
+    if (!(kv->dev = dev_open(model_device_kind()))) return pd_error("kv cache: %s", dev_errmsg());
+    int host = !strcmp(dev_kind(kv->dev), "cpu"); /* the storage in the arena, wrapped */
+    size_t store = host ? 2 * data + 2 * scales : 0;
+    if (data >= SIZE_MAX / 8 || scales >= SIZE_MAX / 8 || arena_init(&kv->arena, store + ints + max_seqs + 7 * 64)) {
+        kv_free(kv);
         return pd_error_prefix("kv cache");
-    kv->k = arena_push(&kv->arena, data);
-    kv->v = arena_push(&kv->arena, data);
-    if (scales) {
-        kv->ks = arena_push(&kv->arena, scales);
-        kv->vs = arena_push(&kv->arena, scales);
+    }
+    if (host) {
+        kv->k = arena_push(&kv->arena, data);
+        kv->v = arena_push(&kv->arena, data);
+        if (scales) {
+            kv->ks = arena_push(&kv->arena, scales);
+            kv->vs = arena_push(&kv->arena, scales);
+        }
     }
     kv->free_blocks = arena_push(&kv->arena, sizeof(int) * kv->n_blocks);
     kv->table = arena_push(&kv->arena, sizeof(int) * (size_t)max_seqs * kv->max_blocks);
@@ -57,14 +66,25 @@ int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, in
     kv->live = arena_push(&kv->arena, max_seqs);
     for (int i = 0; i < kv->n_blocks; i++) kv->free_blocks[i] = kv->n_blocks - 1 - i;
     kv->n_free = kv->n_blocks;
-    /* wrapped, not allocated: the arena maps its pages lazily, as a big pool needs */
-    if (!(kv->dev = dev_open("cpu")) || dev_wrap(kv->dev, kv->k, data, &kv->kbuf) ||
-        dev_wrap(kv->dev, kv->v, data, &kv->vbuf) ||
-        (scales && (dev_wrap(kv->dev, kv->ks, scales, &kv->ksbuf) || dev_wrap(kv->dev, kv->vs, scales, &kv->vsbuf)))) {
+    /* on the CPU wrapped, not allocated: the arena maps its pages lazily, as a big pool
+       needs; elsewhere device memory, and the block tables a copy kv_reserve keeps up */
+    size_t tb = sizeof(int) * (size_t)max_seqs * kv->max_blocks;
+    int rc;
+    if (host)
+        rc = dev_wrap(kv->dev, kv->k, data, &kv->kbuf) || dev_wrap(kv->dev, kv->v, data, &kv->vbuf) ||
+             (scales && (dev_wrap(kv->dev, kv->ks, scales, &kv->ksbuf) || dev_wrap(kv->dev, kv->vs, scales, &kv->vsbuf))) ||
+             dev_wrap(kv->dev, kv->table, tb, &kv->tbuf);
+    else
+        rc = dev_alloc(kv->dev, data, &kv->kbuf) || dev_alloc(kv->dev, data, &kv->vbuf) ||
+             (scales && (dev_alloc(kv->dev, scales, &kv->ksbuf) || dev_alloc(kv->dev, scales, &kv->vsbuf))) ||
+             dev_alloc(kv->dev, tb, &kv->tbuf);
+    if (rc) {
         pd_error("kv cache: %s", dev_errmsg());
         kv_free(kv);
         return -1;
     }
+    kv->k = dev_ptr(kv->dev, kv->kbuf), kv->v = dev_ptr(kv->dev, kv->vbuf);
+    kv->ks = dev_ptr(kv->dev, kv->ksbuf), kv->vs = dev_ptr(kv->dev, kv->vsbuf);
     return 0;
 }
 
@@ -76,6 +96,7 @@ void kv_free(KVCache *kv) {
         dev_free(kv->dev, kv->ksbuf);
         dev_free(kv->dev, kv->vsbuf);
         dev_free(kv->dev, kv->smoves);
+        dev_free(kv->dev, kv->tbuf);
         dev_close(kv->dev);
     }
     arena_free(&kv->arena);
@@ -107,11 +128,16 @@ int kv_reserve(KVCache *kv, int seq, int slots) {
     int need = (slots + kv->block_size - 1) / kv->block_size;
     if (need > kv->max_blocks)
         return pd_error("context full: %d positions asked, the model holds %d", slots, kv->max_blocks * kv->block_size);
-    int *tab = kv->table + (size_t)seq * kv->max_blocks;
+    int *tab = kv->table + (size_t)seq * kv->max_blocks, had = kv->n_table[seq];
     while (kv->n_table[seq] < need) {
         if (!kv->n_free) return pd_error("kv cache: out of blocks (%d in the pool)", kv->n_blocks);
         tab[kv->n_table[seq]++] = kv->free_blocks[--kv->n_free];
     }
+    if (kv->n_table[seq] == had || dev_host(kv->dev, kv->tbuf)) return 0; /* the CPU's is the table itself */
+    size_t at = sizeof(int) * ((size_t)seq * kv->max_blocks + had);
+    if (dev_upload(kv->dev, dbuf_at(kv->tbuf, at), tab + had, sizeof(int) * (kv->n_table[seq] - had)) ||
+        dev_sync(kv->dev))
+        return pd_error("kv cache: %s", dev_errmsg());
     return 0;
 }
 
@@ -130,18 +156,59 @@ float *kv_layer_vs(const KVCache *kv, int layer) {
     return kv->vs ? kv->vs + (size_t)layer * kv->block_size * kv->n_kv_heads : NULL;
 }
 const int *kv_table(const KVCache *kv, int seq) { return kv->table + (size_t)seq * kv->max_blocks; }
+const int *kv_table_dev(const KVCache *kv, int seq) {
+    return (const int *)dev_ptr(kv->dev, kv->tbuf) + (size_t)seq * kv->max_blocks;
+}
+
+/* the storage as the host may touch it: the CPU's own, else a copy (a test's write goes
+   back with put_host) */
+typedef struct {
+    void *k, *v;
+    float *ks, *vs;
+    int copy;
+} HostView;
+static void drop_host(HostView *h) {
+    if (h->copy) free(h->k), free(h->v), free(h->ks), free(h->vs);
+}
+static int get_host(const KVCache *kv, HostView *h) {
+    *h = (HostView){dev_host(kv->dev, kv->kbuf), dev_host(kv->dev, kv->vbuf), NULL, NULL, 0};
+    if (h->k) {
+        h->ks = kv->ks ? dev_host(kv->dev, kv->ksbuf) : NULL, h->vs = kv->vs ? dev_host(kv->dev, kv->vsbuf) : NULL;
+        return 0;
+    }
+    size_t d = dbuf_bytes(kv->kbuf), s = kv->ks ? dbuf_bytes(kv->ksbuf) : 0;
+    *h = (HostView){malloc(d), malloc(d), s ? malloc(s) : NULL, s ? malloc(s) : NULL, 1};
+    int rc = !h->k || !h->v || (s && (!h->ks || !h->vs)) || dev_download(kv->dev, h->k, kv->kbuf, d) ||
+             dev_download(kv->dev, h->v, kv->vbuf, d) ||
+             (s && (dev_download(kv->dev, h->ks, kv->ksbuf, s) || dev_download(kv->dev, h->vs, kv->vsbuf, s)));
+    if (rc) drop_host(h);
+    return rc ? -1 : 0;
+}
+static void put_host(KVCache *kv, HostView *h) {
+    if (h->copy) {
+        size_t d = dbuf_bytes(kv->kbuf), s = kv->ks ? dbuf_bytes(kv->ksbuf) : 0;
+        dev_upload(kv->dev, kv->kbuf, h->k, d), dev_upload(kv->dev, kv->vbuf, h->v, d);
+        if (s) dev_upload(kv->dev, kv->ksbuf, h->ks, s), dev_upload(kv->dev, kv->vsbuf, h->vs, s);
+    }
+    drop_host(h);
+}
+static size_t layer_off(const KVCache *kv, int layer) { return (size_t)layer * kv->block_size * kv->kv_dim; }
+static size_t scale_off(const KVCache *kv, int layer) { return (size_t)layer * kv->block_size * kv->n_kv_heads; }
 
 /* the same call forward.c makes, so a test's cache holds what a forward pass writes */
 void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v) {
     const int *table = kv_table(kv, seq);
     int32_t s = slot;
     float *row = malloc(sizeof(float) * 2 * kv->kv_dim); /* k | v, as the projection's row holds them */
-    if (!row) return;
+    HostView h;
+    if (!row || get_host(kv, &h)) return free(row);
     memcpy(row, k, sizeof(float) * kv->kv_dim);
     memcpy(row + kv->kv_dim, v, sizeof(float) * kv->kv_dim);
-    k_kv_write_typed(kv->type, kv_layer_k(kv, layer), kv_layer_v(kv, layer), kv_layer_ks(kv, layer),
-                     kv_layer_vs(kv, layer), kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, kv->n_kv_heads,
+    size_t lo = layer_off(kv, layer) * kv->elem, so = scale_off(kv, layer);
+    k_kv_write_typed(kv->type, (char *)h.k + lo, (char *)h.v + lo, h.ks ? h.ks + so : NULL, h.vs ? h.vs + so : NULL,
+                     kv_block_stride(kv), kv_scale_stride(kv), kv->block_size, kv->n_kv_heads,
                      kv->kv_dim / kv->n_kv_heads, &table, &s, row, 0, (size_t)kv->kv_dim, 1);
+    put_host(kv, &h);
     free(row);
 }
 
@@ -157,13 +224,20 @@ static float elem_at(const KVCache *kv, const void *base, const float *scale, si
 void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v) {
     int blk = kv_table(kv, seq)[slot / kv->block_size], i = slot % kv->block_size, hd = kv->kv_dim / kv->n_kv_heads;
     size_t b = (size_t)blk * kv_block_stride(kv), sb = (size_t)blk * kv_scale_stride(kv);
-    const void *K = kv_layer_k(kv, layer), *V = kv_layer_v(kv, layer);
-    const float *KS = kv_layer_ks(kv, layer), *VS = kv_layer_vs(kv, layer);
+    HostView h;
+    if (get_host(kv, &h)) {
+        for (int d = 0; d < kv->kv_dim; d++) k[d] = v[d] = NAN;
+        return;
+    }
+    size_t lo = layer_off(kv, layer) * kv->elem, so = scale_off(kv, layer);
+    const void *K = (char *)h.k + lo, *V = (char *)h.v + lo;
+    const float *KS = h.ks ? h.ks + so : NULL, *VS = h.vs ? h.vs + so : NULL;
     for (int d = 0; d < kv->kv_dim; d++) {
         size_t at = b + (size_t)d * kv->block_size + i, sat = sb + (size_t)(d / hd) * kv->block_size + i;
         k[d] = elem_at(kv, K, KS, at, sat);
         v[d] = elem_at(kv, V, VS, at, sat);
     }
+    drop_host(&h);
 }
 
 int kv_truncate(KVCache *kv, int seq, int len) {
@@ -225,7 +299,8 @@ static int run_moves(KVCache *kv, const int64_t *list, int n) {
         dev_move_cols_elem(kv->dev, kv->vbuf, dbuf_at(kv->moves, 8), kv->moves, n, kv->kv_dim, kv->block_size,
                            kv->elem) ||
         (kv->ks && (dev_move_cols(kv->dev, kv->ksbuf, kv->smoves, kv->moves, n, kv->n_kv_heads, kv->block_size) ||
-                    dev_move_cols(kv->dev, kv->vsbuf, kv->smoves, kv->moves, n, kv->n_kv_heads, kv->block_size))))
+                    dev_move_cols(kv->dev, kv->vsbuf, kv->smoves, kv->moves, n, kv->n_kv_heads, kv->block_size))) ||
+        dev_sync(kv->dev))
         return pd_error("kv cache: %s", dev_errmsg());
     return 0;
 }

@@ -8,7 +8,10 @@
    attention takes a block's slots 16 at a time.
    The elements are f32, bf16 or int8 (KVType, kernels/backend.h states the rounding);
    an int8 cache keeps one f32 scale per slot and kv head, per block transposed the same
-   way ([n_kv_heads][block_size]), and every slot move moves the scales with the values. */
+   way ([n_kv_heads][block_size]), and every slot move moves the scales with the values.
+   The cache lives on a device of the runners' kind, on a stream of its own: its table
+   uploads and slot moves have finished when the call returns, so a runner's next
+   forward pass sees them (and the caller has read the last pass's results first). */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
 #include "backend.h"
@@ -19,7 +22,8 @@ typedef struct {
     int n_layers, kv_dim, block_size, n_kv_heads;
     int n_blocks, max_seqs, max_blocks; /* pool size, sequences, blocks per sequence */
     KVType type;
-    int elem;         /* bytes an element: 4, 2 or 1 */
+    int elem; /* bytes an element: 4, 2 or 1 */
+    /* k, v, ks, vs: device addresses (the host reads them through kv_read) */
     void *k;          /* [n_blocks][n_layers][kv_dim][block_size] elements */
     void *v;          /* [n_blocks][n_layers][kv_dim][block_size] */
     float *ks;        /* q8_0: [n_blocks][n_layers][n_kv_heads][block_size] key scales */
@@ -34,8 +38,9 @@ typedef struct {
     /* the storage as device buffers (on the CPU k and v wrapped in place) and the
        slot moves' list, {src, dst} element indices, grown on demand; the scales' list
        (q8_0) shares the count at the start of moves */
-    Device *dev;
+    Device *dev; /* a device of the kind runners get (model_device), its own stream */
     DevBuf kbuf, vbuf, moves, ksbuf, vsbuf, smoves;
+    DevBuf tbuf; /* the block tables where kernels read them (on the CPU, table itself) */
     size_t cap_moves;
 } KVCache;
 
@@ -59,9 +64,10 @@ int kv_reserve(KVCache *kv, int seq, int slots); /* blocks for slots [0, slots) 
 void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v);
 /* what attention reads (widened or dequantized); tests */
 void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v);
-const int *kv_table(const KVCache *kv, int seq); /* the sequence's block ids */
-size_t kv_block_stride(const KVCache *kv);       /* elements between blocks of one layer */
-void *kv_layer_k(const KVCache *kv, int layer);  /* block 0's keys of this layer */
+const int *kv_table(const KVCache *kv, int seq);     /* the sequence's block ids */
+const int *kv_table_dev(const KVCache *kv, int seq); /* the same where the kernels read them */
+size_t kv_block_stride(const KVCache *kv);           /* elements between blocks of one layer */
+void *kv_layer_k(const KVCache *kv, int layer);      /* block 0's keys of this layer */
 void *kv_layer_v(const KVCache *kv, int layer);
 size_t kv_scale_stride(const KVCache *kv);        /* q8_0: floats between blocks' scales */
 float *kv_layer_ks(const KVCache *kv, int layer); /* q8_0: block 0's key scales (NULL otherwise) */

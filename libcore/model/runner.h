@@ -17,7 +17,7 @@ typedef struct {
     int32_t *token, *pos, *seq, *rank; /* [n] */
     int32_t *vis_off;                  /* [n+1] */
     int32_t *vis;                      /* [vis_off[n]] */
-    const int **table;                 /* [n] block-table rows (host pointers, for now) */
+    const int **table;                 /* [n] block-table rows (kv_table_dev) */
     int32_t *base;                     /* [layers][n] committed slots in each layer */
     int32_t *slot;                     /* [layers][n] base + rank */
 } StepDesc;
