@@ -15,6 +15,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "model/forward.h"
+#include "model/linear.h"
 #include "model/sampler.h"
 
 static Model M;
@@ -264,15 +265,22 @@ static void kv_moves(void) {
 
 /* a captured forward step replayed with each step's batch gives forward_layers' bits:
    one graph for the whole model and one for a layer range, over steps of different
-   sizes and shapes (a prompt, single tokens, a tree), on two caches kept in step */
-static void graphs(void) {
-    Runner *r = runner_new(&M), *q = runner_new(&M);
+   sizes and shapes (a prompt, single tokens, a tree), on two caches kept in step; the
+   replaying runner and its cache on device kind (cuemu: the hidden states copied in and
+   out around each replay, as on a GPU) */
+static void graphs(const char *kind) {
     KVCache a, b;
+    Runner *r = runner_new(&M);
+    int ka = kv_init(&a, &M.c, 1, 256, 16);
+    model_device(kind);
+    Runner *q = runner_new(&M);
+    int kb = kv_init(&b, &M.c, 1, 256, 16);
+    model_device("cpu");
     int D = M.c.dim, V = M.c.vocab_size, L = M.c.n_layers;
     enum { MAXN = 24 };
     float *h = malloc(sizeof(float) * MAXN * D), *g = malloc(sizeof(float) * MAXN * D);
     float *la = malloc(sizeof(float) * MAXN * V), *lb = malloc(sizeof(float) * MAXN * V);
-    if (!r || !q || !h || !g || !la || !lb || kv_init(&a, &M.c, 1, 256, 16) || kv_init(&b, &M.c, 1, 256, 16)) {
+    if (!r || !q || !h || !g || !la || !lb || ka || kb) {
         CHECK(0, "setup: %s", pd_errmsg());
         return;
     }
@@ -308,7 +316,7 @@ static void graphs(void) {
         } else at += n;
         steps++;
     }
-    CHECK(steps == 7 && same, "a replayed forward graph differs from forward_layers (%d steps)", steps);
+    CHECK(steps == 7 && same, "%s: a replayed forward graph differs from forward_layers (%d steps)", kind, steps);
     forward_graph_free(full), forward_graph_free(upper);
     kv_free(&a), kv_free(&b);
     runner_free(r), runner_free(q);
@@ -323,7 +331,8 @@ int main(void) {
     k_init(1);
     row_ops();
     kv_moves();
-    graphs();
+    graphs("cpu");
+    graphs("cuemu");
     CHECK(model_sum() == before, "a forward pass wrote into the shared Model");
     Runner *r = runner_new(&M);
     CHECK(r && r->m == &M && dev_host(r->dev, r->w.packed) == (void *)M.packed.base &&

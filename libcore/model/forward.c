@@ -179,12 +179,55 @@ static void set_lengths(KVCache *kv, const StepDesc *d, int lb, int le) {
         for (int i = 0; i < d->n; i++) kv_set_len(kv, d->seq[i], l, d->slot[(size_t)(l - lb) * d->n + i] + 1);
 }
 
+typedef struct {
+    Runner *r;
+    KVCache *kv;
+    int l, li;
+    float *x; /* NULL: the workspace's copy */
+} LayerCall;
+
+/* The layers run as stream calls, eagerly or captured in a graph: on a GPU their
+   kernels then launch on the runner's stream. They read the descriptor (and the
+   workspace) when they run, not when they were captured. */
+static void run_embed(const void *a) {
+    const LayerCall *c = a;
+    embed(c->r, c->x ? c->x : c->r->ws.hid);
+}
+static void run_layer(const void *a) {
+    const LayerCall *c = a;
+    layer_forward(c->r, c->kv, c->l, c->li, c->x ? c->x : c->r->ws.hid);
+}
+
+static int call(Runner *r, void (*fn)(const void *), const LayerCall *c) {
+    return dev_host_call(r->dev, fn, c, sizeof *c) ? pd_error("forward: %s", dev_errmsg()) : 0;
+}
+
+/* The callers' hidden states are host memory. A device the host can read (the CPU)
+   works on them in place; elsewhere they go to the workspace's copy (ws.hid, reserved for
+   n rows) and back around the call: up (when the call reads them) and down. */
+static int host_visible(const Runner *r) { return dev_host(r->dev, r->w.embed_buf) != NULL; } /* always allocated */
+static DevBuf hid_buf(const Runner *r) {
+    return dbuf_at(r->ws.acts, (size_t)((char *)r->ws.hid - (char *)dev_ptr(r->dev, r->ws.acts)));
+}
+static float *hid_up(Runner *r, const float *hidden, int n, int up) {
+    if (host_visible(r)) return (float *)hidden;
+    if (up && dev_upload(r->dev, hid_buf(r), hidden, sizeof(float) * (size_t)n * r->m->c.dim))
+        return pd_error("forward: %s", dev_errmsg()), NULL;
+    return r->ws.hid;
+}
+static int hid_down(Runner *r, float *hidden, int n) {
+    if (host_visible(r) || !dev_download(r->dev, hidden, hid_buf(r), sizeof(float) * (size_t)n * r->m->c.dim)) return 0;
+    return pd_error("forward: %s", dev_errmsg());
+}
+
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
     if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
-    if (lb == 0) embed(r, hidden);
-    for (int l = lb; l < le; l++) layer_forward(r, kv, l, l - lb, hidden);
+    float *x = hid_up(r, hidden, b->n, lb > 0);
+    if (!x || (lb == 0 && call(r, run_embed, &(LayerCall){r, kv, 0, 0, x}))) return -1;
+    for (int l = lb; l < le; l++)
+        if (call(r, run_layer, &(LayerCall){r, kv, l, l - lb, x})) return -1;
     set_lengths(kv, &r->ws.desc, lb, le);
-    return 0;
+    return hid_down(r, hidden, b->n);
 }
 
 struct ForwardGraph {
@@ -194,23 +237,6 @@ struct ForwardGraph {
     float *hidden;
 };
 
-typedef struct {
-    Runner *r;
-    KVCache *kv;
-    int l, li;
-    float *x;
-} LayerCall;
-
-/* read the descriptor when they run, not when they were captured */
-static void run_embed(const void *a) {
-    const LayerCall *c = a;
-    embed(c->r, c->x);
-}
-static void run_layer(const void *a) {
-    const LayerCall *c = a;
-    layer_forward(c->r, c->kv, c->l, c->li, c->x);
-}
-
 ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hidden) {
     if (lb < 0 || le > r->m->c.n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le), NULL;
     ForwardGraph *g = pd_alloc(sizeof *g);
@@ -218,15 +244,9 @@ ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hid
     *g = (ForwardGraph){NULL, kv, lb, le, hidden};
     if (dev_graph_begin(r->dev)) return free(g), pd_error("forward: %s", dev_errmsg()), NULL;
     int rc = 0;
-    if (lb == 0) {
-        LayerCall c = {r, kv, 0, 0, hidden};
-        rc = dev_host_call(r->dev, run_embed, &c, sizeof c);
-    }
-    for (int l = lb; l < le && !rc; l++) {
-        LayerCall c = {r, kv, l, l - lb, hidden};
-        rc = dev_host_call(r->dev, run_layer, &c, sizeof c);
-    }
-    if (rc) pd_error("forward: %s", dev_errmsg());
+    float *x = host_visible(r) ? hidden : NULL;
+    if (lb == 0) rc = call(r, run_embed, &(LayerCall){r, kv, 0, 0, x});
+    for (int l = lb; l < le && !rc; l++) rc = call(r, run_layer, &(LayerCall){r, kv, l, l - lb, x});
     if (dev_graph_end(r->dev, &g->g) || rc) {
         if (!rc) pd_error("forward: %s", dev_errmsg());
         forward_graph_free(g);
@@ -237,11 +257,11 @@ ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hid
 
 int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b) {
     if (check_batch(r->m, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
-        build_desc(r, g->kv, b, g->lb, g->le))
+        build_desc(r, g->kv, b, g->lb, g->le) || !hid_up(r, g->hidden, b->n, g->lb > 0))
         return -1;
     if (dev_graph_replay(r->dev, g->g)) return pd_error("forward: %s", dev_errmsg());
     set_lengths(g->kv, &r->ws.desc, g->lb, g->le);
-    return 0;
+    return hid_down(r, g->hidden, b->n);
 }
 
 void forward_graph_free(ForwardGraph *g) {
@@ -250,12 +270,33 @@ void forward_graph_free(ForwardGraph *g) {
     free(g);
 }
 
+typedef struct {
+    Runner *r;
+    const float *x;
+    float *logits;
+    int n;
+} LogitsCall;
+static void run_logits(const void *a) {
+    const LogitsCall *c = a;
+    const Model *m = c->r->m;
+    const KernelSet *k = c->r->k;
+    k->rmsnorm(c->r->ws.xb, c->x, c->r->w.final_norm, c->n, m->c.dim, m->c.norm_eps);
+    k->matmul(c->logits, c->r->ws.xb, c->r->w.lm_head, m->lm_head.t, c->n, m->c.dim, m->c.vocab_size);
+}
+
+/* the logits of n host rows of hidden states into logits, where the kernels write */
+static int logits_of(Runner *r, const float *hidden, int n, float *logits) {
+    LogitsCall c = {r, NULL, logits, n};
+    if (runner_reserve(r, n, 0, 0) || !(c.x = hid_up(r, hidden, n, 1))) return -1;
+    return dev_host_call(r->dev, run_logits, &c, sizeof c) ? pd_error("logits: %s", dev_errmsg()) : 0;
+}
+
+static int rows_room(Runner *r, int n, int cols, size_t out);
 int final_logits(Runner *r, const float *hidden, int n, float *logits) {
-    const Model *m = r->m;
-    if (runner_reserve(r, n, 0, 0)) return -1;
-    r->k->rmsnorm(r->ws.xb, hidden, r->w.final_norm, n, m->c.dim, m->c.norm_eps);
-    r->k->matmul(logits, r->ws.xb, r->w.lm_head, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
-    return 0;
+    if (host_visible(r)) return logits_of(r, hidden, n, logits);
+    size_t V = (size_t)r->m->c.vocab_size;
+    if (rows_room(r, n, (int)V, 0) || logits_of(r, hidden, n, dev_ptr(r->dev, r->ws.lg))) return -1;
+    return dev_download(r->dev, logits, r->ws.lg, sizeof(float) * V * n) ? pd_error("logits: %s", dev_errmsg()) : 0;
 }
 
 /* room for n rows of cols floats and out results, and the row count uploaded */
@@ -290,7 +331,7 @@ static int rows_room(Runner *r, int n, int cols, size_t out) {
 /* the logits of n hidden rows on the device, with room for out results */
 static int rows_begin(Runner *r, const float *hidden, int n, size_t out) {
     if (rows_room(r, n, r->m->c.vocab_size, out)) return -1;
-    return final_logits(r, hidden, n, dev_ptr(r->dev, r->ws.lg));
+    return logits_of(r, hidden, n, dev_ptr(r->dev, r->ws.lg));
 }
 
 /* n given rows of cols floats onto the device, with room for out results */

@@ -72,7 +72,8 @@ int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, in
     int rc;
     if (host)
         rc = dev_wrap(kv->dev, kv->k, data, &kv->kbuf) || dev_wrap(kv->dev, kv->v, data, &kv->vbuf) ||
-             (scales && (dev_wrap(kv->dev, kv->ks, scales, &kv->ksbuf) || dev_wrap(kv->dev, kv->vs, scales, &kv->vsbuf))) ||
+             (scales &&
+              (dev_wrap(kv->dev, kv->ks, scales, &kv->ksbuf) || dev_wrap(kv->dev, kv->vs, scales, &kv->vsbuf))) ||
              dev_wrap(kv->dev, kv->table, tb, &kv->tbuf);
     else
         rc = dev_alloc(kv->dev, data, &kv->kbuf) || dev_alloc(kv->dev, data, &kv->vbuf) ||

@@ -134,10 +134,11 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
         size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim, f = sizeof(float);
         size_t sizes[] = {pd_mul(f * cn, c->dim),        pd_mul(f * cn, qd),
                           pd_mul(f * cn, qd + 2 * kvd),  pd_mul(f * cn, 2 * (size_t)c->hidden_dim),
-                          pd_mul(f * cn, c->hidden_dim), pd_mul(f * cn, c->dim)};
-        void **dst[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv,
-                        (void **)&w->gu, (void **)&w->hb,  (void **)&w->out};
-        if (carve(r->dev, &w->acts, 6, sizes, dst)) return -1;
+                          pd_mul(f * cn, c->hidden_dim), pd_mul(f * cn, c->dim),
+                          pd_mul(f * cn, c->dim)};
+        void **dst[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv, (void **)&w->gu,
+                        (void **)&w->hb, (void **)&w->out, (void **)&w->hid};
+        if (carve(r->dev, &w->acts, 7, sizes, dst)) return -1;
     }
     size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn,
                                             i4 * cn,

@@ -32,6 +32,7 @@ typedef struct Workspace {
     float *gu;       /* [n][2 hidden] gate | up */
     float *hb;       /* [n][hidden] */
     float *out;      /* [n][dim] a branch's output before the residual add */
+    float *hid;      /* [n][dim] the hidden states where the host cannot see the device's memory */
     DevBuf acts;     /* the activations above, one device buffer, each 64-byte aligned */
     DevBuf desc_buf; /* the step descriptor's arrays, one device buffer */
     StepDesc ddesc;  /* its arrays where the kernels see them (dev_ptr) */
