@@ -285,6 +285,7 @@ static void graphs(const char *kind) {
         return;
     }
     int sa = kv_seq_new(&a), sb = kv_seq_new(&b);
+    CHECK(runner_reserve(q, MAXN, MAXN * (MAXN + 1) / 2, L) == 0, "%s", pd_errmsg());
     ForwardGraph *full = forward_capture(q, &b, 0, L, g), *upper = forward_capture(q, &b, 1, L, g);
     CHECK(full && upper, "%s", pd_errmsg());
     CHECK(forward_capture(q, &b, 0, L + 1, g) == NULL, "a capture past the last layer accepted");
@@ -317,6 +318,11 @@ static void graphs(const char *kind) {
         steps++;
     }
     CHECK(steps == 7 && same, "%s: a replayed forward graph differs from forward_layers (%d steps)", kind, steps);
+    int32_t tok[MAXN + 1] = {0}, pos[MAXN + 1];
+    for (int i = 0; i <= MAXN; i++) pos[i] = at + i;
+    Batch big = {MAXN + 1, tok, NULL, pos, NULL, NULL};
+    CHECK(full && forward_replay(q, full, &big) == -1 && strstr(pd_errmsg(), "capture again"),
+          "a replay past the captured workspace accepted");
     forward_graph_free(full), forward_graph_free(upper);
     kv_free(&a), kv_free(&b);
     runner_free(r), runner_free(q);

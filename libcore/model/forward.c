@@ -230,18 +230,24 @@ int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float
     return hid_down(r, hidden, b->n);
 }
 
+/* A captured graph is replayed as it was captured: on a GPU its launches hold the
+   workspace's addresses and grids, so a replay that would need the workspace re-carved,
+   or another FlashDecoding chunk count, is refused (capture after runner_reserve for
+   the largest batch) */
 struct ForwardGraph {
     DevGraph *g;
     KVCache *kv;
     int lb, le;
     float *hidden;
+    unsigned gen;
+    int chunks;
 };
 
 ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hidden) {
     if (lb < 0 || le > r->m->c.n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le), NULL;
     ForwardGraph *g = pd_alloc(sizeof *g);
     if (!g) return NULL;
-    *g = (ForwardGraph){NULL, kv, lb, le, hidden};
+    *g = (ForwardGraph){NULL, kv, lb, le, hidden, r->ws.gen, r->ws.split_chunks > 1 ? r->ws.split_chunks : 1};
     if (dev_graph_begin(r->dev)) return free(g), pd_error("forward: %s", dev_errmsg()), NULL;
     int rc = 0;
     float *x = host_visible(r) ? hidden : NULL;
@@ -257,8 +263,12 @@ ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hid
 
 int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b) {
     if (check_batch(r->m, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
-        build_desc(r, g->kv, b, g->lb, g->le) || !hid_up(r, g->hidden, b->n, g->lb > 0))
+        build_desc(r, g->kv, b, g->lb, g->le))
         return -1;
+    if (r->ws.gen != g->gen || (r->ws.split_chunks > 1 ? r->ws.split_chunks : 1) != g->chunks)
+        return pd_error("forward: this batch needs a workspace other than the graph's (%d tokens%s): capture again",
+                        b->n, r->ws.gen == g->gen ? ", another attention split" : "");
+    if (!hid_up(r, g->hidden, b->n, g->lb > 0)) return -1;
     if (dev_graph_replay(r->dev, g->g)) return pd_error("forward: %s", dev_errmsg());
     set_lengths(g->kv, &r->ws.desc, g->lb, g->le);
     return hid_down(r, g->hidden, b->n);

@@ -108,12 +108,13 @@ static void carve_at(char *p, size_t n, const size_t *sizes, void **const *dst) 
     for (size_t i = 0, at = 0; i < n; at += up64(sizes[i]), i++) *dst[i] = p + at;
 }
 /* carves a new device buffer into pieces where the kernels see them */
-static int carve(Device *d, DevBuf *b, size_t n, const size_t *sizes, void **const *dst) {
+static int carve(Device *d, DevBuf *b, size_t n, const size_t *sizes, void **const *dst, unsigned *gen) {
     DevBuf nb;
     if (dev_alloc(d, carved(n, sizes), &nb)) return pd_error("runner: %s", dev_errmsg());
     dev_free(d, *b);
     *b = nb;
     carve_at(dev_ptr(d, nb), n, sizes, dst);
+    ++*gen;
     return 0;
 }
 
@@ -138,7 +139,7 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
                           pd_mul(f * cn, c->dim)};
         void **dst[] = {(void **)&w->xb, (void **)&w->att, (void **)&w->qkv, (void **)&w->gu,
                         (void **)&w->hb, (void **)&w->out, (void **)&w->hid};
-        if (carve(r->dev, &w->acts, 7, sizes, dst)) return -1;
+        if (carve(r->dev, &w->acts, 7, sizes, dst, &w->gen)) return -1;
     }
     size_t i4 = sizeof(int32_t), sizes[] = {i4 * cn,
                                             i4 * cn,
@@ -154,7 +155,7 @@ int runner_reserve(Runner *r, int n, size_t vis, int layers) {
     size_t bytes = carved(9, sizes);
     void *host = aligned_alloc(64, bytes);
     if (!host) return pd_error("runner: out of memory (%zu bytes of step descriptor)", bytes);
-    if (carve(r->dev, &w->desc_buf, 9, sizes, ddst)) return free(host), -1;
+    if (carve(r->dev, &w->desc_buf, 9, sizes, ddst, &w->gen)) return free(host), -1;
     free(w->desc_host);
     w->desc_host = host, w->desc_bytes = bytes;
     carve_at(host, 9, sizes, hdst);
@@ -171,7 +172,7 @@ int runner_reserve_split(Runner *r, int n, int chunks) {
     if (need <= w->cap_split) return 0;
     void **dst[] = {(void **)&w->split};
     size_t bytes = pd_mul(need, sizeof(float));
-    if (carve(r->dev, &w->split_buf, 1, &bytes, dst)) return -1;
+    if (carve(r->dev, &w->split_buf, 1, &bytes, dst, &w->gen)) return -1;
     w->cap_split = need;
     return 0;
 }

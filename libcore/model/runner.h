@@ -49,6 +49,7 @@ typedef struct Workspace {
     float *split;
     size_t cap_split; /* floats */
     int split_chunks;
+    unsigned gen; /* counts the buffers' re-carvings: a GPU graph holds their addresses */
 } Workspace;
 
 /* the weights one layer's kernels read, at the device's addresses (types and shapes
