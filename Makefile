@@ -100,6 +100,21 @@ $(BUILD)/obj/gpu/%.o: %.cu | $(DEPS_OK)
 	$(NVCC) -O3 -fmad=false -Ikernels -Werror all-warnings -gencode arch=compute_90a,code=sm_90a \
 	    -gencode arch=compute_80,code=sm_80 -MMD -MP -c $< -o $@
 
+# what tests/gpu/run.sh needs on a GPU machine, which reaches no registry: the CUDA
+# build's tools and test_device, the test model, its heads and a 2-layer draft, in build-gpu/
+GPU_TOOLS := decode verifycost widen membw distill-heads convert
+.PHONY: gpu-pack
+gpu-pack: $(DEFAULT_MODEL) $(TEST_HEADS) $(BIN)/distill-heads $(BIN)/convert
+	$(MAKE) CUDA=1 $(GPU_TOOLS:%=build-cuda/bin/%) build-cuda/tests/test_device
+	@rm -rf build-gpu && mkdir -p build-gpu/bin build-gpu/tests
+	cp $(GPU_TOOLS:%=build-cuda/bin/%) build-gpu/bin/ && cp build-cuda/tests/test_device build-gpu/tests/
+	cp $(DEFAULT_MODEL) $(TEST_HEADS) build-gpu/
+	gzip -dc $(TINYSTORIES) | head -c 20000 >build-gpu/small.txt
+	$(BIN)/distill-heads -m $(DEFAULT_MODEL) --steps 3 --batch 2 --seq-len 64 --data build-gpu/small.txt --layers 2 \
+	    --norm 1 -o build-gpu/h.safetensors 2>/dev/null
+	$(BIN)/convert $(DEFAULT_MODEL) --layers 2 --heads build-gpu/h.safetensors -o build-gpu/draft.safetensors 2>/dev/null
+	@rm -f build-gpu/small.txt build-gpu/h.safetensors && du -sh build-gpu
+
 # the same .cu files through nvcc for sm_90a and sm_80 (tests/test_cuda_build.sh; SKIP without nvcc)
 .PHONY: nvcc-check
 nvcc-check:

@@ -45,6 +45,7 @@ method_flags() {
     *"needs exit heads"*) echo "--heads ${TEST_HEADS:-$BUILD/test-heads.safetensors.zst}" ;;
     *"needs Medusa heads"*) echo "--heads ${TEST_MEDUSA:-$BUILD/test-medusa.safetensors.zst}" ;;
     *"needs --draft"*)
+        [ -n "${TEST_DRAFT:-}" ] && { echo "--draft $TEST_DRAFT"; return; } # made beforehand (make gpu-pack)
         if [ ! -s "$TMP/draft.safetensors" ]; then
             gzip -dc "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" 2>/dev/null | head -c 20000 >"$TMP/small.txt"
             $BIN/distill-heads -m "$MODEL" --steps 3 --batch 2 --seq-len 64 --data "$TMP/small.txt" --layers 2 \

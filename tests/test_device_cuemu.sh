@@ -4,9 +4,11 @@
 # with --device cpu; the logits after a prompt are the CPU's bit for bit (f32, bf16 and
 # q8_0 KV caches), and after a prompt longer than one FlashDecoding chunk; both thread orders of the emulation agree; distill-heads trains the
 # same heads; a device not compiled in, and weights the CUDA kernels cannot multiply
-# yet, are refused in one line.
+# yet, are refused in one line. PD_TEST_DEVICE=cuda (tests/gpu/run.sh, with a CUDA
+# build's BIN) runs the same comparisons on a GPU, without cuemu's own checks.
 . tests/lib.sh
 N=40
+DEV=${PD_TEST_DEVICE:-cuemu}
 
 # a method's switches that fix its draft sizes: its size controller times the rounds, and
 # a sampled output follows the drafts' random draws, so only fixed drafts are comparable
@@ -31,50 +33,53 @@ for meth in $(decode_methods); do
         for p; do
             i=$((i + 1))
             $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d cpu >"$TMP/cpu" 2>/dev/null
-            $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d cuemu >"$TMP/emu" 2>"$TMP/err"
+            $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d $DEV >"$TMP/emu" 2>"$TMP/err"
             if [ -s "$TMP/cpu" ] && cmp -s "$TMP/cpu" "$TMP/emu"; then
                 same=$((same + 1))
             else
                 echo "$meth ($mode) prompt $i:"; head -2 "$TMP/err"
             fi
         done
-        check "$meth, $mode: $same of $# outputs with --device cuemu are --device cpu's" test $same = $#
+        check "$meth, $mode: $same of $# outputs with --device $DEV are --device cpu's" test $same = $#
     done
 done
 
 P="Once upon a time, there was a"
 for t in f32 bf16 q8_0; do
     $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t --dump-logits "$TMP/l.cpu.$t" >/dev/null 2>&1
-    $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t -d cuemu --dump-logits "$TMP/l.emu.$t" >/dev/null 2>&1
-    check "--kv-type $t: the logits after a prompt on cuemu are the CPU's, bit for bit" \
+    $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t -d $DEV --dump-logits "$TMP/l.emu.$t" >/dev/null 2>&1
+    check "--kv-type $t: the logits after a prompt on $DEV are the CPU's, bit for bit" \
         sh -c "test -s '$TMP/l.cpu.$t' && cmp -s '$TMP/l.cpu.$t' '$TMP/l.emu.$t'"
 done
 # past ATT_SPLIT keys (a 362-token prompt): FlashDecoding's chunks, split and recombined
 # (not under ASan, where the emulation is ~50x slower: test_cuemu_attention has them)
 if [ -z "${PARADEC_SAN:-}" ]; then
     LONG=$(for i in $(seq 1 30); do printf "Once upon a time, there was a little dog. "; done)
-    for d in cpu cuemu; do
+    for d in cpu $DEV; do
         $BIN/decode -m "$MODEL" -p "$LONG" --temp 0 -d $d --dump-logits "$TMP/long.$d" >/dev/null 2>&1
         $BIN/decode -m "$MODEL" -p "$LONG" -n 40 --temp 0 -d $d >"$TMP/long.$d.txt" 2>/dev/null
     done
-    check "a 362-token prompt: the logits on cuemu are the CPU's, bit for bit" \
-        sh -c "test -s '$TMP/long.cpu' && cmp -s '$TMP/long.cpu' '$TMP/long.cuemu'"
-    check "a 362-token prompt: 40 greedy tokens on cuemu are the CPU's" \
-        sh -c "test -s '$TMP/long.cpu.txt' && cmp -s '$TMP/long.cpu.txt' '$TMP/long.cuemu.txt'"
+    check "a 362-token prompt: the logits on $DEV are the CPU's, bit for bit" \
+        sh -c "test -s '$TMP/long.cpu' && cmp -s '$TMP/long.cpu' '$TMP/long.$DEV'"
+    check "a 362-token prompt: 40 greedy tokens on $DEV are the CPU's" \
+        sh -c "test -s '$TMP/long.cpu.txt' && cmp -s '$TMP/long.cpu.txt' '$TMP/long.$DEV.txt'"
 fi
-CUEMU_ORDER=reverse $BIN/decode -m "$MODEL" -p "$P" --temp 0 -d cuemu --dump-logits "$TMP/l.rev" >/dev/null 2>&1
-check "threads last-to-first (CUEMU_ORDER=reverse): the same logits" cmp -s "$TMP/l.cpu.f32" "$TMP/l.rev"
+if [ "$DEV" = cuemu ]; then
+    CUEMU_ORDER=reverse $BIN/decode -m "$MODEL" -p "$P" --temp 0 -d cuemu --dump-logits "$TMP/l.rev" >/dev/null 2>&1
+    check "threads last-to-first (CUEMU_ORDER=reverse): the same logits" cmp -s "$TMP/l.cpu.f32" "$TMP/l.rev"
+fi
 
 # training reads the frozen model through a runner: the same heads, byte for byte
 if [ -z "${PARADEC_SAN:-}" ] && need "distill-heads on text" datasets/tinystories/tinystories_val_sample.txt.gz; then
     gzip -dc "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" | head -c 20000 >"$TMP/train.txt"
-    for d in cpu cuemu; do
+    for d in cpu $DEV; do
         $BIN/distill-heads -m "$MODEL" --steps 1 --batch 2 --seq-len 64 --data "$TMP/train.txt" --layers 2 --norm 1 \
             -d $d -o "$TMP/heads.$d.safetensors" 2>/dev/null
     done
-    check "distill-heads -d cuemu writes the heads -d cpu writes" \
-        sh -c "test -s '$TMP/heads.cpu.safetensors' && cmp -s '$TMP/heads.cpu.safetensors' '$TMP/heads.cuemu.safetensors'"
+    check "distill-heads -d $DEV writes the heads -d cpu writes" \
+        sh -c "test -s '$TMP/heads.cpu.safetensors' && cmp -s '$TMP/heads.cpu.safetensors' '$TMP/heads.$DEV.safetensors'"
 fi
+[ "$DEV" = cuemu ] || { finish device_$DEV; exit; } # the rest: refusals of this (CPU-only) build
 
 # refusals: one line, exit != 0
 for d in cuda gpu ""; do

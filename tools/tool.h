@@ -135,8 +135,8 @@ static inline KVType kv_type_arg(const char *name) {
 #define DEVICE_FLAG(p)                                                                                                 \
     {                                                                                                                  \
         "-d, --device", "KIND", "cpu",                                                                                 \
-            "where the forward pass runs: cpu, or cuemu (the CUDA kernels emulated on the CPU, bit for bit the "       \
-            "GPU's; slow: for tests)",                                                                                 \
+            "where the forward pass runs: cpu, cuda (the GPU, in a build made with CUDA=1), or cuemu (the CUDA "       \
+            "kernels emulated on the CPU, bit for bit the GPU's; slow: for tests)",                                    \
             F_STR(p)                                                                                                   \
     }
 static inline void device_arg(const char *kind) {

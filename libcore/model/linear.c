@@ -63,3 +63,19 @@ const char *model_device_kind(void) { return device_kind; }
 const char *model_backends(void) { return k_backends(); }
 const char *model_cpu_features(void) { return k_cpu_features(); }
 double model_stream_sum(const float *x, size_t n) { return k_stream_sum(x, n); }
+
+double model_device_copy_gbs(size_t bytes, int passes) {
+    Device *d = dev_open(device_kind);
+    DevBuf a = {0}, b = {0};
+    double best = 1e30;
+    int rc = !d || dev_alloc(d, bytes, &a) || dev_alloc(d, bytes, &b) || dev_sync(d);
+    for (int p = 0; p < passes && !rc; p++) {
+        double t0 = pd_now();
+        rc = dev_copy(d, b, a, bytes) || dev_sync(d);
+        double dt = pd_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    if (rc) pd_error("device copy: %s", dev_errmsg());
+    if (d) dev_free(d, a), dev_free(d, b), dev_close(d);
+    return rc ? -1 : 2.0 * (double)bytes / best / 1e9;
+}

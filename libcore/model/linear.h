@@ -52,5 +52,9 @@ const char *model_device_kind(void);
 const char *model_backends(void);
 const char *model_cpu_features(void);
 double model_stream_sum(const float *x, size_t n);
+/* the model_device's own copy bandwidth, bytes read plus bytes written per second (a
+   GPU's HBM roofline): the best of passes device-to-device copies of bytes; -1 + message
+   when the device cannot hold two such buffers */
+double model_device_copy_gbs(size_t bytes, int passes);
 
 #endif
