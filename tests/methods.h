@@ -69,7 +69,7 @@ typedef struct {
     Model *draft;
     float oracle_rate;
     const int32_t *oracle;
-    int fixed_tree, shadows;
+    int fixed_tree, shadows, graphs;
     float gamma;
     int max_pending, exit_layer, draft_min, draft_max, draft_fixed;
     const char *tree;
@@ -79,7 +79,8 @@ typedef struct {
 /* o's knobs that the method has, set by name as decode and bench set them; -1 + the
    parser's message */
 static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShared *sh, void *opts) {
-    *sh = (MethodShared){o->heads, o->medusa, o->draft, o->oracle_rate, o->oracle, o->fixed_tree, o->shadows};
+    *sh =
+        (MethodShared){o->heads, o->medusa, o->draft, o->oracle_rate, o->oracle, o->fixed_tree, o->shadows, o->graphs};
     char v[64];
     struct {
         const char *name;

@@ -1,7 +1,7 @@
 # test_device_cuemu — --device cuemu (the CUDA kernels of kernels/cuda built for the
 # host under cuemu.h) end to end on stories260K: every method `decode --help` lists,
 # greedy, and sampled with a seed (its draft sizes fixed), emits exactly what it emits
-# with --device cpu; the logits after a prompt are the CPU's bit for bit (f32, bf16 and
+# with --device cpu, with --graphs too (captured passes replayed, on both devices); the logits after a prompt are the CPU's bit for bit (f32, bf16 and
 # q8_0 KV caches), and after a prompt longer than one FlashDecoding chunk; both thread orders of the emulation agree; distill-heads trains the
 # same heads; a device not compiled in, and weights the CUDA kernels cannot multiply
 # yet, are refused in one line. PD_TEST_DEVICE=cuda (tests/gpu/run.sh, with a CUDA
@@ -34,13 +34,15 @@ for meth in $(decode_methods); do
             i=$((i + 1))
             $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d cpu >"$TMP/cpu" 2>/dev/null
             $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d $DEV >"$TMP/emu" 2>"$TMP/err"
-            if [ -s "$TMP/cpu" ] && cmp -s "$TMP/cpu" "$TMP/emu"; then
+            $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f -d $DEV --graphs >"$TMP/gr" 2>>"$TMP/err"
+            $BIN/decode -m "$MODEL" -p "$p" -n $N $mode --method "$meth" $f --graphs >"$TMP/cgr" 2>>"$TMP/err"
+            if [ -s "$TMP/cpu" ] && cmp -s "$TMP/cpu" "$TMP/emu" && cmp -s "$TMP/cpu" "$TMP/gr" && cmp -s "$TMP/cpu" "$TMP/cgr"; then
                 same=$((same + 1))
             else
                 echo "$meth ($mode) prompt $i:"; head -2 "$TMP/err"
             fi
         done
-        check "$meth, $mode: $same of $# outputs with --device $DEV are --device cpu's" test $same = $#
+        check "$meth, $mode: $same of $# outputs with --device $DEV, with and without --graphs (and cpu's with), are --device cpu's" test $same = $#
     done
 done
 

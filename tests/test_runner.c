@@ -286,9 +286,9 @@ static void graphs(const char *kind) {
     }
     int sa = kv_seq_new(&a), sb = kv_seq_new(&b);
     CHECK(runner_reserve(q, MAXN, MAXN * (MAXN + 1) / 2, L) == 0, "%s", pd_errmsg());
-    ForwardGraph *full = forward_capture(q, &b, 0, L, g), *upper = forward_capture(q, &b, 1, L, g);
+    ForwardGraph *full = forward_capture(q, &b, 0, L), *upper = forward_capture(q, &b, 1, L);
     CHECK(full && upper, "%s", pd_errmsg());
-    CHECK(forward_capture(q, &b, 0, L + 1, g) == NULL, "a capture past the last layer accepted");
+    CHECK(forward_capture(q, &b, 0, L + 1) == NULL, "a capture past the last layer accepted");
     int at = 0, same = 1, steps = 0;
     static const int sizes[] = {MAXN, 1, 1, 3, 7, 1, 2};
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes && full && upper; s++) {
@@ -304,8 +304,8 @@ static void graphs(const char *kind) {
         Batch ba = {n, tok, sq, pos, tree ? par : NULL, NULL}, bb = {n, tok, sq2, pos, tree ? par : NULL, NULL};
         int split = s == 4; /* the tree runs layer 0 directly, the rest replayed from the range graph */
         int rc = forward_layers(r, &a, &ba, 0, L, h);
-        if (split) rc |= forward_layers(q, &b, &bb, 0, 1, g) || forward_replay(q, upper, &bb);
-        else rc |= forward_replay(q, full, &bb);
+        if (split) rc |= forward_layers(q, &b, &bb, 0, 1, g) || forward_replay(q, upper, &bb, g);
+        else rc |= forward_replay(q, full, &bb, g);
         rc |= final_logits(r, h, n, la) || final_logits(q, g, n, lb);
         CHECK(rc == 0, "step %zu: %s", s, pd_errmsg());
         same &= !memcmp(h, g, sizeof(float) * n * D) && !memcmp(la, lb, sizeof(float) * n * V);
@@ -321,7 +321,7 @@ static void graphs(const char *kind) {
     int32_t tok[MAXN + 1] = {0}, pos[MAXN + 1];
     for (int i = 0; i <= MAXN; i++) pos[i] = at + i;
     Batch big = {MAXN + 1, tok, NULL, pos, NULL, NULL};
-    CHECK(full && forward_replay(q, full, &big) == -1 && strstr(pd_errmsg(), "capture again"),
+    CHECK(full && forward_replay(q, full, &big, g) == -2 && strstr(pd_errmsg(), "capture again"),
           "a replay past the captured workspace accepted");
     forward_graph_free(full), forward_graph_free(upper);
     kv_free(&a), kv_free(&b);

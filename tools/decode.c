@@ -147,6 +147,8 @@ static void parse(Args *a, int argc, char **argv) {
         {"--oracle-acceptance", "A", NULL, "benchmarks: an oracle drafter right at this rate",
          F_NUM(&oracle_acc, 0, 1)},
         {"--dump-logits", "FILE", NULL, "write the logits after the prompt (f32) and stop", F_STR(&a->dump)},
+        {"--graphs", NULL, NULL, "replay a graph captured per token count for each full-model pass (the same bits)",
+         F_SWITCH(&a->opt.graphs)},
     };
     Flag t[N_FLAGS(fixed) + MAX_METHOD_FLAGS];
     static MethodFlags mf;

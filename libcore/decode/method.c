@@ -247,6 +247,7 @@ int decode_init(DecodeCtx *d, Model *m, KVCache *kv, Sampler *s, int max_new) {
 
 void decode_free(DecodeCtx *d) {
     if (d->kv && d->seq >= 0 && d->m) kv_seq_free(d->kv, d->seq);
+    for (int i = 0; i < MAX_GRAPH_TOKENS; i++) forward_graph_free(d->graph[i]);
     runner_free(d->run);
     free(d->out);
     free(d->hidden);
@@ -278,8 +279,22 @@ int decode_kept(const DecodeCtx *d, int n_prompt) {
     return k;
 }
 
+/* opt.graphs: a full-model call replays its token count's graph; the first call of a
+   count, or one the graph's workspace cannot take, runs eagerly and captures anew
+   (right after it, as a GPU's graph needs) */
+static int graph_forward(DecodeCtx *d, const Batch *b, float *hidden) {
+    ForwardGraph **g = &d->graph[b->n - 1];
+    int rc = *g ? forward_replay(d->run, *g, b, hidden) : -2;
+    if (rc != -2) return rc;
+    forward_graph_free(*g);
+    *g = NULL;
+    if (forward_layers(d->run, d->kv, b, 0, d->m->c.n_layers, hidden)) return -1;
+    return (*g = forward_capture(d->run, d->kv, 0, d->m->c.n_layers)) ? 0 : -1;
+}
+
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) {
-    if (forward_layers(d->run, d->kv, b, lb, le, hidden)) return -1;
+    int graph = d->opt.graphs && lb == 0 && le == d->m->c.n_layers && b->n <= MAX_GRAPH_TOKENS;
+    if (graph ? graph_forward(d, b, hidden) : forward_layers(d->run, d->kv, b, lb, le, hidden)) return -1;
     d->layer_passes += le - lb;
     d->token_layers += (int64_t)b->n * (le - lb);
     d->target_passes += lb == 0 && le == d->m->c.n_layers;

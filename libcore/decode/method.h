@@ -26,7 +26,11 @@ typedef struct {
                                   controller; benchmarks and tests) */
     int shadows;               /* the size controller's shadows (drafter.c), for a cheap
                                   drafter: 0 where a step is slow enough, 1 always (tests) */
+    int graphs;                /* full-model calls of up to MAX_GRAPH_TOKENS tokens replay a
+                                  graph captured per token count (decode_forward) */
 } MethodShared;
+
+#define MAX_GRAPH_TOKENS 64
 
 typedef struct DecodeCtx {
     Model *m;
@@ -65,6 +69,7 @@ typedef struct DecodeCtx {
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */
     int cap;
+    ForwardGraph *graph[MAX_GRAPH_TOKENS]; /* opt.graphs: [n - 1] the graph for n tokens */
 } DecodeCtx;
 
 /* ---- the registry: a method describes itself ----

@@ -238,21 +238,19 @@ struct ForwardGraph {
     DevGraph *g;
     KVCache *kv;
     int lb, le;
-    float *hidden;
     unsigned gen;
     int chunks;
 };
 
-ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hidden) {
+ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le) {
     if (lb < 0 || le > r->m->c.n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le), NULL;
     ForwardGraph *g = pd_alloc(sizeof *g);
     if (!g) return NULL;
-    *g = (ForwardGraph){NULL, kv, lb, le, hidden, r->ws.gen, r->ws.split_chunks > 1 ? r->ws.split_chunks : 1};
+    *g = (ForwardGraph){NULL, kv, lb, le, r->ws.gen, r->ws.split_chunks > 1 ? r->ws.split_chunks : 1};
     if (dev_graph_begin(r->dev)) return free(g), pd_error("forward: %s", dev_errmsg()), NULL;
-    int rc = 0;
-    float *x = host_visible(r) ? hidden : NULL;
-    if (lb == 0) rc = call(r, run_embed, &(LayerCall){r, kv, 0, 0, x});
-    for (int l = lb; l < le && !rc; l++) rc = call(r, run_layer, &(LayerCall){r, kv, l, l - lb, x});
+    int rc = 0; /* on the workspace's hidden states (x NULL), whichever buffer a replay is given */
+    if (lb == 0) rc = call(r, run_embed, &(LayerCall){r, kv, 0, 0, NULL});
+    for (int l = lb; l < le && !rc; l++) rc = call(r, run_layer, &(LayerCall){r, kv, l, l - lb, NULL});
     if (dev_graph_end(r->dev, &g->g) || rc) {
         if (!rc) pd_error("forward: %s", dev_errmsg());
         forward_graph_free(g);
@@ -261,17 +259,21 @@ ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le, float *hid
     return g;
 }
 
-int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b) {
+int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b, float *hidden) {
     if (check_batch(r->m, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
         build_desc(r, g->kv, b, g->lb, g->le))
         return -1;
-    if (r->ws.gen != g->gen || (r->ws.split_chunks > 1 ? r->ws.split_chunks : 1) != g->chunks)
-        return pd_error("forward: this batch needs a workspace other than the graph's (%d tokens%s): capture again",
-                        b->n, r->ws.gen == g->gen ? ", another attention split" : "");
-    if (!hid_up(r, g->hidden, b->n, g->lb > 0)) return -1;
-    if (dev_graph_replay(r->dev, g->g)) return pd_error("forward: %s", dev_errmsg());
+    if (r->ws.gen != g->gen || (r->ws.split_chunks > 1 ? r->ws.split_chunks : 1) != g->chunks) {
+        pd_error("forward: this batch needs a workspace other than the graph's (%d tokens%s): capture again", b->n,
+                 r->ws.gen == g->gen ? ", another attention split" : "");
+        return -2;
+    }
+    size_t bytes = sizeof(float) * (size_t)b->n * r->m->c.dim;
+    if ((g->lb > 0 && dev_upload(r->dev, hid_buf(r), hidden, bytes)) || dev_graph_replay(r->dev, g->g) ||
+        dev_download(r->dev, hidden, hid_buf(r), bytes))
+        return pd_error("forward: %s", dev_errmsg());
     set_lengths(g->kv, &r->ws.desc, g->lb, g->le);
-    return hid_down(r, g->hidden, b->n);
+    return 0;
 }
 
 void forward_graph_free(ForwardGraph *g) {

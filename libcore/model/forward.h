@@ -23,13 +23,17 @@ typedef struct {
    Each token's K/V goes to the slots after those already filled in each layer. */
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end, float *hidden);
 /* a captured forward step: the embedding and layer calls of forward_layers over
-   [layer_begin, layer_end) on one KV cache and one hidden buffer, recorded once on the
-   runner's device; each replay reads the step (token count, tokens, positions, slots,
-   block-table rows, visibility lists) from the runner's descriptor, which
-   forward_replay fills from the batch. Same bits as forward_layers. */
+   [layer_begin, layer_end) on one KV cache, recorded once on the runner's device, on the
+   workspace's hidden states (a replay copies the given ones in and out); each replay
+   reads the step (tokens, positions, slots, block-table rows, visibility lists) from the
+   runner's descriptor, which forward_replay fills from the batch. Same bits as
+   forward_layers. A GPU's graph also keeps the capture's token count and attention
+   grids: capture right after a forward_layers call of the batches it will replay. */
 typedef struct ForwardGraph ForwardGraph;
-ForwardGraph *forward_capture(Runner *r, KVCache *kv, int layer_begin, int layer_end, float *hidden);
-int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b);
+ForwardGraph *forward_capture(Runner *r, KVCache *kv, int layer_begin, int layer_end);
+/* the graph over b, hidden as forward_layers' (the graph works on the workspace's copy);
+   -2 (the error set) when b needs a workspace other than the capture's: capture again */
+int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b, float *hidden);
 void forward_graph_free(ForwardGraph *g);
 /* logits[n][vocab] from the last hidden states */
 int final_logits(Runner *r, const float *hidden, int n, float *logits);

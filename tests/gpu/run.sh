@@ -64,6 +64,7 @@ run() { # run LABEL ARGS...: decode's own timing line
     fig "$label: ${tps:-failed ($(tail -n 1 "$TMP/run"))} tok/s   [decode -m 8b-bf16 -d cuda -n 64 --temp 0 $*]"
 }
 run standard
+run standard-graphs --graphs
 std=$(cat "$TMP/tps.standard")
 [ -n "$std" ] && [ -n "$bw" ] &&
     fig "exact mode: $(echo "$std $bytes $bw" | awk '{printf "%.1f", 100 * $1 * $2 / 1e9 / ($3 / 2)}') % of the HBM roofline (copy bandwidth / 2 = read bandwidth; target >= 85 %)"
@@ -74,10 +75,10 @@ run medusa-oracle-0.8 --method medusa --heads "$W.medusa.safetensors" --oracle-a
 run adadecode-oracle-0.8 --method adadecode --heads "$W.exit.safetensors" --oracle-exit 0.8
 run medusa-widened-heads --method medusa --heads "$W.medusa.safetensors"
 run adadecode-widened-heads --method adadecode --heads "$W.exit.safetensors"
-for m in speculative-oracle-0.8 medusa-oracle-0.8 adadecode-oracle-0.8 medusa-widened-heads adadecode-widened-heads; do
+for m in standard-graphs speculative-oracle-0.8 medusa-oracle-0.8 adadecode-oracle-0.8 medusa-widened-heads adadecode-widened-heads; do
     v=$(cat "$TMP/tps.$m")
     [ -n "$v" ] && [ -n "$std" ] && fig "speedup $m: $(echo "$v $std" | awk '{printf "%.2f", $1 / $2}')x over standard"
 done
-fig "not measured by this script yet: eager against graphs (decode does not replay graphs); --fast-prefill (not written)"
+fig "not measured by this script yet: --fast-prefill (not written)"
 rm -f "$W" "$W".*.safetensors
 finish gpu
