@@ -18,14 +18,14 @@ OPT    := -O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
 # make CUDA=1: the same with the "cuda" device (kernels/cuda through nvcc, the CUDA
-# runtime linked statically: only the driver is needed where it runs), in build-cuda/
+# runtime linked statically; cuBLAS, for --fast-prefill, from the toolkit's lib64), in build-cuda/
 ifeq ($(CUDA),1)
 BUILD     := build-cuda
 BIN       := build-cuda/bin
 NVCC      ?= $(firstword $(shell command -v nvcc) /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CFLAGS    += -DPD_CUDA -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt
 endif
 # -ffp-contract=off: every product and sum rounds on its own in plain C too (gcc's ISO
 # default; clang would fuse a*b+c), so kernels and their tests agree bit for bit
@@ -113,7 +113,10 @@ gpu-pack: $(DEFAULT_MODEL) $(TEST_HEADS) $(BIN)/distill-heads $(BIN)/convert
 	$(BIN)/distill-heads -m $(DEFAULT_MODEL) --steps 3 --batch 2 --seq-len 64 --data build-gpu/small.txt --layers 2 \
 	    --norm 1 -o build-gpu/h.safetensors 2>/dev/null
 	$(BIN)/convert $(DEFAULT_MODEL) --layers 2 --heads build-gpu/h.safetensors -o build-gpu/draft.safetensors 2>/dev/null
-	@rm -f build-gpu/small.txt build-gpu/h.safetensors && du -sh build-gpu
+	@rm -f build-gpu/small.txt build-gpu/h.safetensors
+	@mkdir -p build-gpu/lib && ldd build-gpu/bin/* | awk '/=> \// {print $$3}' | sort -u | \
+	    grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcublas[^/]*|libcublasLt[^/]*)\.so' | \
+	    xargs -r cp -L -t build-gpu/lib && du -sh build-gpu
 
 # the same .cu files through nvcc for sm_90a and sm_80 (tests/test_cuda_build.sh; SKIP without nvcc)
 .PHONY: nvcc-check

@@ -96,6 +96,9 @@ typedef struct {
     const char *name;
     int (*has_wtype)(WType wt); /* the weight types its matmul multiplies */
     void (*matmul)(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
+    /* the same product by the vendor's library (cuBLAS on the GPU): fast for many rows of
+       x, not the spec's bits; NULL where there is none */
+    void (*matmul_fast)(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
     void (*rmsnorm)(float *y, const float *x, const float *g, int n, int dim, float eps);
     void (*rope)(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
                  const float *sin_t);

@@ -69,7 +69,7 @@ typedef struct {
     Model *draft;
     float oracle_rate;
     const int32_t *oracle;
-    int fixed_tree, shadows, graphs;
+    int fixed_tree, shadows, graphs, fast_prefill;
     float gamma;
     int max_pending, exit_layer, draft_min, draft_max, draft_fixed;
     const char *tree;
@@ -79,8 +79,8 @@ typedef struct {
 /* o's knobs that the method has, set by name as decode and bench set them; -1 + the
    parser's message */
 static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShared *sh, void *opts) {
-    *sh =
-        (MethodShared){o->heads, o->medusa, o->draft, o->oracle_rate, o->oracle, o->fixed_tree, o->shadows, o->graphs};
+    *sh = (MethodShared){o->heads,      o->medusa,  o->draft,  o->oracle_rate, o->oracle,
+                         o->fixed_tree, o->shadows, o->graphs, o->fast_prefill};
     char v[64];
     struct {
         const char *name;

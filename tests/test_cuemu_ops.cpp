@@ -1,7 +1,8 @@
 /* test_cuemu_ops.cpp — kernels/cuda's matmul.cu and ops.cu under cuemu against the CPU
    kernels bit for bit, in both thread orders: matmul (f32, bf16; one source and three
    stacked, odd sizes, token counts across the CPU's tile paths), rope, add, silu,
-   add_rows, silu_mul_rows, the KV write (f32, bf16, q8_0) and the embedding lookup. */
+   add_rows, silu_mul_rows, the KV write (f32, bf16, q8_0) and the embedding lookup; the
+   bf16 weights unpacked to the f32 layout (the cuBLAS path's input) against k_pack's. */
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -51,6 +52,29 @@ static void test_matmul(int order) {
                     cuda_matmul(got.data(), x.data(), packed, wt, n, cols, total);
                     CHECK(same(want.data(), got.data(), got.size() * 4), "matmul %s %dx%d (%d sources) n %d order %d",
                           wt == WT_F32 ? "f32" : "bf16", total, cols, n_src, n, order);
+                    if (wt == WT_BF16) { /* the cuBLAS path's input: the f32 layout of the widened weights */
+                        std::vector<std::vector<float>> wide(n_src);
+                        const void *wsrc[3];
+                        for (int s = 0; s < n_src; s++) {
+                            for (uint16_t h : src16[s]) {
+                                uint32_t u = (uint32_t)h << 16;
+                                float f;
+                                memcpy(&f, &u, 4);
+                                wide[s].push_back(f);
+                            }
+                            wsrc[s] = wide[s].data();
+                        }
+                        size_t fb = k_packed_bytes(WT_F32, total, cols);
+                        std::vector<float> f32((fb + 3) / 4), un(f32.size());
+                        k_pack(f32.data(), WT_F32, cols, n_src, wsrc, parts);
+                        int r0 = total > 64 ? 64 : 0; /* from the second 64-row block, when there is one */
+                        size_t at = (size_t)r0 * cols, used = 0;
+                        for (int rb = r0; rb < total; rb += 64)
+                            used += (size_t)((total - rb + 15) / 16 < 4 ? (total - rb + 15) / 16 : 4) * 16 * cols;
+                        cuda_unpack_bf16(un.data(), packed, cols, total, r0, total - r0);
+                        CHECK(same(un.data(), f32.data() + at, used * 4), "unpack bf16 %dx%d from row %d order %d",
+                              total, cols, r0, order);
+                    }
                     free(packed);
                 }
 }

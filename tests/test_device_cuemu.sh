@@ -95,6 +95,7 @@ for t in verifycost serve bench distill-heads train-medusa; do
     check "$t --help lists -d, --device" grep -q -- "-d, --device" "$TMP/help"
 done
 refuses "verifycost --device nope" "" $BIN/verifycost -m "$MODEL" -d nope
+refuses "--fast-prefill off the GPU" "" $BIN/decode -m "$MODEL" -p Once -n 4 -d cuemu --fast-prefill
 $BIN/convert "$MODEL" --dtype q8_0 -o "$TMP/q8.safetensors" 2>/dev/null
 if [ -s "$TMP/q8.safetensors" ]; then
     refuses "a Q8_0 model on cuemu" "" $BIN/decode -m "$TMP/q8.safetensors" -p Once -n 4 -d cuemu

@@ -149,6 +149,9 @@ static void parse(Args *a, int argc, char **argv) {
         {"--dump-logits", "FILE", NULL, "write the logits after the prompt (f32) and stop", F_STR(&a->dump)},
         {"--graphs", NULL, NULL, "replay a graph captured per token count for each full-model pass (the same bits)",
          F_SWITCH(&a->opt.graphs)},
+        {"--fast-prefill", NULL, NULL,
+         "the prompt's products by cuBLAS (--device cuda): faster on long prompts, not exact mode's bits",
+         F_SWITCH(&a->opt.fast_prefill)},
     };
     Flag t[N_FLAGS(fixed) + MAX_METHOD_FLAGS];
     static MethodFlags mf;
@@ -157,6 +160,8 @@ static void parse(Args *a, int argc, char **argv) {
     method_flags(&mf, t, &n);
     flags_parse(t, n, argc, argv, NULL, 0, USAGE, notes_text());
     a->oracle = oracle_exit >= 0 ? oracle_exit : oracle_acc;
+    if (a->opt.fast_prefill && (!a->device || strcmp(a->device, "cuda")))
+        die("--fast-prefill: the cuBLAS prefill runs on --device cuda only");
     if (a->chat_format || a->messages || a->conversation) a->chat = 1;
     if (!a->model) usage("-m/--model");
     if (!a->prompt && !a->file && !a->messages && !a->conversation) usage("-p/--prompt (or -f/--file)");

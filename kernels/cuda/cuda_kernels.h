@@ -18,6 +18,7 @@ extern "C" {
    file calling the GPU's, defines PD_CUDA_GPU_NAMES first. */
 #if !defined(__CUDACC__) && !defined(PD_CUDA_GPU_NAMES)
 #define cuda_matmul cuemu_matmul
+#define cuda_unpack_bf16 cuemu_unpack_bf16
 #define cuda_rmsnorm cuemu_rmsnorm
 #define cuda_rope cuemu_rope
 #define cuda_add cuemu_add
@@ -36,6 +37,9 @@ extern "C" {
 
 /* k_matmul for WT_F32 and WT_BF16 on k_pack's layout (matmul.cu) */
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
+/* rows [r0, r0 + n_rows) (r0 a multiple of 64) of a bf16 matrix on k_pack's layout as
+   the f32 one's layout would hold them, widened exactly (the cuBLAS path's input) */
+void cuda_unpack_bf16(float *dst, const void *packed, int cols, int rows, int r0, int n_rows);
 /* ops.cu / rmsnorm.cu: the element-wise and per-row kernels of backend.h */
 void cuda_rmsnorm(float *y, const float *x, const float *g, int n, int dim, float eps);
 void cuda_rope(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,

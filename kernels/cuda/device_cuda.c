@@ -5,6 +5,7 @@
    kernels: it runs at once with pd_cuda_stream() naming this device's stream, so under
    capture its launches become the graph's nodes. Built only with nvcc (make CUDA=1). */
 #define PD_CUDA_GPU_NAMES
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +51,66 @@ static int cuda_fail(const char *what, cudaError_t e) {
 static Gpu *gpu(const Device *d) { return d->native; }
 
 static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
+
+/* --fast-prefill's product: cuBLAS's FP32 GEMM on k_pack's f32 layout, whose 64-row
+   blocks are column-major [W][cols] matrices (W the block's padded width): the full
+   blocks as one strided batch, the last block alone. bf16 weights are first widened to
+   that layout, CHUNK rows at a time, in a scratch buffer of the thread's. Not the spec's
+   bits: cuBLAS picks its own reduction order. */
+#define FAST_BLOCK 64
+#define FAST_CHUNK 8192
+static _Thread_local cublasHandle_t blas;
+static _Thread_local float *fast_scratch;
+static _Thread_local size_t fast_cap; /* floats */
+
+/* y[t][r] (row stride ldy) for the rows of w, f32 k_pack layout */
+static void gemm_blocks(const float *w, float *y, int ldy, const float *x, int n, int cols, int rows) {
+    const float one = 1, zero = 0;
+    int full = rows / FAST_BLOCK, tail = rows % FAST_BLOCK, tw = (tail + 15) / 16 * 16;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (full)
+        s = cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, FAST_BLOCK, n, cols, &one, w, FAST_BLOCK,
+                                      (long long)FAST_BLOCK * cols, x, cols, 0, &zero, y, ldy, FAST_BLOCK, full);
+    if (s == CUBLAS_STATUS_SUCCESS && tail)
+        s = cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, tail, n, cols, &one, w + (size_t)full * FAST_BLOCK * cols, tw,
+                        x, cols, &zero, y + (size_t)full * FAST_BLOCK, ldy);
+    if (s != CUBLAS_STATUS_SUCCESS && !launch_err[0])
+        snprintf(launch_err, sizeof launch_err, "cuBLAS GEMM: status %d", (int)s);
+}
+
+static void gpu_matmul_fast(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
+    if (n <= 0 || rows <= 0) return;
+    if (!blas && cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+        blas = NULL;
+        snprintf(launch_err, sizeof launch_err, "cuBLAS: cannot create a handle");
+        return;
+    }
+    cublasSetStream(blas, cur_stream);
+    if (wt == WT_F32) {
+        gemm_blocks(packed, y, rows, x, n, cols, rows);
+        return;
+    }
+    size_t need = (size_t)FAST_CHUNK * cols;
+    if (need > fast_cap) {
+        cudaFree(fast_scratch);
+        fast_cap = 0;
+        if (cudaMalloc((void **)&fast_scratch, sizeof(float) * need) != cudaSuccess) {
+            fast_scratch = NULL;
+            snprintf(launch_err, sizeof launch_err, "cuBLAS: no room for a %zu-float scratch", need);
+            return;
+        }
+        fast_cap = need;
+    }
+    for (int r0 = 0; r0 < rows; r0 += FAST_CHUNK) {
+        int m = rows - r0 < FAST_CHUNK ? rows - r0 : FAST_CHUNK;
+        cuda_unpack_bf16(fast_scratch, packed, cols, rows, r0, m);
+        gemm_blocks(fast_scratch, y + r0, rows, x, n, cols, m); /* the chunk's rows of y */
+    }
+}
 static const KernelSet gpu_kernels = {.name = "cuda",
                                       .has_wtype = cuda_wtype,
                                       .matmul = cuda_matmul,
+                                      .matmul_fast = gpu_matmul_fast,
                                       .rmsnorm = cuda_rmsnorm,
                                       .rope = cuda_rope,
                                       .add = cuda_add,

@@ -40,3 +40,19 @@ void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, 
     CUEMU_LAUNCH(matmul_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS), 0, y, x, packed, wt,
                  cols, rows);
 }
+
+/* one thread an element: block b's (row q, column c) from its column pair to f32's place */
+static __global__ void unpack_bf16_kernel(float *dst, const uint32_t *w, int cols, int rows, int r0) {
+    int b = r0 / BLOCK_ROWS + blockIdx.y, q = threadIdx.x, c = blockIdx.x, rb = b * BLOCK_ROWS;
+    int left = (rows - rb + PANEL - 1) / PANEL, W = (left < 4 ? left : 4) * PANEL;
+    if (q >= W) return;
+    uint32_t pair = w[(size_t)b * BLOCK_ROWS * ((cols + 1) / 2) + (size_t)(c / 2) * W + q];
+    dst[(size_t)(b - r0 / BLOCK_ROWS) * BLOCK_ROWS * cols + (size_t)c * W + q] =
+        bits_f32(c & 1 ? pair & 0xffff0000u : pair << 16);
+}
+
+void cuda_unpack_bf16(float *dst, const void *packed, int cols, int rows, int r0, int n_rows) {
+    if (cols <= 0 || n_rows <= 0) return;
+    CUEMU_LAUNCH(unpack_bf16_kernel, dim3(cols, (n_rows + BLOCK_ROWS - 1) / BLOCK_ROWS), dim3(BLOCK_ROWS), 0, dst,
+                 (const uint32_t *)packed, cols, rows, r0);
+}

@@ -293,7 +293,7 @@ static int graph_forward(DecodeCtx *d, const Batch *b, float *hidden) {
 }
 
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) {
-    int graph = d->opt.graphs && lb == 0 && le == d->m->c.n_layers && b->n <= MAX_GRAPH_TOKENS;
+    int graph = d->opt.graphs && !d->run->fast && lb == 0 && le == d->m->c.n_layers && b->n <= MAX_GRAPH_TOKENS;
     if (graph ? graph_forward(d, b, hidden) : forward_layers(d->run, d->kv, b, lb, le, hidden)) return -1;
     d->layer_passes += le - lb;
     d->token_layers += (int64_t)b->n * (le - lb);
@@ -344,15 +344,18 @@ int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n) {
     int from = d->reuse < n ? d->reuse : n - 1; /* the last token runs again for its logits */
     if (from < d->reuse && kv_truncate(d->kv, d->seq, from)) return -1;
     int32_t pos[PREFILL_CHUNK];
-    int take = 0;
-    for (int at = from; at < n; at += take) {
+    int take = 0, rc = 0;
+    d->run->fast = d->opt.fast_prefill;
+    for (int at = from; at < n && !rc; at += take) {
         take = n - at < d->cap ? n - at : d->cap;
         for (int i = 0; i < take; i++) pos[i] = at + i;
         int32_t seq[PREFILL_CHUNK];
         for (int i = 0; i < take; i++) seq[i] = d->seq;
         Batch b = {take, prompt + at, seq, pos, NULL, NULL};
-        if (decode_forward(d, &b, 0, d->m->c.n_layers, d->hidden)) return -1;
+        rc = decode_forward(d, &b, 0, d->m->c.n_layers, d->hidden);
     }
+    d->run->fast = 0;
+    if (rc) return -1;
     size_t dim = d->m->c.dim;
     memmove(d->hidden, d->hidden + (take - 1) * dim, sizeof(float) * dim);
     d->n_prefilled = n - from;

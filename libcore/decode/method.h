@@ -28,6 +28,8 @@ typedef struct {
                                   drafter: 0 where a step is slow enough, 1 always (tests) */
     int graphs;                /* full-model calls of up to MAX_GRAPH_TOKENS tokens replay a
                                   graph captured per token count (decode_forward) */
+    int fast_prefill;          /* the prompt's layers by the device's fast products (cuBLAS):
+                                  not exact mode's bits; the whole prompt, never a part */
 } MethodShared;
 
 #define MAX_GRAPH_TOKENS 64

@@ -98,12 +98,14 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const DevLayer *W = &r->w.layers[l];
     Workspace *w = &r->ws;
     const StepDesc *d = &w->ddesc; /* the kernels read the device's copy */
+    void (*matmul)(float *, const float *, const void *, WType, int, int, int) =
+        r->fast && r->k->matmul_fast ? r->k->matmul_fast : r->k->matmul;
     int n = d->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
     const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     r->k->rmsnorm(w->xb, x, W->attn_norm, n, c->dim, c->norm_eps);
-    r->k->matmul(w->qkv, w->xb, W->qkv, L->qkv.t, n, c->dim, row);
+    matmul(w->qkv, w->xb, W->qkv, L->qkv.t, n, c->dim, row);
     if (W->bq) {
         r->k->add_rows(w->qkv, row, W->bq, n, qd);
         r->k->add_rows(w->qkv + qd, row, W->bk, n, kvd);
@@ -140,14 +142,14 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
                   w->split_chunks,
                   ATT_SPLIT_TOKENS};
     r->k->attention_rel(&a);
-    r->k->matmul(w->out, w->att, W->wo, L->wo.t, n, qd, c->dim);
+    matmul(w->out, w->att, W->wo, L->wo.t, n, qd, c->dim);
     r->k->add(x, w->out, (size_t)n * c->dim);
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
     r->k->rmsnorm(w->xb, x, W->ffn_norm, n, c->dim, c->norm_eps);
-    r->k->matmul(w->gu, w->xb, W->gate_up, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
+    matmul(w->gu, w->xb, W->gate_up, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
     r->k->silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
-    r->k->matmul(w->out, w->hb, W->w2, L->w2.t, n, c->hidden_dim, c->dim);
+    matmul(w->out, w->hb, W->w2, L->w2.t, n, c->hidden_dim, c->dim);
     r->k->add(x, w->out, (size_t)n * c->dim);
 }
 

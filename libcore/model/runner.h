@@ -76,6 +76,7 @@ typedef struct Runner {
     const Model *m;
     Device *dev;
     const KernelSet *k; /* the device's kernels */
+    int fast;           /* the products by the device's matmul_fast (--fast-prefill) where it has one */
     DevWeights w;
     Workspace ws;
 } Runner;

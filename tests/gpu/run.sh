@@ -2,7 +2,8 @@
 # tests/gpu/run.sh — the GPU run, on a machine with an NVIDIA GPU, in one command of at
 # most 8 minutes: what is present, the cuda device against the CPU bit for bit, every
 # method's output on the GPU equal to the CPU's, then the figures docs/benchmarks.md takes
-# (the widened stories260K at the 8b shape, bf16, made there by widen).
+# (the widened stories260K at the 8b shape, bf16, made there by widen; --graphs and
+# --fast-prefill against the plain passes).
 # That machine reaches no registry: build here and carry the pack,
 #   make gpu-pack            # build-gpu/: the CUDA build's tools, test_device, the models
 # then there: sh tests/gpu/run.sh (the checks' failures are its exit status; FIGURES lines
@@ -10,6 +11,9 @@
 . tests/lib.sh
 P=${GPU_PACK:-build-gpu}
 BIN=$P/bin BUILD=$P MODEL=$P/stories260K.safetensors.zst
+# the pack's libraries (those the Debian build machine had and this one may lack), cuBLAS
+LD_LIBRARY_PATH=$P/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
 export BIN BUILD MODEL TEST_HEADS=$P/test-heads.safetensors.zst TEST_MEDUSA=$P/test-medusa.safetensors.zst \
     TEST_DRAFT=$P/draft.safetensors
 W=${GPU_TMP:-/tmp}/paradec-8b.safetensors
@@ -79,6 +83,15 @@ for m in standard-graphs speculative-oracle-0.8 medusa-oracle-0.8 adadecode-orac
     v=$(cat "$TMP/tps.$m")
     [ -n "$v" ] && [ -n "$std" ] && fig "speedup $m: $(echo "$v $std" | awk '{printf "%.2f", $1 / $2}')x over standard"
 done
-fig "not measured by this script yet: --fast-prefill (not written)"
+# prefill of a long prompt: exact mode against --fast-prefill (cuBLAS; not exact mode's bits)
+LONG=$(for i in $(seq 1 120); do printf "Once upon a time, there was a little dog. "; done)
+for mode in exact fast; do
+    f=""
+    [ $mode = fast ] && f=--fast-prefill
+    timeout 90 $BIN/decode -m "$W" --no-verify -d cuda -p "$LONG" -n 16 --temp 0 $f >"$TMP/p.$mode" 2>"$TMP/run"
+    fig "prefill $mode: $(sed -n 's/.*prefill \([0-9.]* ms ([0-9.]* tok\/s)\).*/\1/p' "$TMP/run" | tail -n 1)   [decode -m 8b-bf16 -d cuda -p <1441 tokens> -n 16 --temp 0 $f]"
+done
+cmp -s "$TMP/p.exact" "$TMP/p.fast" && fig "fast prefill: the same 16 tokens as exact mode" ||
+    fig "fast prefill: other tokens than exact mode (allowed: not exact mode's bits)"
 rm -f "$W" "$W".*.safetensors
 finish gpu
