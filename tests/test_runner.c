@@ -345,6 +345,16 @@ int main(void) {
               r->w.layers[0].qkv == M.layers[0].qkv.p && r->w.embed == M.embed.w,
           "the runner's weights are not the model's packed bytes, wrapped without a copy");
     runner_free(r);
+    /* on a copying device, one copy for all of a model's runners, alive while any is */
+    model_device("cuemu");
+    Runner *a = runner_new(&M), *b = runner_new(&M);
+    CHECK(a && b && a->w.lm_head == b->w.lm_head && a->w.lm_head != M.lm_head.p,
+          "two cuemu runners do not share one copy of the weights");
+    runner_free(a);
+    Runner *c = runner_new(&M);
+    CHECK(b && c && c->w.lm_head == b->w.lm_head, "the copy went with its first runner");
+    runner_free(b), runner_free(c);
+    model_device("cpu");
     model_free(&M);
     return check_done("runner");
 }

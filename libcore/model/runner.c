@@ -1,6 +1,7 @@
 /* runner.c — see runner.h */
 #include "model/runner.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,10 +22,24 @@ static int weights_fit(const Runner *r) {
     return 0;
 }
 
+/* One copy of a Model's weights per device kind, shared by all its runners (a GPU holds
+   one however many runners a server or a method makes), on a device handle of its own
+   so that it outlives any one runner */
+typedef struct Shared {
+    const Model *m;
+    const char *kind;
+    Device *dev;
+    DevWeights w;
+    int refs;
+    struct Shared *next;
+} Shared;
+static Shared *shared;
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* where the kernels see host pointer p of the model's memory (NULL stays NULL) */
-static const void *on_dev(const Runner *r, const void *p, int *missing) {
-    const Model *m = r->m;
-    const DevWeights *w = &r->w;
+static const void *on_dev(const Shared *s, const void *p, int *missing) {
+    const Model *m = s->m;
+    const DevWeights *w = &s->w;
     const char *c = p;
     size_t eb = (size_t)m->embed.rows * mat_row_bytes(&m->embed);
     struct {
@@ -37,33 +52,74 @@ static const void *on_dev(const Runner *r, const void *p, int *missing) {
     if (!p) return NULL;
     for (int i = 0; i < 3; i++)
         if (at[i].base && c >= at[i].base && c < at[i].base + at[i].n)
-            return (char *)dev_ptr(r->dev, at[i].b) + (c - at[i].base);
+            return (char *)dev_ptr(s->dev, at[i].b) + (c - at[i].base);
     *missing = 1;
     return NULL;
 }
 
-static int weights_on_dev(Runner *r) {
-    const Model *m = r->m;
-    DevWeights *w = &r->w;
+static void shared_free(Shared *s) {
+    if (s->dev) {
+        dev_free(s->dev, s->w.packed), dev_free(s->dev, s->w.arena), dev_free(s->dev, s->w.embed_buf);
+        dev_close(s->dev);
+    }
+    free(s->w.layers);
+    free(s);
+}
+
+static Shared *weights_load(const Model *m, const char *kind) {
+    Shared *s = pd_alloc(sizeof *s);
+    if (!s) return NULL;
+    *s = (Shared){.m = m, .kind = kind, .refs = 1};
+    DevWeights *w = &s->w;
     size_t eb = (size_t)m->embed.rows * mat_row_bytes(&m->embed);
-    if ((m->packed.base && dev_wrap(r->dev, m->packed.base, m->packed.used, &w->packed)) ||
-        (m->arena.base && dev_wrap(r->dev, m->arena.base, m->arena.used, &w->arena)) ||
-        dev_wrap(r->dev, m->embed.w, eb, &w->embed_buf))
-        return pd_error("runner: the weights: %s", dev_errmsg());
-    if (!(w->layers = pd_alloc(sizeof *w->layers * m->c.n_layers))) return -1;
+    if (!(s->dev = dev_open(kind)) ||
+        (m->packed.base && dev_wrap(s->dev, m->packed.base, m->packed.used, &w->packed)) ||
+        (m->arena.base && dev_wrap(s->dev, m->arena.base, m->arena.used, &w->arena)) ||
+        dev_wrap(s->dev, m->embed.w, eb, &w->embed_buf)) {
+        pd_error("runner: the weights: %s", dev_errmsg());
+        return shared_free(s), NULL;
+    }
+    if (!(w->layers = pd_alloc(sizeof *w->layers * m->c.n_layers))) return shared_free(s), NULL;
     int miss = 0;
     for (int l = 0; l < m->c.n_layers; l++) {
         const Layer *L = &m->layers[l];
         w->layers[l] =
-            (DevLayer){on_dev(r, L->attn_norm, &miss), on_dev(r, L->ffn_norm, &miss),  on_dev(r, L->bq, &miss),
-                       on_dev(r, L->bk, &miss),        on_dev(r, L->bv, &miss),        on_dev(r, L->qkv.p, &miss),
-                       on_dev(r, L->wo.p, &miss),      on_dev(r, L->gate_up.p, &miss), on_dev(r, L->w2.p, &miss)};
+            (DevLayer){on_dev(s, L->attn_norm, &miss), on_dev(s, L->ffn_norm, &miss),  on_dev(s, L->bq, &miss),
+                       on_dev(s, L->bk, &miss),        on_dev(s, L->bv, &miss),        on_dev(s, L->qkv.p, &miss),
+                       on_dev(s, L->wo.p, &miss),      on_dev(s, L->gate_up.p, &miss), on_dev(s, L->w2.p, &miss)};
     }
-    w->embed = on_dev(r, m->embed.w, &miss);
-    w->final_norm = on_dev(r, m->final_norm, &miss);
-    w->lm_head = on_dev(r, m->lm_head.p, &miss);
-    w->cos = on_dev(r, m->rope_cos, &miss), w->sin = on_dev(r, m->rope_sin, &miss);
-    return miss ? pd_error("runner: a weight outside the model's packed matrices, arena and embedding") : 0;
+    w->embed = on_dev(s, m->embed.w, &miss);
+    w->final_norm = on_dev(s, m->final_norm, &miss);
+    w->lm_head = on_dev(s, m->lm_head.p, &miss);
+    w->cos = on_dev(s, m->rope_cos, &miss), w->sin = on_dev(s, m->rope_sin, &miss);
+    if (miss) {
+        pd_error("runner: a weight outside the model's packed matrices, arena and embedding");
+        return shared_free(s), NULL;
+    }
+    return s;
+}
+
+/* the model's weights on its runners' device kind: the shared copy, or a new one */
+static Shared *weights_get(const Model *m, const char *kind) {
+    pthread_mutex_lock(&shared_lock);
+    Shared *s = shared;
+    while (s && (s->m != m || strcmp(s->kind, kind))) s = s->next;
+    if (s) s->refs++;
+    else if ((s = weights_load(m, kind))) s->next = shared, shared = s;
+    pthread_mutex_unlock(&shared_lock);
+    return s;
+}
+
+static void weights_put(Shared *s) {
+    if (!s) return;
+    pthread_mutex_lock(&shared_lock);
+    if (--s->refs == 0) {
+        Shared **p = &shared;
+        while (*p != s) p = &(*p)->next;
+        *p = s->next;
+        shared_free(s);
+    }
+    pthread_mutex_unlock(&shared_lock);
 }
 
 Runner *runner_new(const Model *m) {
@@ -76,7 +132,8 @@ Runner *runner_new(const Model *m) {
         return runner_free(r), NULL;
     }
     r->k = dev_kernels(r->dev);
-    if (weights_fit(r) || weights_on_dev(r)) return runner_free(r), NULL;
+    if (weights_fit(r) || !(r->shared = weights_get(m, dev_kind(r->dev)))) return runner_free(r), NULL;
+    r->w = r->shared->w;
     return r;
 }
 
@@ -89,8 +146,7 @@ void runner_free(Runner *r) {
         dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
         dev_free(r->dev, r->ws.rows);
         dev_free(r->dev, r->ws.split_buf);
-        dev_free(r->dev, r->w.packed), dev_free(r->dev, r->w.arena), dev_free(r->dev, r->w.embed_buf);
-        free(r->w.layers);
+        weights_put(r->shared);
         dev_close(r->dev);
     }
     free(r);

@@ -62,7 +62,8 @@ typedef struct {
 
 /* the Model's memory the kernels read, on the runner's device: its packed matrices, its
    arena (norms, biases, RoPE tables) and the embedding as stored. The CPU wraps them in
-   place; a GPU (and cuemu, as one) copies them in once. */
+   place; a GPU (and cuemu, as one) copies them in once, one copy per Model and device
+   kind whatever the number of runners (runner.c). */
 typedef struct {
     DevBuf packed, arena, embed_buf;
     DevLayer *layers;        /* [n_layers] */
@@ -75,9 +76,10 @@ typedef struct {
 typedef struct Runner {
     const Model *m;
     Device *dev;
-    const KernelSet *k; /* the device's kernels */
-    int fast;           /* the products by the device's matmul_fast (--fast-prefill) where it has one */
-    DevWeights w;
+    const KernelSet *k;    /* the device's kernels */
+    int fast;              /* the products by the device's matmul_fast (--fast-prefill) where it has one */
+    DevWeights w;          /* the shared copy's addresses */
+    struct Shared *shared; /* that copy (runner.c), counted */
     Workspace ws;
 } Runner;
 
