@@ -177,9 +177,12 @@ static int gpu_mem(Device *d, size_t bytes, DevBuf *out) {
     return 0;
 }
 
+/* zeroed before it returns: another Device's stream (the KV cache's, a runner's) may be
+   the first to touch it */
 int cudev_alloc(Device *d, size_t bytes, DevBuf *out) {
     if (gpu_mem(d, bytes, out)) return -1;
     cudaError_t e = cudaMemsetAsync(out->mem->p, 0, bytes ? bytes : 64, gpu(d)->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(gpu(d)->stream);
     if (e != cudaSuccess) {
         cudev_free(d, *out);
         return cuda_fail("zeroing an allocation", e);
