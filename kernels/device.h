@@ -95,6 +95,7 @@ int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, in
 typedef struct {
     const char *name;
     int (*has_wtype)(WType wt); /* the weight types its matmul multiplies */
+    int file_blocks;            /* block-type weights as the file's rows of blocks, not k_pack's */
     void (*matmul)(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
     /* the same product by the vendor's library (cuBLAS on the GPU): fast for many rows of
        x, not the spec's bits; NULL where there is none */

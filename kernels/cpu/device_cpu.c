@@ -46,7 +46,7 @@ int dev_fail(const char *fmt, ...) {
 }
 
 static int cpu_wtype(WType wt) { return wt >= 0 && wt < WT_COUNT; }
-static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
+static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16 || wt == WT_Q8_0; }
 static void cpu_move_cols(void *base, const int64_t *list, const int32_t *count, int max_count, int len, size_t stride,
                           int elem) {
     int n = *count < 0 ? 0 : *count > max_count ? max_count : *count;
@@ -122,6 +122,7 @@ static const KernelSet cpu_kernels = {.name = "cpu",
                                       .topk_rows = cpu_topk_rows};
 static const KernelSet emu_kernels = {.name = "cuemu",
                                       .has_wtype = cuda_wtype,
+                                      .file_blocks = 1,
                                       .matmul = cuda_matmul,
                                       .rmsnorm = cuda_rmsnorm,
                                       .rope = cuda_rope,

@@ -50,7 +50,7 @@ static int cuda_fail(const char *what, cudaError_t e) {
 
 static Gpu *gpu(const Device *d) { return d->native; }
 
-static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16; }
+static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16 || wt == WT_Q8_0; }
 
 /* --fast-prefill's product: cuBLAS's FP32 GEMM on k_pack's f32 layout, whose 64-row
    blocks are column-major [W][cols] matrices (W the block's padded width): the full
@@ -80,6 +80,10 @@ static void gemm_blocks(const float *w, float *y, int ldy, const float *x, int n
 
 static void gpu_matmul_fast(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
     if (n <= 0 || rows <= 0) return;
+    if (wt != WT_F32 && wt != WT_BF16) { /* block types: the exact kernel */
+        cuda_matmul(y, x, packed, wt, n, cols, rows);
+        return;
+    }
     if (!blas && cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
         blas = NULL;
         snprintf(launch_err, sizeof launch_err, "cuBLAS: cannot create a handle");
@@ -109,6 +113,7 @@ static void gpu_matmul_fast(float *y, const float *x, const void *packed, WType 
 }
 static const KernelSet gpu_kernels = {.name = "cuda",
                                       .has_wtype = cuda_wtype,
+                                      .file_blocks = 1,
                                       .matmul = cuda_matmul,
                                       .matmul_fast = gpu_matmul_fast,
                                       .rmsnorm = cuda_rmsnorm,

@@ -1,5 +1,5 @@
 /* matmul.cu — k_matmul (kernels/cpu/matmul.c) for f32 and bf16 weights, bit for bit, on
-   k_pack's layout: blocks of up to 64 rows (4 panels of 16), column-major inside a block
+   k_pack's layout (and for Q8_0, on the file's blocks: below): blocks of up to 64 rows (4 panels of 16), column-major inside a block
    (for each column the block's W rows side by side; bf16 as column pairs, the even
    column in the low half of each 32-bit word). One thread per (token, row), one CUDA
    block per (64-row block, token): the row's two FMA chains, even and odd columns each
@@ -35,8 +35,54 @@ static __global__ void matmul_kernel(float *y, const float *x, const void *w, WT
     y[(size_t)t * rows + r0 + q] = a + o;
 }
 
+/* Q8_0 (kernels/cpu/quant.h's rule) on the file's rows of 34-byte blocks, the row's
+   blocks in order: a CUDA block per (64 rows, token) quantizes the token's x into shared
+   memory (a block of 32 per thread: amax, d = amax / 127, q = rint(x / d) clamped), then
+   each thread its row's chain acc = fmaf(dw * dx, (float)Σ qw·qx, acc) */
+#define QB 32
+#define Q8_BYTES 34
+static __global__ void matmul_q8_0_kernel(float *y, const float *x, const uint8_t *w, int cols, int rows) {
+    int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QB - 1) / QB;
+    CUEMU_DYN_SHARED(float, dx);      /* [nb] */
+    int8_t *qx = (int8_t *)(dx + nb); /* [nb][32] */
+    const float *xt = x + (size_t)t * cols;
+    for (int b = q; b < nb; b += BLOCK_ROWS) {
+        float v[QB], amax = 0;
+        for (int i = 0; i < QB; i++) {
+            int c = b * QB + i;
+            v[i] = c < cols ? xt[c] : 0.0f;
+            float a = fabsf(v[i]);
+            amax = a > amax ? a : amax;
+        }
+        float dd = amax / 127.0f, id = dd != 0 ? 1.0f / dd : 0.0f;
+        for (int i = 0; i < QB; i++) {
+            float e = rintf(v[i] * id);
+            qx[b * QB + i] = (int8_t)(e > 127 ? 127 : e < -127 ? -127 : e);
+        }
+        dx[b] = dd;
+    }
+    __syncthreads();
+    if (r >= rows) return;
+    const uint8_t *row = w + (size_t)r * nb * Q8_BYTES;
+    float a = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = row + (size_t)b * Q8_BYTES;
+        int32_t s = 0;
+        for (int k = 0; k < QB; k++) s += (int32_t)(int8_t)blk[2 + k] * qx[b * QB + k];
+        a = __fmaf_rn(f16_f32(blk) * dx[b], (float)s, a);
+    }
+    y[(size_t)t * rows + r] = a;
+}
+
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
-    if (n <= 0 || rows <= 0 || (wt != WT_F32 && wt != WT_BF16)) return;
+    if (n <= 0 || rows <= 0 || cols <= 0) return;
+    if (wt == WT_Q8_0) {
+        int nb = (cols + QB - 1) / QB;
+        CUEMU_LAUNCH(matmul_q8_0_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
+                     (size_t)nb * (sizeof(float) + QB), y, x, (const uint8_t *)packed, cols, rows);
+        return;
+    }
+    if (wt != WT_F32 && wt != WT_BF16) return;
     CUEMU_LAUNCH(matmul_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS), 0, y, x, packed, wt,
                  cols, rows);
 }

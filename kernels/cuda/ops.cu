@@ -107,6 +107,11 @@ static __global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float
 static __global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, const int32_t *rows, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (c >= cols) return;
+    if (wt == WT_Q8_0) { /* q32_row_to_f32: q · d */
+        const uint8_t *blk = (const uint8_t *)w + ((size_t)rows[t] * ((cols + 31) / 32) + c / 32) * 34;
+        y[(size_t)t * cols + c] = (float)(int8_t)blk[2 + c % 32] * f16_f32(blk);
+        return;
+    }
     size_t at = (size_t)rows[t] * cols + c;
     y[(size_t)t * cols + c] =
         wt == WT_F32 ? ((const float *)w)[at] : bits_f32((uint32_t)((const uint16_t *)w)[at] << 16);

@@ -15,4 +15,12 @@ static __device__ __forceinline__ uint32_t f32_bits(float f) {
     memcpy(&w, &f, sizeof w);
     return w;
 }
+/* half.h's half_to_float: IEEE half → float exactly (subnormals scaled, NaN quieted) */
+static __device__ __forceinline__ float f16_f32(const uint8_t *p) {
+    uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (e == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0));
+    if (e) return bits_f32(sign | ((e + 127 - 15) << 23) | (man << 13));
+    return bits_f32(f32_bits((float)man * 0x1p-24f) | sign);
+}
 #endif

@@ -10,14 +10,16 @@
 /* every matrix the forward pass multiplies has a kernel on the runner's device */
 static int fits(const Runner *r, const Mat *w) {
     if (r->k->has_wtype(w->t)) return 0;
-    return pd_error("device %s: no kernel for %s weights yet (f32 and bf16 only)", r->k->name, mat_type_name(w));
+    return pd_error("device %s: no kernel for %s weights yet", r->k->name, mat_type_name(w));
 }
 static int weights_fit(const Runner *r) {
     const Model *m = r->m;
     if (fits(r, &m->embed) || fits(r, &m->lm_head)) return -1;
-    for (int l = 0; l < m->c.n_layers; l++) {
+    for (int l = 0; l < m->c.n_layers; l++) { /* each source: a stacked matrix may mix types */
         const Layer *L = &m->layers[l];
-        if (fits(r, &L->qkv) || fits(r, &L->wo) || fits(r, &L->gate_up) || fits(r, &L->w2)) return -1;
+        if (fits(r, &L->wq) || fits(r, &L->wk) || fits(r, &L->wv) || fits(r, &L->wo) || fits(r, &L->w1) ||
+            fits(r, &L->w3) || fits(r, &L->w2))
+            return -1;
     }
     return 0;
 }
@@ -30,6 +32,7 @@ typedef struct Shared {
     const char *kind;
     Device *dev;
     DevWeights w;
+    DevBuf blocks; /* file_blocks devices: the block-type matrices as the file's rows, stacked */
     int refs;
     struct Shared *next;
 } Shared;
@@ -60,10 +63,62 @@ static const void *on_dev(const Shared *s, const void *p, int *missing) {
 static void shared_free(Shared *s) {
     if (s->dev) {
         dev_free(s->dev, s->w.packed), dev_free(s->dev, s->w.arena), dev_free(s->dev, s->w.embed_buf);
+        dev_free(s->dev, s->blocks);
         dev_close(s->dev);
     }
     free(s->w.layers);
     free(s);
+}
+
+/* A device whose kernels read block-type weights as the file stores them (file_blocks)
+   gets each such matrix as its sources' rows one after another (q | k | v, gate | up),
+   copied in once, in place of the CPU's packing */
+typedef struct {
+    const Mat *src[3];
+    const void **at; /* where the kernels' address goes */
+} BlockMat;
+static size_t file_bytes(const BlockMat *b) {
+    size_t n = 0;
+    for (int k = 0; k < 3 && b->src[k]; k++)
+        if (k_wtype_quant(b->src[k]->t)) n += (size_t)b->src[k]->rows * mat_row_bytes(b->src[k]);
+    return n;
+}
+static int file_blocks(Shared *s) {
+    const Model *m = s->m;
+    int n = 4 * m->c.n_layers + 1, rc = 0;
+    BlockMat *list = pd_alloc(sizeof *list * n);
+    if (!list) return -1;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        DevLayer *D = &s->w.layers[l];
+        list[4 * l] = (BlockMat){{&L->wq, &L->wk, &L->wv}, &D->qkv};
+        list[4 * l + 1] = (BlockMat){{&L->wo}, &D->wo};
+        list[4 * l + 2] = (BlockMat){{&L->w1, &L->w3}, &D->gate_up};
+        list[4 * l + 3] = (BlockMat){{&L->w2}, &D->w2};
+    }
+    list[n - 1] = (BlockMat){{&m->lm_head}, &s->w.lm_head};
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        total += file_bytes(&list[i]);
+        for (int k = 1; k < 3 && list[i].src[k]; k++)
+            if (k_wtype_quant(list[i].src[k]->t) != k_wtype_quant(list[i].src[0]->t))
+                rc = pd_error("runner: a stacked matrix of block-type and plain sources (%s, %s)",
+                              mat_type_name(list[i].src[0]), mat_type_name(list[i].src[k]));
+    }
+    unsigned char *host = total && !rc ? pd_alloc(total) : NULL;
+    if (total && !host) rc = -1;
+    for (size_t i = 0, o = 0; host && i < (size_t)n; i++)
+        for (int k = 0; k < 3 && list[i].src[k]; k++)
+            if (k_wtype_quant(list[i].src[k]->t)) {
+                size_t b = (size_t)list[i].src[k]->rows * mat_row_bytes(list[i].src[k]);
+                memcpy(host + o, list[i].src[k]->w, b);
+                o += b;
+            }
+    if (host && dev_wrap(s->dev, host, total, &s->blocks)) rc = pd_error("runner: the weights: %s", dev_errmsg());
+    for (size_t i = 0, o = 0; host && !rc && i < (size_t)n; o += file_bytes(&list[i]), i++)
+        if (file_bytes(&list[i])) *list[i].at = (char *)dev_ptr(s->dev, s->blocks) + o;
+    free(host), free(list);
+    return rc;
 }
 
 static Shared *weights_load(const Model *m, const char *kind) {
@@ -91,6 +146,7 @@ static Shared *weights_load(const Model *m, const char *kind) {
     w->embed = on_dev(s, m->embed.w, &miss);
     w->final_norm = on_dev(s, m->final_norm, &miss);
     w->lm_head = on_dev(s, m->lm_head.p, &miss);
+    if (dev_kernels(s->dev)->file_blocks && file_blocks(s)) return shared_free(s), NULL;
     w->cos = on_dev(s, m->rope_cos, &miss), w->sin = on_dev(s, m->rope_sin, &miss);
     if (miss) {
         pd_error("runner: a weight outside the model's packed matrices, arena and embedding");
