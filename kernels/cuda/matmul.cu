@@ -1,10 +1,10 @@
 /* matmul.cu — k_matmul (kernels/cpu/matmul.c) for f32 and bf16 weights, bit for bit, on
-   k_pack's layout (and for Q8_0, on the file's blocks: below): blocks of up to 64 rows (4 panels of 16), column-major inside a block
-   (for each column the block's W rows side by side; bf16 as column pairs, the even
-   column in the low half of each 32-bit word). One thread per (token, row), one CUDA
-   block per (64-row block, token): the row's two FMA chains, even and odd columns each
-   in column order, added at the end, as the spec. Neighbouring threads read
-   neighbouring rows of a column, one coalesced line. */
+   k_pack's layout (and for Q8_0 on the file's blocks: below): blocks of up to 64 rows (4
+   panels of 16), column-major inside a block (for each column the block's W rows side by
+   side; bf16 as column pairs, the even column in the low half of each 32-bit word). One
+   thread per (token, row), one CUDA block per (64-row block, token): the row's two FMA
+   chains, even and odd columns each in column order, added at the end, as the spec.
+   Neighbouring threads read neighbouring rows of a column, one coalesced line. */
 #include "cuda_kernels.h"
 #include "spec.cuh"
 

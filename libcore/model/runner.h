@@ -7,11 +7,12 @@
 #include "model/model.h"
 
 /* the per-call step descriptor (forward.c builds it once per forward_layers call in a host
-   copy and uploads it in stream order, so a replayed graph reads this call's): per token its id, position, sequence, slot offset after the
-   sequence's committed slots (its rank among the batch's tokens of that sequence), its
-   block-table row, its visibility list (offsets like the rank, of the batch tokens it
-   sees, itself last), and per layer of the call its sequence's committed length and its
-   slot (a layer's length changes only in that layer, so all are known up front) */
+   copy and uploads it in stream order, so a replayed graph reads this call's): per token
+   its id, position, sequence, slot offset after the sequence's committed slots (its rank
+   among the batch's tokens of that sequence), its block-table row, its visibility list
+   (offsets like the rank, of the batch tokens it sees, itself last), and per layer of the
+   call its sequence's committed length and its slot (a layer's length changes only in that
+   layer, so all are known up front) */
 typedef struct {
     int n, layers;                     /* tokens; layers of the call */
     int32_t *token, *pos, *seq, *rank; /* [n] */
