@@ -6,7 +6,7 @@
    arguments) captured between begin and end, replayed in order. Arguments hold Bufs,
    never host pointers, so a replay reads whatever the buffers hold then.
    In a build with PD_CUDA a "cuda" device's memory, streams, events and graphs are
-   kernels/cuda/device_cuda.c's (GPU below); its calls are the same host functions,
+   kernels/cuda/device_cuda.c's (ON_GPU below); its calls are the same host functions,
    which launch its kernels on its stream. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,26 +17,20 @@
 #include "cuda/cuda_kernels.h"
 #include "device_impl.h"
 
+/* a cuda Device's, event's or graph's call goes to device_cuda.c (cond: it is one) */
 #ifdef PD_CUDA
-#define GPU(d, call)                                                                                                   \
+#define ON_GPU(cond, stmt)                                                                                             \
     do {                                                                                                               \
-        if ((d)->native) return call;                                                                                  \
-    } while (0)
-#define GPU_VOID(d, call)                                                                                              \
-    do {                                                                                                               \
-        if ((d)->native) {                                                                                             \
-            call;                                                                                                      \
-            return;                                                                                                    \
+        if (cond) {                                                                                                    \
+            stmt;                                                                                                      \
         }                                                                                                              \
     } while (0)
 #else
-#define GPU(d, call) (void)(d)
-#define GPU_VOID(d, call) (void)(d)
+#define ON_GPU(cond, stmt) (void)(cond)
 #endif
 
 static _Thread_local char err[256];
 const char *dev_errmsg(void) { return err; }
-#define fail dev_fail
 int dev_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -46,7 +40,6 @@ int dev_fail(const char *fmt, ...) {
 }
 
 static int cpu_wtype(WType wt) { return wt >= 0 && wt < WT_COUNT; }
-static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16 || wt == WT_Q8_0; }
 static void cpu_move_cols(void *base, const int64_t *list, const int32_t *count, int max_count, int len, size_t stride,
                           int elem) {
     int n = *count < 0 ? 0 : *count > max_count ? max_count : *count;
@@ -120,22 +113,7 @@ static const KernelSet cpu_kernels = {.name = "cpu",
                                       .argmax_rows = cpu_argmax_rows,
                                       .softmax_rows = cpu_softmax_rows,
                                       .topk_rows = cpu_topk_rows};
-static const KernelSet emu_kernels = {.name = "cuemu",
-                                      .has_wtype = cuda_wtype,
-                                      .file_blocks = 1,
-                                      .matmul = cuda_matmul,
-                                      .rmsnorm = cuda_rmsnorm,
-                                      .rope = cuda_rope,
-                                      .add = cuda_add,
-                                      .add_rows = cuda_add_rows,
-                                      .silu_mul_rows = cuda_silu_mul_rows,
-                                      .kv_write = cuda_kv_write_typed,
-                                      .attention_rel = cuda_attention_rel,
-                                      .rows_to_f32 = cuda_rows_to_f32,
-                                      .move_cols = cuda_move_cols,
-                                      .argmax_rows = cuda_argmax_rows,
-                                      .softmax_rows = cuda_softmax_rows,
-                                      .topk_rows = cuda_topk_rows};
+static const KernelSet emu_kernels = {.name = "cuemu", CUDA_KERNEL_SET};
 
 Device *dev_open(const char *kind) {
     const KernelSet *k = !kind                    ? NULL
@@ -147,12 +125,12 @@ Device *dev_open(const char *kind) {
     gpu = kind && !strcmp(kind, "cuda");
 #endif
     if (!k && !gpu) {
-        fail("device '%s' is not compiled in (this build has: %s)", kind ? kind : "(null)", k_backends());
+        dev_fail("device '%s' is not compiled in (this build has: %s)", kind ? kind : "(null)", k_backends());
         return NULL;
     }
     Device *d = calloc(1, sizeof *d);
     if (!d) {
-        fail("device: out of memory");
+        dev_fail("device: out of memory");
         return NULL;
     }
     d->k = k;
@@ -166,22 +144,20 @@ const KernelSet *dev_kernels(const Device *d) { return d->k; }
 void dev_close(Device *d) {
     if (!d) return;
     if (d->capturing) dev_graph_free(d->capturing);
-#ifdef PD_CUDA
-    if (d->native) cudev_close(d);
-#endif
+    ON_GPU(d->native, cudev_close(d));
     free(d);
 }
 
 const char *dev_kind(const Device *d) { return d ? d->k->name : "none"; }
 
 int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
-    GPU(d, cudev_alloc(d, bytes, out));
+    ON_GPU(d->native, return cudev_alloc(d, bytes, out));
     *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
     size_t sz = (bytes + 63) / 64 * 64;
     if (!m || sz < bytes || !(m->p = aligned_alloc(64, sz ? sz : 64))) {
         free(m);
-        return fail("device: cannot allocate %zu bytes", bytes);
+        return dev_fail("device: cannot allocate %zu bytes", bytes);
     }
     memset(m->p, 0, sz ? sz : 64);
     m->size = bytes;
@@ -192,7 +168,7 @@ int dev_alloc(Device *d, size_t bytes, DevBuf *out) {
 
 /* cuemu copies, as a GPU must: what its kernels read is then only what was copied in */
 int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
-    GPU(d, cudev_wrap(d, host, bytes, out));
+    ON_GPU(d->native, return cudev_wrap(d, host, bytes, out));
     if (d->k == &emu_kernels) {
         if (dev_alloc(d, bytes, out)) return -1;
         memcpy(out->mem->p, host, bytes);
@@ -200,7 +176,7 @@ int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
     }
     *out = (DevBuf){0};
     DevMem *m = calloc(1, sizeof *m);
-    if (!m) return fail("device: out of memory");
+    if (!m) return dev_fail("device: out of memory");
     m->p = (unsigned char *)host;
     m->size = bytes;
     out->mem = m;
@@ -209,7 +185,7 @@ int dev_wrap(Device *d, const void *host, size_t bytes, DevBuf *out) {
 
 void dev_free(Device *d, DevBuf b) {
     if (!b.mem) return;
-    GPU_VOID(d, cudev_free(d, b));
+    ON_GPU(d->native, cudev_free(d, b); return );
     if (b.mem->owned) free(b.mem->p);
     free(b.mem);
 }
@@ -226,15 +202,15 @@ void *dev_ptr(const Device *d, DevBuf b) {
 }
 
 static int in_bounds(DevBuf b, size_t n, const char *what) {
-    if (!b.mem) return fail("device: %s: no buffer", what);
+    if (!b.mem) return dev_fail("device: %s: no buffer", what);
     if (b.off > b.mem->size || n > b.mem->size - b.off)
-        return fail("device: %s: %zu bytes at offset %zu overrun a %zu-byte buffer", what, n, b.off, b.mem->size);
+        return dev_fail("device: %s: %zu bytes at offset %zu overrun a %zu-byte buffer", what, n, b.off, b.mem->size);
     return 0;
 }
 
 /* runs a call now, or appends it to the graph being captured */
 static int submit(Device *d, void (*fn)(const void *), const void *args, size_t bytes) {
-    GPU(d, cudev_submit(d, fn, args));
+    ON_GPU(d->native, return cudev_submit(d, fn, args));
     if (!d->capturing) {
         fn(args);
         d->done++;
@@ -244,11 +220,11 @@ static int submit(Device *d, void (*fn)(const void *), const void *args, size_t 
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 16;
         Call **c = realloc(g->calls, sizeof *c * cap);
-        if (!c) return fail("device: out of memory capturing a graph");
+        if (!c) return dev_fail("device: out of memory capturing a graph");
         g->calls = c, g->cap = cap;
     }
     Call *c = malloc(sizeof *c + bytes);
-    if (!c) return fail("device: out of memory capturing a graph");
+    if (!c) return dev_fail("device: out of memory capturing a graph");
     c->fn = fn, c->bytes = bytes;
     memcpy(c->args, args, bytes);
     g->calls[g->n++] = c;
@@ -273,14 +249,14 @@ static void run_upload(const void *a) {
 }
 int dev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
     if (in_bounds(dst, n, "upload")) return -1;
-    GPU(d, cudev_upload(d, dst, src, n));
+    ON_GPU(d->native, return cudev_upload(d, dst, src, n));
     if (!d->capturing) {
         memcpy(dst.mem->p + dst.off, src, n);
         d->done++;
         return 0;
     }
     Upload *u = malloc(sizeof *u + n);
-    if (!u) return fail("device: out of memory capturing an upload");
+    if (!u) return dev_fail("device: out of memory capturing an upload");
     u->dst = dst, u->n = n;
     memcpy(u->src, src, n);
     int rc = submit(d, run_upload, u, sizeof *u + n);
@@ -289,9 +265,9 @@ int dev_upload(Device *d, DevBuf dst, const void *src, size_t n) {
 }
 
 int dev_download(Device *d, void *dst, DevBuf src, size_t n) {
-    if (d->capturing) return fail("device: download while capturing a graph");
+    if (d->capturing) return dev_fail("device: download while capturing a graph");
     if (in_bounds(src, n, "download")) return -1;
-    GPU(d, cudev_download(d, dst, src, n));
+    ON_GPU(d->native, return cudev_download(d, dst, src, n));
     memcpy(dst, src.mem->p + src.off, n);
     return 0;
 }
@@ -306,7 +282,7 @@ static void run_copy(const void *a) {
 }
 int dev_copy(Device *d, DevBuf dst, DevBuf src, size_t n) {
     if (in_bounds(dst, n, "copy destination") || in_bounds(src, n, "copy source")) return -1;
-    GPU(d, cudev_copy(d, dst, src, n));
+    ON_GPU(d->native, return cudev_copy(d, dst, src, n));
     CopyArgs c = {dst, src, n};
     return submit(d, run_copy, &c, sizeof c);
 }
@@ -325,9 +301,9 @@ static void run_move(const void *a) {
 }
 int dev_move_cols_elem(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max_count, int len, size_t stride,
                        int elem_bytes) {
-    if (max_count < 0 || len < 0) return fail("device: move_cols: negative sizes");
+    if (max_count < 0 || len < 0) return dev_fail("device: move_cols: negative sizes");
     if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4)
-        return fail("device: move_cols: %d-byte elements", elem_bytes);
+        return dev_fail("device: move_cols: %d-byte elements", elem_bytes);
     if (in_bounds(list, sizeof(int64_t) * 2 * (size_t)max_count, "move_cols list") ||
         in_bounds(count_buf, sizeof(int32_t), "move_cols count") || in_bounds(base, 0, "move_cols base"))
         return -1;
@@ -339,78 +315,62 @@ int dev_move_cols(Device *d, DevBuf base, DevBuf list, DevBuf count_buf, int max
 }
 
 int dev_sync(Device *d) {
-    if (d->capturing) return fail("device: sync while capturing a graph");
-    GPU(d, cudev_sync(d));
+    if (d->capturing) return dev_fail("device: sync while capturing a graph");
+    ON_GPU(d->native, return cudev_sync(d));
     return 0;
 }
 
 DevEvent *dev_event_new(Device *d) {
     DevEvent *e = calloc(1, sizeof *e);
-    if (!e) fail("device: out of memory");
-#ifdef PD_CUDA
-    else if (d->native && cudev_event_new(d, e)) e = (free(e), NULL);
-#else
-    (void)d;
-#endif
+    if (!e) dev_fail("device: out of memory");
+    ON_GPU(e && d->native, if (cudev_event_new(d, e)) e = (free(e), NULL));
     return e;
 }
 void dev_event_free(DevEvent *e) {
-#ifdef PD_CUDA
-    if (e && e->native) cudev_event_free(e);
-#endif
+    ON_GPU(e && e->native, cudev_event_free(e));
     free(e);
 }
 
 int dev_record(Device *d, DevEvent *e) {
-    if (d->capturing) return fail("device: events inside a captured graph are not supported");
-    if (!!d->native != !!e->native) return fail("device: an event of another kind of device");
-    GPU(d, cudev_record(d, e));
+    if (d->capturing) return dev_fail("device: events inside a captured graph are not supported");
+    if (!!d->native != !!e->native) return dev_fail("device: an event of another kind of device");
+    ON_GPU(d->native, return cudev_record(d, e));
     e->at = d->done + 1, e->on = d;
     return 0;
 }
 /* the recording stream ran everything before the record already: nothing to wait for */
 int dev_wait(Device *d, DevEvent *e) {
-    if (!!d->native != !!e->native) return fail("device: an event of another kind of device");
-    GPU(d, cudev_wait(d, e));
-    return e->at ? 0 : fail("device: waiting on an event never recorded");
+    if (!!d->native != !!e->native) return dev_fail("device: an event of another kind of device");
+    ON_GPU(d->native, return cudev_wait(d, e));
+    return e->at ? 0 : dev_fail("device: waiting on an event never recorded");
 }
 int dev_event_done(DevEvent *e) {
-#ifdef PD_CUDA
-    if (e->native) return cudev_event_done(e);
-#endif
+    ON_GPU(e->native, return cudev_event_done(e));
     return e->at ? 1 : -1;
 }
 
 int dev_graph_begin(Device *d) {
-    if (d->capturing) return fail("device: a graph is already being captured");
+    if (d->capturing) return dev_fail("device: a graph is already being captured");
     d->capturing = calloc(1, sizeof *d->capturing);
-    if (!d->capturing) return fail("device: out of memory");
-#ifdef PD_CUDA
-    if (d->native && cudev_graph_begin(d)) {
-        free(d->capturing);
-        d->capturing = NULL;
-        return -1;
-    }
-#endif
+    if (!d->capturing) return dev_fail("device: out of memory");
+    ON_GPU(d->native, if (cudev_graph_begin(d)) return (free(d->capturing), d->capturing = NULL, -1));
     return 0;
 }
 
 int dev_graph_end(Device *d, DevGraph **out) {
     *out = NULL;
-    if (!d->capturing) return fail("device: graph_end without graph_begin");
+    if (!d->capturing) return dev_fail("device: graph_end without graph_begin");
     DevGraph *g = d->capturing;
     d->capturing = NULL;
-#ifdef PD_CUDA
-    if (d->native && cudev_graph_end(d, g)) return dev_graph_free(g), -1;
-#endif
+    ON_GPU(d->native, if (cudev_graph_end(d, g)) return (dev_graph_free(g), -1));
     *out = g;
     return 0;
 }
 
 int dev_graph_replay(Device *d, const DevGraph *g) {
-    if (d->capturing) return fail("device: replay while capturing a graph");
-    if (!!d->native != !!g->native) return fail("device: a graph of another kind of device");
-    GPU(d, cudev_graph_replay(d, g));
+    if (d->capturing) return dev_fail("device: replay while capturing a graph");
+    if (!!d->native != !!g->native) return dev_fail("device: a graph of another kind of device");
+    ON_GPU(d->native, return cudev_graph_replay(d, g));
     for (int i = 0; i < g->n; i++) {
         g->calls[i]->fn(g->calls[i]->args);
         d->done++;
@@ -420,18 +380,14 @@ int dev_graph_replay(Device *d, const DevGraph *g) {
 
 void dev_graph_free(DevGraph *g) {
     if (!g) return;
-#ifdef PD_CUDA
-    if (g->native) cudev_graph_free(g);
-#endif
+    ON_GPU(g->native, cudev_graph_free(g));
     for (int i = 0; i < g->n; i++) free(g->calls[i]);
     free(g->calls);
     free(g);
 }
 
 int dev_graph_calls(const DevGraph *g) {
-#ifdef PD_CUDA
-    if (g && g->native) return cudev_graph_calls(g);
-#endif
+    ON_GPU(g && g->native, return cudev_graph_calls(g));
     return g ? g->n : 0;
 }
 
@@ -461,7 +417,7 @@ static void run_topk(const void *v) {
 }
 
 static int rows_check(DevBuf x, DevBuf rows_buf, int max_rows, int cols) {
-    if (max_rows < 0 || cols < 1) return fail("device: rows: bad sizes (%d rows of %d)", max_rows, cols);
+    if (max_rows < 0 || cols < 1) return dev_fail("device: rows: bad sizes (%d rows of %d)", max_rows, cols);
     return in_bounds(x, sizeof(float) * (size_t)max_rows * cols, "rows input") ||
                    in_bounds(rows_buf, sizeof(int32_t), "row count")
                ? -1
@@ -484,7 +440,7 @@ int dev_softmax_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_row
 }
 
 int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int max_rows, int cols, float temp) {
-    if (!(temp > 0)) return fail("device: softmax: temperature %g", temp);
+    if (!(temp > 0)) return dev_fail("device: softmax: temperature %g", temp);
     if (rows_check(x, rows_buf, max_rows, cols) ||
         in_bounds(y, sizeof(float) * (size_t)max_rows * cols, "softmax output"))
         return -1;
@@ -493,7 +449,7 @@ int dev_softmax_temp_rows(Device *d, DevBuf y, DevBuf x, DevBuf rows_buf, int ma
 }
 
 int dev_topk_rows(Device *d, DevBuf ids, DevBuf p, DevBuf x, DevBuf rows_buf, int max_rows, int cols, int k) {
-    if (k < 1 || k > cols) return fail("device: top-k: k = %d for rows of %d", k, cols);
+    if (k < 1 || k > cols) return dev_fail("device: top-k: k = %d for rows of %d", k, cols);
     size_t out = (size_t)max_rows * k;
     if (rows_check(x, rows_buf, max_rows, cols) || in_bounds(ids, sizeof(int32_t) * out, "top-k ids") ||
         (p.mem && in_bounds(p, sizeof(float) * out, "top-k probabilities")))

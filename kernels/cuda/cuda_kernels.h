@@ -69,6 +69,16 @@ void cuda_argmax_rows(int32_t *ids, const float *x, const int32_t *rows, int max
 void cuda_softmax_rows(float *y, const float *x, const int32_t *rows, int max_rows, int cols, float temp);
 void cuda_topk_rows(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols, int k);
 
+/* the weight types cuda_matmul multiplies */
+static inline int cuda_has_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16 || wt == WT_Q8_0; }
+/* device.h's KernelSet over these launchers, as cuemu's (device_cpu.c) and the GPU's
+   (device_cuda.c) share it, each naming its own build of them */
+#define CUDA_KERNEL_SET                                                                                                \
+    .has_wtype = cuda_has_wtype, .file_blocks = 1, .matmul = cuda_matmul, .rmsnorm = cuda_rmsnorm, .rope = cuda_rope,  \
+    .add = cuda_add, .add_rows = cuda_add_rows, .silu_mul_rows = cuda_silu_mul_rows, .kv_write = cuda_kv_write_typed,  \
+    .attention_rel = cuda_attention_rel, .rows_to_f32 = cuda_rows_to_f32, .move_cols = cuda_move_cols,                 \
+    .argmax_rows = cuda_argmax_rows, .softmax_rows = cuda_softmax_rows, .topk_rows = cuda_topk_rows
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,7 +16,6 @@
 
 typedef struct {
     cudaStream_t stream;
-    int id;         /* the GPU */
     char name[256]; /* its name, for the messages */
     void **staged;  /* pinned copies of the uploads of the graph being captured */
     int n_staged, cap_staged;
@@ -49,8 +48,6 @@ static int cuda_fail(const char *what, cudaError_t e) {
     } while (0)
 
 static Gpu *gpu(const Device *d) { return d->native; }
-
-static int cuda_wtype(WType wt) { return wt == WT_F32 || wt == WT_BF16 || wt == WT_Q8_0; }
 
 /* --fast-prefill's product: cuBLAS's FP32 GEMM on k_pack's f32 layout, whose 64-row
    blocks are column-major [W][cols] matrices (W the block's padded width): the full
@@ -111,23 +108,7 @@ static void gpu_matmul_fast(float *y, const float *x, const void *packed, WType 
         gemm_blocks(fast_scratch, y + r0, rows, x, n, cols, m); /* the chunk's rows of y */
     }
 }
-static const KernelSet gpu_kernels = {.name = "cuda",
-                                      .has_wtype = cuda_wtype,
-                                      .file_blocks = 1,
-                                      .matmul = cuda_matmul,
-                                      .matmul_fast = gpu_matmul_fast,
-                                      .rmsnorm = cuda_rmsnorm,
-                                      .rope = cuda_rope,
-                                      .add = cuda_add,
-                                      .add_rows = cuda_add_rows,
-                                      .silu_mul_rows = cuda_silu_mul_rows,
-                                      .kv_write = cuda_kv_write_typed,
-                                      .attention_rel = cuda_attention_rel,
-                                      .rows_to_f32 = cuda_rows_to_f32,
-                                      .move_cols = cuda_move_cols,
-                                      .argmax_rows = cuda_argmax_rows,
-                                      .softmax_rows = cuda_softmax_rows,
-                                      .topk_rows = cuda_topk_rows};
+static const KernelSet gpu_kernels = {.name = "cuda", .matmul_fast = gpu_matmul_fast, CUDA_KERNEL_SET};
 
 int cudev_open(Device *d) {
     int n = 0;
@@ -293,22 +274,26 @@ int cudev_graph_begin(Device *d) {
     return 0;
 }
 
+/* the captured graph instantiated; it keeps the capture's staged uploads */
 int cudev_graph_end(Device *d, DevGraph *out) {
     Gpu *g = gpu(d);
-    cudaGraph_t graph;
     GpuGraph *gg = calloc(1, sizeof *gg);
+    cudaGraph_t graph;
     cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
     if (e == cudaSuccess) {
-        e = cudaGraphGetNodes(graph, NULL, gg ? &gg->nodes : &(size_t){0});
-        if (e == cudaSuccess && gg) e = cudaGraphInstantiate(&gg->exec, graph, 0);
+        if (gg && (e = cudaGraphGetNodes(graph, NULL, &gg->nodes)) == cudaSuccess)
+            e = cudaGraphInstantiate(&gg->exec, graph, 0);
         cudaGraphDestroy(graph);
     }
-    if (gg) gg->staged = g->staged, gg->n_staged = g->n_staged;
-    else
+    if (!gg) {
         for (int i = 0; i < g->n_staged; i++) cudaFreeHost(g->staged[i]);
+        free(g->staged);
+    } else {
+        gg->staged = g->staged, gg->n_staged = g->n_staged;
+        out->native = gg;
+    }
     g->staged = NULL, g->n_staged = g->cap_staged = 0;
     if (!gg) return dev_fail("device cuda: out of memory ending a capture");
-    out->native = gg;
     return e == cudaSuccess ? 0 : cuda_fail("ending a capture", e);
 }
 
