@@ -1,7 +1,8 @@
 /* spec.h — the scalar spec's pieces that kernels/cpu (C) and kernels/cuda (nvcc, and the
    host C++ compiler under cuemu.h) both compute with, written once so the CUDA kernels
    cannot drift from the CPU's: MAXPS and MINPS, the 16-lane halving trees (dot.h says
-   where they come from) and exp1, the project's e^x (exp.h says how it is built). */
+   where they come from), exp1, the project's e^x (exp.h says how it is built), and the
+   8-bit quantization of a block of x the block-type matmuls share (quant.h). */
 #ifndef PD_SPEC_H
 #define PD_SPEC_H
 #include <math.h>
@@ -49,5 +50,25 @@ PD_SPEC float exp1(float x) {
     y = fmaf(y, r * r, r + 1.0f);
     int k = (int)n, k1 = (int)floorf(n * 0.5f);
     return y * pow2i(k1) * pow2i(k - k1);
+}
+
+/* quant.h's rule for a block of 32 elements of x (those past n are 0): q[32] and the
+   block's scale d, returned; Σ q in *sum */
+PD_SPEC float q8_block(const float *x, int n, int8_t *q, int32_t *sum) {
+    float v[32], amax = 0;
+    for (int i = 0; i < 32; i++) {
+        v[i] = i < n ? x[i] : 0.0f;
+        amax = max1(fabsf(v[i]), amax);
+    }
+    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < 32; i++) {
+        float r = nearbyintf(v[i] * id);
+        r = r > 127 ? 127 : r < -127 ? -127 : r;
+        q[i] = (int8_t)r;
+        s += (int32_t)r;
+    }
+    *sum = s;
+    return d;
 }
 #endif

@@ -15,6 +15,7 @@
 
 #include "pool.h"
 #include "quant.h"
+#include "spec.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) &&               \
     defined(__FMA__) && defined(__F16C__)
@@ -46,22 +47,8 @@ typedef struct {
 static void quantize_row(int8_t *q, float *d, int32_t *si, float *sf, const float *x, int cols) {
     int nb = (cols + QK - 1) / QK;
     for (int b = 0; b < nb; b++) {
-        float v[QK], amax = 0;
-        for (int i = 0; i < QK; i++) {
-            int c = b * QK + i;
-            v[i] = c < cols ? x[c] : 0.0f;
-            float a = fabsf(v[i]);
-            amax = a > amax ? a : amax;
-        }
-        float dd = amax / 127.0f, id = dd != 0 ? 1.0f / dd : 0.0f;
-        int32_t s = 0;
-        for (int i = 0; i < QK; i++) {
-            float r = nearbyintf(v[i] * id);
-            r = r > 127 ? 127 : r < -127 ? -127 : r;
-            q[b * QK + i] = (int8_t)r;
-            s += (int32_t)r;
-        }
-        d[b] = dd, si[b] = s, sf[b] = (float)s;
+        d[b] = q8_block(x + b * QK, cols - b * QK, q + b * QK, &si[b]);
+        sf[b] = (float)si[b];
     }
 }
 

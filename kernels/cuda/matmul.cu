@@ -47,19 +47,8 @@ static __global__ void matmul_q8_0_kernel(float *y, const float *x, const uint8_
     int8_t *qx = (int8_t *)(dx + nb); /* [nb][32] */
     const float *xt = x + (size_t)t * cols;
     for (int b = q; b < nb; b += BLOCK_ROWS) {
-        float v[QB], amax = 0;
-        for (int i = 0; i < QB; i++) {
-            int c = b * QB + i;
-            v[i] = c < cols ? xt[c] : 0.0f;
-            float a = fabsf(v[i]);
-            amax = a > amax ? a : amax;
-        }
-        float dd = amax / 127.0f, id = dd != 0 ? 1.0f / dd : 0.0f;
-        for (int i = 0; i < QB; i++) {
-            float e = rintf(v[i] * id);
-            qx[b * QB + i] = (int8_t)(e > 127 ? 127 : e < -127 ? -127 : e);
-        }
-        dx[b] = dd;
+        int32_t sum;
+        dx[b] = q8_block(xt + b * QB, cols - b * QB, qx + b * QB, &sum);
     }
     __syncthreads();
     if (r >= rows) return;
