@@ -143,19 +143,14 @@ int kv_reserve(KVCache *kv, int seq, int slots) {
 }
 
 size_t kv_block_stride(const KVCache *kv) { return (size_t)kv->n_layers * kv->block_size * kv->kv_dim; }
-void *kv_layer_k(const KVCache *kv, int layer) {
-    return (char *)kv->k + (size_t)layer * kv->block_size * kv->kv_dim * kv->elem;
-}
-void *kv_layer_v(const KVCache *kv, int layer) {
-    return (char *)kv->v + (size_t)layer * kv->block_size * kv->kv_dim * kv->elem;
-}
+/* where a layer starts inside a block: elements (k, v), floats (the scales) */
+static size_t layer_off(const KVCache *kv, int layer) { return (size_t)layer * kv->block_size * kv->kv_dim; }
+static size_t scale_off(const KVCache *kv, int layer) { return (size_t)layer * kv->block_size * kv->n_kv_heads; }
+void *kv_layer_k(const KVCache *kv, int layer) { return (char *)kv->k + layer_off(kv, layer) * kv->elem; }
+void *kv_layer_v(const KVCache *kv, int layer) { return (char *)kv->v + layer_off(kv, layer) * kv->elem; }
 size_t kv_scale_stride(const KVCache *kv) { return (size_t)kv->n_layers * kv->block_size * kv->n_kv_heads; }
-float *kv_layer_ks(const KVCache *kv, int layer) {
-    return kv->ks ? kv->ks + (size_t)layer * kv->block_size * kv->n_kv_heads : NULL;
-}
-float *kv_layer_vs(const KVCache *kv, int layer) {
-    return kv->vs ? kv->vs + (size_t)layer * kv->block_size * kv->n_kv_heads : NULL;
-}
+float *kv_layer_ks(const KVCache *kv, int layer) { return kv->ks ? kv->ks + scale_off(kv, layer) : NULL; }
+float *kv_layer_vs(const KVCache *kv, int layer) { return kv->vs ? kv->vs + scale_off(kv, layer) : NULL; }
 const int *kv_table(const KVCache *kv, int seq) { return kv->table + (size_t)seq * kv->max_blocks; }
 const int *kv_table_dev(const KVCache *kv, int seq) {
     return (const int *)dev_ptr(kv->dev, kv->tbuf) + (size_t)seq * kv->max_blocks;
@@ -193,8 +188,6 @@ static void put_host(KVCache *kv, HostView *h) {
     }
     drop_host(h);
 }
-static size_t layer_off(const KVCache *kv, int layer) { return (size_t)layer * kv->block_size * kv->kv_dim; }
-static size_t scale_off(const KVCache *kv, int layer) { return (size_t)layer * kv->block_size * kv->n_kv_heads; }
 
 /* the same call forward.c makes, so a test's cache holds what a forward pass writes */
 void kv_write(KVCache *kv, int seq, int layer, int slot, const float *k, const float *v) {
@@ -272,7 +265,7 @@ static int moves_reserve(KVCache *kv, size_t n) {
 /* where a slot's column (kv_dim elements, block_size apart) starts in k or v */
 static size_t col(const KVCache *kv, int seq, int layer, int slot) {
     int blk = kv_table(kv, seq)[slot / kv->block_size];
-    return (size_t)blk * kv_block_stride(kv) + (size_t)layer * kv->block_size * kv->kv_dim + slot % kv->block_size;
+    return (size_t)blk * kv_block_stride(kv) + layer_off(kv, layer) + slot % kv->block_size;
 }
 
 /* list: the values' {src, dst} pairs as col() gives them; the scales' pairs follow
