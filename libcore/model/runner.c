@@ -41,21 +41,12 @@ static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* where the kernels see host pointer p of the model's memory (NULL stays NULL) */
 static const void *on_dev(const Shared *s, const void *p, int *missing) {
-    const Model *m = s->m;
-    const DevWeights *w = &s->w;
-    const char *c = p;
-    size_t eb = (size_t)m->embed.rows * mat_row_bytes(&m->embed);
-    struct {
-        const char *base;
-        size_t n;
-        DevBuf b;
-    } at[] = {{m->packed.base, m->packed.used, w->packed},
-              {m->arena.base, m->arena.used, w->arena},
-              {m->embed.w, eb, w->embed_buf}};
+    const char *c = p, *base[3] = {s->m->packed.base, s->m->arena.base, s->m->embed.w};
+    const DevBuf buf[3] = {s->w.packed, s->w.arena, s->w.embed_buf};
     if (!p) return NULL;
     for (int i = 0; i < 3; i++)
-        if (at[i].base && c >= at[i].base && c < at[i].base + at[i].n)
-            return (char *)dev_ptr(s->dev, at[i].b) + (c - at[i].base);
+        if (base[i] && c >= base[i] && c < base[i] + dbuf_bytes(buf[i]))
+            return (char *)dev_ptr(s->dev, buf[i]) + (c - base[i]);
     *missing = 1;
     return NULL;
 }
@@ -77,11 +68,9 @@ typedef struct {
     const Mat *src[3];
     const void **at; /* where the kernels' address goes */
 } BlockMat;
+static size_t src_bytes(const Mat *w) { return w && k_wtype_quant(w->t) ? (size_t)w->rows * mat_row_bytes(w) : 0; }
 static size_t file_bytes(const BlockMat *b) {
-    size_t n = 0;
-    for (int k = 0; k < 3 && b->src[k]; k++)
-        if (k_wtype_quant(b->src[k]->t)) n += (size_t)b->src[k]->rows * mat_row_bytes(b->src[k]);
-    return n;
+    return src_bytes(b->src[0]) + src_bytes(b->src[1]) + src_bytes(b->src[2]);
 }
 static int file_blocks(Shared *s) {
     const Model *m = s->m;
@@ -108,12 +97,10 @@ static int file_blocks(Shared *s) {
     unsigned char *host = total && !rc ? pd_alloc(total) : NULL;
     if (total && !host) rc = -1;
     for (size_t i = 0, o = 0; host && i < (size_t)n; i++)
-        for (int k = 0; k < 3 && list[i].src[k]; k++)
-            if (k_wtype_quant(list[i].src[k]->t)) {
-                size_t b = (size_t)list[i].src[k]->rows * mat_row_bytes(list[i].src[k]);
-                memcpy(host + o, list[i].src[k]->w, b);
-                o += b;
-            }
+        for (int k = 0; k < 3; k++) {
+            size_t b = src_bytes(list[i].src[k]);
+            if (b) memcpy(host + o, list[i].src[k]->w, b), o += b;
+        }
     if (host && dev_wrap(s->dev, host, total, &s->blocks)) rc = pd_error("runner: the weights: %s", dev_errmsg());
     for (size_t i = 0, o = 0; host && !rc && i < (size_t)n; o += file_bytes(&list[i]), i++)
         if (file_bytes(&list[i])) *list[i].at = (char *)dev_ptr(s->dev, s->blocks) + o;
