@@ -31,8 +31,7 @@ struct Device {
 };
 
 struct DevEvent {
-    uint64_t at; /* host devices: the stream's count when recorded; 0 = never */
-    const Device *on;
+    uint64_t at;  /* host devices: the stream's count when recorded; 0 = never */
     void *native; /* a GPU's event */
 };
 
@@ -50,7 +49,7 @@ int cudev_download(Device *d, void *dst, DevBuf src, size_t n);
 int cudev_copy(Device *d, DevBuf dst, DevBuf src, size_t n);
 int cudev_submit(Device *d, void (*fn)(const void *), const void *args);
 int cudev_sync(Device *d);
-int cudev_event_new(Device *d, DevEvent *e);
+int cudev_event_new(DevEvent *e);
 void cudev_event_free(DevEvent *e);
 int cudev_record(Device *d, DevEvent *e);
 int cudev_wait(Device *d, DevEvent *e);

@@ -323,7 +323,7 @@ int dev_sync(Device *d) {
 DevEvent *dev_event_new(Device *d) {
     DevEvent *e = calloc(1, sizeof *e);
     if (!e) dev_fail("device: out of memory");
-    ON_GPU(e && d->native, if (cudev_event_new(d, e)) e = (free(e), NULL));
+    ON_GPU(e && d->native, if (cudev_event_new(e)) e = (free(e), NULL));
     return e;
 }
 void dev_event_free(DevEvent *e) {
@@ -335,7 +335,7 @@ int dev_record(Device *d, DevEvent *e) {
     if (d->capturing) return dev_fail("device: events inside a captured graph are not supported");
     if (!!d->native != !!e->native) return dev_fail("device: an event of another kind of device");
     ON_GPU(d->native, return cudev_record(d, e));
-    e->at = d->done + 1, e->on = d;
+    e->at = d->done + 1;
     return 0;
 }
 /* the recording stream ran everything before the record already: nothing to wait for */

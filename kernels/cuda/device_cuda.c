@@ -245,17 +245,17 @@ int cudev_sync(Device *d) {
     return 0;
 }
 
-int cudev_event_new(Device *d, DevEvent *e) {
+int cudev_event_new(DevEvent *e) {
     cudaEvent_t ev;
     CK("creating an event", cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    e->native = ev, e->on = d;
+    e->native = ev;
     return 0;
 }
 void cudev_event_free(DevEvent *e) { cudaEventDestroy((cudaEvent_t)e->native); }
 
 int cudev_record(Device *d, DevEvent *e) {
     CK("recording an event", cudaEventRecord((cudaEvent_t)e->native, gpu(d)->stream));
-    e->at = 1, e->on = d;
+    e->at = 1;
     return 0;
 }
 int cudev_wait(Device *d, DevEvent *e) {
