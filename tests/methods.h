@@ -71,7 +71,7 @@ typedef struct {
     const int32_t *oracle;
     int fixed_tree, shadows, graphs, fast_prefill;
     float gamma;
-    int max_pending, exit_layer, draft_min, draft_max, draft_fixed;
+    int max_pending, streams, exit_layer, draft_min, draft_max, draft_fixed;
     const char *tree;
     int ngram_max, window, ngram, guess, adaptive;
 } TestOptions;
@@ -89,6 +89,7 @@ static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShar
     } k[] = {
         {"gamma", o->gamma != 0, (snprintf(v, sizeof v, "%.9g", o->gamma), v)},
         {"max-pending", o->max_pending != 0, NULL},
+        {"streams", o->streams != 0, NULL},
         {"exit-layer", o->exit_layer != 0, NULL},
         {"draft-min", o->draft_min != 0, NULL},
         {"draft-max", o->draft_max != 0, NULL},
@@ -100,8 +101,8 @@ static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShar
         {"guess", o->guess != 0, NULL},
         {"adaptive", o->adaptive != 0, NULL},
     };
-    const int ints[] = {0, o->max_pending, o->exit_layer, o->draft_min, o->draft_max, o->draft_fixed,
-                        0, o->ngram_max,   o->window,     o->ngram,     o->guess,     o->adaptive};
+    const int ints[] = {0, o->max_pending, o->streams, o->exit_layer, o->draft_min, o->draft_max, o->draft_fixed,
+                        0, o->ngram_max,   o->window,  o->ngram,      o->guess,     o->adaptive};
     for (int i = 0; i < (int)(sizeof k / sizeof k[0]); i++) {
         if (!k[i].set || !decode_option_find(dm, k[i].name)) continue; /* a knob the method lacks is not its */
         char num[32];

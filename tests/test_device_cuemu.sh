@@ -49,6 +49,16 @@ for meth in $(decode_methods); do
 done
 
 P="Once upon a time, there was a"
+# AdaDecode's two-stream schedule (a GPU's default): early tokens' deferred layers as calls
+# of their own on a second runner, waited for by event, the same tokens as standard's
+H=$(method_flags adadecode)
+$BIN/decode -m "$MODEL" -p "$P" -n $N --temp 0 >"$TMP/std" 2>/dev/null
+for d in cpu $DEV; do
+    $BIN/decode -m "$MODEL" -p "$P" -n $N --temp 0 --method adadecode $H --oracle-exit 0.8 --streams 2 -d $d \
+        >"$TMP/ada2.$d" 2>"$TMP/ada2.err"
+    check "adadecode --streams 2 on $d (oracle exits 0.8: $(grep -o '[0-9]* early' "$TMP/ada2.err")): standard's tokens" \
+        sh -c "test -s '$TMP/std' && cmp -s '$TMP/std' '$TMP/ada2.$d' && grep -q ' [1-9][0-9]* early' '$TMP/ada2.err'"
+done
 for t in f32 bf16 q8_0; do
     $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t --dump-logits "$TMP/l.cpu.$t" >/dev/null 2>&1
     $BIN/decode -m "$MODEL" -p "$P" --temp 0 --kv-type $t -d $DEV --dump-logits "$TMP/l.emu.$t" >/dev/null 2>&1

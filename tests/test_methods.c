@@ -20,6 +20,41 @@ static void parity_adadecode(const ExitHeads *h, const char *heads_name, int n_s
     TestOptions o = {.heads = h, .gamma = 0.75f, .oracle_rate = 0.8f};
     snprintf(what, sizeof what, "%s oracle 0.8", heads_name);
     parity("adadecode", &o, n_small, what);
+    /* two streams: the deferred layers as separate calls on a second runner, verified
+       when the first stream reaches them (the GPU's schedule) */
+    for (int g = 0; g < 4; g += 3) {
+        TestOptions t = {.heads = h, .gamma = gammas[g], .streams = 2};
+        snprintf(what, sizeof what, "%s γ=%.2f two streams", heads_name, gammas[g]);
+        parity("adadecode", &t, g ? n_small : n_prompts, what);
+    }
+    TestOptions t = {.heads = h, .gamma = 0.75f, .oracle_rate = 0.8f, .streams = 2, .max_pending = 1};
+    snprintf(what, sizeof what, "%s oracle 0.8 two streams, max-pending 1", heads_name);
+    parity("adadecode", &t, n_small, what);
+}
+
+/* the two-stream schedule on a device whose memory the host cannot see (cuemu, as a
+   GPU): a deferred position's hidden state comes back only at forward_wait. Greedy: n
+   prompts as standard's; sampled: the CPU's tokens seed for seed */
+static void streams_cuemu(const ExitHeads *h, int n) {
+    enum { NS = 8, NT = 24 };
+    KVCache cpu = KV;
+    TestOptions t = {.heads = h, .gamma = 0.3f, .streams = 2};
+    int32_t got[NS][NT], want[NT];
+    int len[NS], same = 0, ok = !model_device("cuemu") && !kv_init(&KV, &M.c, 2, 2 * M.c.seq_len, 16);
+    CHECK(ok, "cuemu: %s", pd_errmsg());
+    if (ok) {
+        parity("adadecode", &t, n, "identity γ=0.30 two streams on cuemu");
+        for (int i = 0; i < NS; i++)
+            len[i] = run("adadecode", &t, PROMPT[i], PROMPT_N[i], NT, 1.0f, seed_of(i), got[i], NULL);
+        kv_free(&KV);
+    }
+    KV = cpu;
+    model_device("cpu");
+    for (int i = 0; i < NS && ok; i++) {
+        int k = run("adadecode", &t, PROMPT[i], PROMPT_N[i], NT, 1.0f, seed_of(i), want, NULL);
+        same += k > 0 && k == len[i] && !memcmp(want, got[i], sizeof(int32_t) * k);
+    }
+    CHECK(same == NS, "adadecode two streams, sampled: %d of %d seeds on cuemu give the CPU's tokens", same, NS);
 }
 
 static void parity_selfspec(const ExitHeads *h, const char *heads_name, int n_small) {
@@ -148,9 +183,9 @@ static void test_sampling(const ExitHeads *h, const char *heads_name, int have_a
         chi2_method("self-speculative", &c, "oracle 0.8");
     }
     if (have_ada)
-        for (int g = 0; g < 2; g++) {
-            TestOptions b = {.heads = h, .gamma = g ? 0.75f : 0.3f};
-            snprintf(what, sizeof what, "%s γ=%.2f", heads_name, b.gamma);
+        for (int g = 0; g < 3; g++) {
+            TestOptions b = {.heads = h, .gamma = g == 1 ? 0.75f : 0.3f, .streams = g == 2 ? 2 : 0};
+            snprintf(what, sizeof what, "%s γ=%.2f%s", heads_name, b.gamma, g == 2 ? " two streams" : "");
             chi2_method("adadecode", &b, what);
         }
 }
@@ -215,6 +250,9 @@ int main(void) {
         if (have_trained) parity_adadecode(&trained, "trained", n_small / 2);
         TestOptions o = {.heads = &ident, .gamma = 0.3f};
         parity_edges("adadecode", &o);
+        o.streams = 2;
+        parity_edges("adadecode", &o);
+        streams_cuemu(&ident, san_share(20, 4));
     }
     if (have_ss) {
         parity_selfspec(&ident, "identity", n_small);

@@ -329,6 +329,42 @@ static void graphs(const char *kind) {
     free(h), free(g), free(la), free(lb);
 }
 
+/* forward_submit queues a call and forward_wait brings its result: on cuemu (whose
+   memory the host cannot see) the caller's buffer is untouched until the wait, another
+   runner's call in between does not disturb it, and the bits are forward_layers' */
+static void submit_wait(void) {
+    KVCache a, b, e; /* a on the CPU; b and e on cuemu */
+    int ka = kv_init(&a, &M.c, 1, 64, 16);
+    model_device("cuemu");
+    Runner *r = runner_new(&M), *q = runner_new(&M);
+    int kb = kv_init(&b, &M.c, 1, 64, 16) || kv_init(&e, &M.c, 1, 64, 16);
+    model_device("cpu");
+    Runner *c = runner_new(&M);
+    int D = M.c.dim, L = M.c.n_layers;
+    float ref[4 * 512], h[4 * 512], o[4 * 512];
+    if (!r || !q || !c || ka || kb || D > 512) {
+        CHECK(0, "setup: %s", pd_errmsg());
+        return;
+    }
+    int32_t tok[4] = {1, 403, 9, 77}, pos[4] = {0, 1, 2, 3};
+    Batch ba = {4, tok, NULL, pos, NULL, NULL};
+    int rc = kv_seq_new(&a) || kv_seq_new(&b) || kv_seq_new(&e);
+    rc |= forward_layers(c, &a, &ba, 0, L, ref); /* the CPU's, on a's cache */
+    for (int i = 0; i < 4 * D; i++) h[i] = -1.5f;
+    rc |= forward_submit(r, &b, &ba, 0, L, h);
+    int untouched = 1;
+    for (int i = 0; i < 4 * D; i++) untouched &= h[i] == -1.5f;
+    rc |= forward_layers(q, &e, &ba, 0, 2, o); /* another stream's call in between */
+    rc |= forward_wait(r, h, 4);
+    CHECK(rc == 0, "%s", pd_errmsg());
+    CHECK(untouched, "forward_submit on cuemu wrote the caller's hidden states before forward_wait");
+    CHECK(!memcmp(h, ref, sizeof(float) * 4 * D), "forward_submit + forward_wait differ from forward_layers");
+    for (int l = 0; l < L; l++)
+        CHECK(kv_len(&b, 0, l) == 4, "layer %d holds %d slots after the call", l, kv_len(&b, 0, l));
+    kv_free(&a), kv_free(&b), kv_free(&e);
+    runner_free(r), runner_free(q), runner_free(c);
+}
+
 int main(void) {
     if (test_model_load(&M)) return check_done("runner");
     uint64_t before = model_sum();
@@ -339,6 +375,7 @@ int main(void) {
     kv_moves();
     graphs("cpu");
     graphs("cuemu");
+    submit_wait();
     CHECK(model_sum() == before, "a forward pass wrote into the shared Model");
     Runner *r = runner_new(&M);
     CHECK(r && r->m == &M && dev_host(r->dev, r->w.packed) == (void *)M.packed.base &&

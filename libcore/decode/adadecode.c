@@ -11,7 +11,15 @@
    and decoding goes on from the corrected token. Only verified tokens are streamed.
 
    Active positions are kept oldest first; their next layers never increase from old
-   to young (a position cannot pass an older one: it needs the older one's KV). */
+   to young (a position cannot pass an older one: it needs the older one's KV).
+
+   With two streams (the paper's schedule on a GPU), an early position does not wait:
+   its remaining layers go at once to a second runner's stream, overlapping the next
+   position's first layers on the first stream; the first stream waits for them (an
+   event) before it runs any of those layers itself, and the host verifies the early
+   token then. One such position is in flight at a time, always the oldest (index 0). On
+   the CPU the same calls run one after another; a token's bits do not depend on which
+   stream or batch computed it. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -50,6 +58,10 @@ typedef struct {
     double head_cost; /* a head check in layer-equivalents of work */
     uint64_t rng;     /* the oracle's coin */
     int done;
+    Runner *run2;   /* two streams: the second, for the deferred layers */
+    DevEvent *ran2; /* recorded on it after them */
+    int deferred;   /* position 0's layers from defer_from on are in flight on run2 */
+    int defer_from;
 } Ada;
 
 static float *ada_slot_h(Ada *s, int i) { return s->h + (size_t)i * s->dim; }
@@ -203,6 +215,37 @@ static int ada_settle(Ada *s, int i, float *lg, int is_probs, int id) {
     return 1;
 }
 
+/* two streams: position 0's deferred layers have been waited for (or are waited for
+   now): its final rows, and its early token verified. 1: a rejection rolled back */
+static int ada_collect(Ada *s) {
+    DecodeCtx *d = s->d;
+    int32_t id;
+    s->deferred = 0;
+    if (forward_wait(s->run2, ada_slot_h(s, 0), 1)) return -1;
+    int probs = decode_rows(d, ada_slot_h(s, 0), 1, d->logits, &id, 0);
+    int rolled = probs < 0 ? -1 : ada_settle(s, 0, d->logits, probs, id);
+    if (rolled >= 0) ada_drop(s, 0, 1);
+    return rolled;
+}
+
+/* two streams: the youngest exited early at layer e; its last layers go to run2, after
+   the one position in flight there has been verified. 1: that one was rejected, and the
+   youngest went with it */
+static int ada_defer(Ada *s, int e) {
+    DecodeCtx *d = s->d;
+    int rolled = s->deferred ? ada_collect(s) : 0;
+    if (rolled || s->done) return rolled;
+    AdaSlot *a = &s->a[s->n - 1];
+    Batch b = {1, &a->token, &d->seq, &a->pos, NULL, NULL};
+    if (forward_submit(s->run2, d->kv, &b, e, s->L, ada_slot_h(s, s->n - 1))) return -1;
+    if (dev_record(s->run2->dev, s->ran2)) return pd_error("adadecode: %s", dev_errmsg());
+    d->layer_passes += s->L - e;
+    d->token_layers += s->L - e;
+    a->layer = s->L;
+    s->deferred = 1, s->defer_from = e;
+    return 0;
+}
+
 /* one batched call: the trailing group of positions at the same layer runs to the
    next boundary (a head layer, the last layer, or the next older position's layer) */
 static int ada_step(Ada *s) {
@@ -216,10 +259,18 @@ static int ada_step(Ada *s) {
     int g = s->n - g0, tok[MAX_ACTIVE], pos[MAX_ACTIVE], seq[MAX_ACTIVE];
     for (int i = 0; i < g; i++) tok[i] = s->a[g0 + i].token, pos[i] = s->a[g0 + i].pos, seq[i] = d->seq;
     Batch b = {g, tok, seq, pos, NULL, NULL};
+    /* two streams: layers past the deferred position's exit need its KV from run2 */
+    int wait = s->deferred && e > s->defer_from;
+    if (wait && dev_wait(d->run->dev, s->ran2)) return pd_error("adadecode: %s", dev_errmsg());
     if (decode_forward(d, &b, m, e, ada_slot_h(s, g0))) return -1;
     for (int i = g0; i < s->n; i++) s->a[i].layer = e;
     d->pending_sum += ada_pending(s);
     d->pending_n++;
+    if (wait) { /* run2 has finished: verify now, before the group goes on */
+        int rolled = ada_collect(s);
+        if (rolled || s->done) return rolled < 0 ? -1 : 0;
+        g0--;
+    }
     if (e == s->L) {
         int32_t ids[MAX_ACTIVE];
         int probs = decode_rows(d, ada_slot_h(s, g0), g, d->logits, ids, 0);
@@ -234,6 +285,14 @@ static int ada_step(Ada *s) {
     }
     int tok_early = s->a[s->n - 1].head < 0 ? ada_try_exit(s, e) : -1;
     if (tok_early == -2) return -1;
+    if (tok_early >= 0 && s->run2) {
+        int k = s->a[s->n - 1].head, rolled = ada_defer(s, e);
+        if (rolled < 0) return -1;
+        if (rolled || s->done) { /* the exit went with its position: it never counted */
+            s->stat[k].exits--;
+            return 0;
+        }
+    }
     if (tok_early >= 0) ada_push(s, tok_early, s->a[s->n - 1].pos + 1);
     for (int k = 0; k < s->heads->n; k++) ada_judge(s, k);
     return 0;
@@ -242,6 +301,7 @@ static int ada_step(Ada *s) {
 typedef struct {
     float gamma;
     int max_pending;
+    int streams;
 } AdaOptions;
 
 static const MethodOption ada_options[] = {
@@ -249,6 +309,9 @@ static const MethodOption ada_options[] = {
      offsetof(AdaOptions, gamma), 0, NULL},
     {"max-pending", OPT_INT, 1, MAX_ACTIVE - 2, "K", "5", "unverified early tokens at most",
      offsetof(AdaOptions, max_pending), 0, NULL},
+    {"streams", OPT_INT, 1, 2, "S", "2 on a GPU, 1 elsewhere",
+     "2: an early token's last layers run on a second stream at once; 1: batched with the next token's",
+     offsetof(AdaOptions, streams), 0, NULL},
 };
 
 static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
@@ -266,6 +329,9 @@ static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **s
                .max_pending = o->max_pending > 0 ? o->max_pending : 5,
                .rng = 0x2545F4914F6CDD1Dull};
     if (s->max_pending > MAX_ACTIVE - 2) s->max_pending = MAX_ACTIVE - 2;
+    int streams = o->streams ? o->streams : strcmp(dev_kind(d->run->dev), "cuda") ? 1 : 2;
+    if (streams == 2 && (!(s->run2 = runner_new(d->m)) || !(s->ran2 = dev_event_new(s->run2->dev))))
+        return pd_error("adadecode: a second stream: %s", s->run2 ? dev_errmsg() : pd_errmsg());
     const Config *c = &d->m->c;
     double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
     /* a check: the head's two products, and one more forward call split off (about a
@@ -297,20 +363,24 @@ static void ada_finish(DecodeCtx *d, void *state) {
     (void)d;
     Ada *s = state;
     if (!s) return;
+    if (s->run2) dev_sync(s->run2->dev); /* a call still in flight after an error */
+    dev_event_free(s->ran2);
+    runner_free(s->run2);
     free(s->h);
     free(s->q);
     free(s->hl);
     free(s);
 }
 
-const DecodeMethod method_adadecode = {.name = "adadecode",
-                                       .summary = "early exits at confident heads, deferred layers batched, verified",
-                                       .options = ada_options,
-                                       .n_options = sizeof ada_options / sizeof ada_options[0],
-                                       .options_size = sizeof(AdaOptions),
-                                       .needs = NEEDS_EXIT_HEADS,
-                                       .samples = 1,
-                                       .oracle = 1,
-                                       .begin = ada_begin,
-                                       .step = ada_run_step,
-                                       .finish = ada_finish};
+const DecodeMethod method_adadecode = {
+    .name = "adadecode",
+    .summary = "early exits at confident heads, deferred layers batched or on a second stream, verified",
+    .options = ada_options,
+    .n_options = sizeof ada_options / sizeof ada_options[0],
+    .options_size = sizeof(AdaOptions),
+    .needs = NEEDS_EXIT_HEADS,
+    .samples = 1,
+    .oracle = 1,
+    .begin = ada_begin,
+    .step = ada_run_step,
+    .finish = ada_finish};

@@ -222,14 +222,20 @@ static int hid_down(Runner *r, float *hidden, int n) {
     return pd_error("forward: %s", dev_errmsg());
 }
 
-int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
+int forward_submit(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
     if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
     float *x = hid_up(r, hidden, b->n, lb > 0);
     if (!x || (lb == 0 && call(r, run_embed, &(LayerCall){r, kv, 0, 0, x}))) return -1;
     for (int l = lb; l < le; l++)
         if (call(r, run_layer, &(LayerCall){r, kv, l, l - lb, x})) return -1;
     set_lengths(kv, &r->ws.desc, lb, le);
-    return hid_down(r, hidden, b->n);
+    return 0;
+}
+
+int forward_wait(Runner *r, float *hidden, int n) { return hid_down(r, hidden, n); }
+
+int forward_layers(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
+    return forward_submit(r, kv, b, lb, le, hidden) || forward_wait(r, hidden, b->n) ? -1 : 0;
 }
 
 /* A captured graph is replayed as it was captured: on a GPU its launches hold the

@@ -22,6 +22,14 @@ typedef struct {
    (ignored and filled from the embedding when layer_begin is 0) and the output.
    Each token's K/V goes to the slots after those already filled in each layer. */
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end, float *hidden);
+/* forward_layers in two halves, so that the host can queue other work (another runner's
+   stream) before it waits: submit queues the call on the runner's stream and returns;
+   hidden holds the result once forward_wait(r, hidden, n) has returned. Until then the
+   caller leaves hidden alone, and the runner's workspace holds the call's state, so the
+   runner takes no other call in between. A device the host can read has run the call
+   when submit returns. */
+int forward_submit(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end, float *hidden);
+int forward_wait(Runner *r, float *hidden, int n);
 /* a captured forward step: the embedding and layer calls of forward_layers over
    [layer_begin, layer_end) on one KV cache, recorded once on the runner's device, on the
    workspace's hidden states (a replay copies the given ones in and out); each replay

@@ -77,9 +77,12 @@ fig "verification cost n = 1..64 (ratio to n = 1; target n = 8 <= 1.15): $(sed -
 run speculative-oracle-0.8 --method speculative --draft "$MODEL" --oracle-acceptance 0.8
 run medusa-oracle-0.8 --method medusa --heads "$W.medusa.safetensors" --oracle-acceptance 0.8
 run adadecode-oracle-0.8 --method adadecode --heads "$W.exit.safetensors" --oracle-exit 0.8
+# AdaDecode's default on a GPU is two streams (deferred layers overlapping); one stream batches them
+run adadecode-oracle-0.8-one-stream --method adadecode --heads "$W.exit.safetensors" --oracle-exit 0.8 --streams 1
 run medusa-widened-heads --method medusa --heads "$W.medusa.safetensors"
 run adadecode-widened-heads --method adadecode --heads "$W.exit.safetensors"
-for m in standard-graphs speculative-oracle-0.8 medusa-oracle-0.8 adadecode-oracle-0.8 medusa-widened-heads adadecode-widened-heads; do
+for m in standard-graphs speculative-oracle-0.8 medusa-oracle-0.8 adadecode-oracle-0.8 adadecode-oracle-0.8-one-stream \
+    medusa-widened-heads adadecode-widened-heads; do
     v=$(cat "$TMP/tps.$m")
     [ -n "$v" ] && [ -n "$std" ] && fig "speedup $m: $(echo "$v $std" | awk '{printf "%.2f", $1 / $2}')x over standard"
 done
