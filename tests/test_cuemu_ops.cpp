@@ -3,7 +3,8 @@
    stacked, odd sizes, token counts across the CPU's tile paths), rope, add, silu,
    add_rows, silu_mul_rows, the KV write (f32, bf16, q8_0) and the embedding lookup; the
    bf16 weights unpacked to the f32 layout (the cuBLAS path's input) against k_pack's;
-   Q8_0 on the file's blocks against k_matmul, and its embedding lookup. */
+   Q8_0, Q4_0, Q4_1 and Q5_0 on the file's blocks against k_matmul, and their embedding
+   lookup. */
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -151,44 +152,53 @@ static void test_kv_write(int order) {
         }
 }
 
-/* Q8_0 on the file's blocks against k_matmul on k_pack_blocks' (random scales, weights in
-   -127..127 as a quantizer writes them), stacked sources, cols not a multiple of 32
+/* the 32-element block types on the file's blocks against k_matmul on k_pack_blocks'
+   (random bytes, the f16 scales finite), stacked sources, cols not a multiple of 32
    included, token counts across the CPU's tiles; and the embedding lookup's dequantizing */
-static void test_q8_0(int order) {
+static void test_q32(int order) {
     static const int colss[] = {32, 64, 100, 160, 288};
     static const int rowss[] = {1, 17, 64, 130};
-    for (int cols : colss)
-        for (int rows : rowss)
-            for (int stacked = 0; stacked < 2; stacked++) {
-                int nb = (cols + 31) / 32, n = 1 + (cols + rows + stacked) % 9, parts[2] = {rows, 5};
-                int n_src = stacked ? 2 : 1, total = rows + (stacked ? 5 : 0);
-                size_t rb = (size_t)nb * 34;
-                std::vector<uint8_t> file((size_t)total * rb);
-                for (size_t b = 0; b < file.size() / 34; b++) {
-                    uint16_t h = (uint16_t)(urand(2) << 15 | (5 + urand(16)) << 10 | urand(1024));
-                    memcpy(&file[b * 34], &h, 2);
-                    for (int k = 0; k < 32; k++) file[b * 34 + 2 + k] = (uint8_t)(int8_t)(urand(255) - 127);
+    static const struct {
+        WType t;
+        int bytes, scales;
+        const char *name;
+    } T[] = {{WT_Q8_0, 34, 1, "q8_0"}, {WT_Q4_0, 18, 1, "q4_0"}, {WT_Q4_1, 20, 2, "q4_1"}, {WT_Q5_0, 22, 1, "q5_0"}};
+    for (const auto &ty : T)
+        for (int cols : colss)
+            for (int rows : rowss)
+                for (int stacked = 0; stacked < 2; stacked++) {
+                    int nb = (cols + 31) / 32, n = 1 + (cols + rows + stacked) % 9, parts[2] = {rows, 5};
+                    int n_src = stacked ? 2 : 1, total = rows + (stacked ? 5 : 0), bb = ty.bytes;
+                    size_t rb = (size_t)nb * bb;
+                    std::vector<uint8_t> file((size_t)total * rb);
+                    for (size_t b = 0; b < file.size() / bb; b++) {
+                        for (int k = 0; k < bb; k++) file[b * bb + k] = (uint8_t)urand(256);
+                        for (int h = 0; h < ty.scales; h++) {
+                            uint16_t f = (uint16_t)(urand(2) << 15 | (5 + urand(16)) << 10 | urand(1024));
+                            memcpy(&file[b * bb + 2 * h], &f, 2);
+                        }
+                    }
+                    const void *src[2] = {file.data(), file.data() + (size_t)rows * rb};
+                    WType types[2] = {ty.t, ty.t};
+                    size_t bytes = k_packed_bytes_blocks(cols, n_src, parts, types);
+                    void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+                    k_pack_blocks(packed, cols, n_src, src, parts, types);
+                    std::vector<float> x = randv((size_t)n * cols, -2, 2), want((size_t)n * total), got(want.size());
+                    x[0] = 0; /* a zero and a block of zeros: scale 0 */
+                    for (int c = 32; c < 64 && c < cols; c++) x[c] = 0;
+                    k_matmul(want.data(), x.data(), packed, ty.t, n, cols, total);
+                    cuda_matmul(got.data(), x.data(), file.data(), ty.t, n, cols, total);
+                    CHECK(same(want.data(), got.data(), got.size() * 4), "matmul %s %dx%d (%d sources) n %d order %d",
+                          ty.name, total, cols, n_src, n, order);
+                    free(packed);
+                    std::vector<int32_t> ids = {0, total - 1, total / 2};
+                    std::vector<float> e1(3 * (size_t)cols), e2(e1.size());
+                    for (int i = 0; i < 3; i++)
+                        k_row_to_f32(e1.data() + (size_t)i * cols, file.data(), ty.t, ids[i], cols);
+                    cuda_rows_to_f32(e2.data(), file.data(), ty.t, ids.data(), 3, cols);
+                    CHECK(same(e1.data(), e2.data(), e1.size() * 4), "rows_to_f32 %s %dx%d order %d", ty.name, total,
+                          cols, order);
                 }
-                const void *src[2] = {file.data(), file.data() + (size_t)rows * rb};
-                WType types[2] = {WT_Q8_0, WT_Q8_0};
-                size_t bytes = k_packed_bytes_blocks(cols, n_src, parts, types);
-                void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
-                k_pack_blocks(packed, cols, n_src, src, parts, types);
-                std::vector<float> x = randv((size_t)n * cols, -2, 2), want((size_t)n * total), got(want.size());
-                x[0] = 0; /* a zero and a block of zeros: scale 0 */
-                for (int c = 32; c < 64 && c < cols; c++) x[c] = 0;
-                k_matmul(want.data(), x.data(), packed, WT_Q8_0, n, cols, total);
-                cuda_matmul(got.data(), x.data(), file.data(), WT_Q8_0, n, cols, total);
-                CHECK(same(want.data(), got.data(), got.size() * 4), "matmul q8_0 %dx%d (%d sources) n %d order %d",
-                      total, cols, n_src, n, order);
-                free(packed);
-                std::vector<int32_t> ids = {0, total - 1, total / 2};
-                std::vector<float> e1(3 * (size_t)cols), e2(e1.size());
-                for (int i = 0; i < 3; i++)
-                    k_row_to_f32(e1.data() + (size_t)i * cols, file.data(), WT_Q8_0, ids[i], cols);
-                cuda_rows_to_f32(e2.data(), file.data(), WT_Q8_0, ids.data(), 3, cols);
-                CHECK(same(e1.data(), e2.data(), e1.size() * 4), "rows_to_f32 q8_0 %dx%d order %d", total, cols, order);
-            }
 }
 
 int main(void) {
@@ -199,7 +209,7 @@ int main(void) {
         test_matmul(order);
         test_elementwise(order);
         test_kv_write(order);
-        test_q8_0(order);
+        test_q32(order);
     }
     return check_done("cuemu_ops");
 }

@@ -1,13 +1,14 @@
 # test_device_cuemu — --device cuemu (the CUDA kernels of kernels/cuda built for the
 # host under cuemu.h) end to end on stories260K: every method `decode --help` lists,
 # greedy, and sampled with a seed (its draft sizes fixed), emits exactly what it emits
-# with --device cpu, with --graphs too (captured passes replayed, on both devices); the
+# with --device cpu, with --graphs too (captured passes replayed, on both devices);
+# AdaDecode's two-stream schedule gives standard's tokens on both; the
 # logits after a prompt are the CPU's bit for bit (f32, bf16 and q8_0 KV caches), after
-# a prompt longer than one FlashDecoding chunk, and with Q8_0 weights; both thread
-# orders of the emulation agree; distill-heads trains the same heads; a device not
-# compiled in, and weights the CUDA kernels cannot multiply yet, are refused in one
-# line. PD_TEST_DEVICE=cuda (tests/gpu/run.sh, with a CUDA build's BIN) runs the same
-# comparisons on a GPU, without cuemu's own checks.
+# a prompt longer than one FlashDecoding chunk, and with Q8_0, Q4_0, Q4_1 and Q5_0
+# weights; both thread orders of the emulation agree; distill-heads trains the same
+# heads; a device not compiled in, and weights the CUDA kernels cannot multiply yet, are
+# refused in one line. PD_TEST_DEVICE=cuda (tests/gpu/run.sh, with a CUDA build's BIN)
+# runs the same comparisons on a GPU, without cuemu's own checks.
 . tests/lib.sh
 N=40
 DEV=${PD_TEST_DEVICE:-cuemu}
@@ -93,16 +94,20 @@ if [ -z "${PARADEC_SAN:-}" ] && need "distill-heads on text" datasets/tinystorie
     check "distill-heads -d $DEV writes the heads -d cpu writes" \
         sh -c "test -s '$TMP/heads.cpu.safetensors' && cmp -s '$TMP/heads.cpu.safetensors' '$TMP/heads.$DEV.safetensors'"
 fi
-# Q8_0 weights: the CUDA kernels read the file's blocks (the CPU its own packing)
-$BIN/convert "$MODEL" --dtype q8_0 -o "$TMP/q8.safetensors" 2>/dev/null
-for d in cpu $DEV; do
-    $BIN/decode -m "$TMP/q8.safetensors" -p "$P" --temp 0 -d $d --dump-logits "$TMP/q8.$d" >/dev/null 2>&1
-    $BIN/decode -m "$TMP/q8.safetensors" -p "$P" -n $N --temp 0 -d $d --method prompt-lookup >"$TMP/q8.$d.txt" 2>/dev/null
+# the 32-element block types: the CUDA kernels read the file's blocks (the CPU its own packing)
+for q in q8_0 q4_0 q4_1 q5_0; do
+    $BIN/convert "$MODEL" --dtype $q -o "$TMP/$q.safetensors" 2>/dev/null
+    for d in cpu $DEV; do
+        $BIN/decode -m "$TMP/$q.safetensors" -p "$P" --temp 0 -d $d --dump-logits "$TMP/$q.$d" >/dev/null 2>&1
+        $BIN/decode -m "$TMP/$q.safetensors" -p "$P" -n $N --temp 0 -d $d --method prompt-lookup >"$TMP/$q.$d.txt" \
+            2>/dev/null
+    done
+    check "a $q model: the logits on $DEV are the CPU's, bit for bit" \
+        sh -c "test -s '$TMP/$q.cpu' && cmp -s '$TMP/$q.cpu' '$TMP/$q.$DEV'"
+    check "a $q model: $N greedy tokens (prompt-lookup) on $DEV are the CPU's" \
+        sh -c "test -s '$TMP/$q.cpu.txt' && cmp -s '$TMP/$q.cpu.txt' '$TMP/$q.$DEV.txt'"
+    rm -f "$TMP/$q.safetensors"
 done
-check "a Q8_0 model: the logits on $DEV are the CPU's, bit for bit" \
-    sh -c "test -s '$TMP/q8.cpu' && cmp -s '$TMP/q8.cpu' '$TMP/q8.$DEV'"
-check "a Q8_0 model: $N greedy tokens (prompt-lookup) on $DEV are the CPU's" \
-    sh -c "test -s '$TMP/q8.cpu.txt' && cmp -s '$TMP/q8.cpu.txt' '$TMP/q8.$DEV.txt'"
 [ "$DEV" = cuemu ] || { finish device_$DEV; exit; } # the rest: refusals of this (CPU-only) build
 
 # refusals: one line, exit != 0
@@ -118,13 +123,13 @@ for t in verifycost serve bench distill-heads train-medusa; do
 done
 refuses "verifycost --device nope" "" $BIN/verifycost -m "$MODEL" -d nope
 refuses "--fast-prefill off the GPU" "" $BIN/decode -m "$MODEL" -p Once -n 4 -d cuemu --fast-prefill
-$BIN/convert "$MODEL" --dtype q4_0 -o "$TMP/q4.safetensors" 2>/dev/null
-if [ -s "$TMP/q4.safetensors" ]; then
-    refuses "a Q4_0 model on cuemu" "" $BIN/decode -m "$TMP/q4.safetensors" -p Once -n 4 -d cuemu
-    $BIN/decode -m "$TMP/q4.safetensors" -p Once -n 4 -d cuemu 2>"$TMP/err"
-    check "the refusal says which weights have no kernel" grep -q "device cuemu: no kernel for Q4_0 weights yet" "$TMP/err"
+$BIN/convert "$MODEL" --dtype q4_k -o "$TMP/q4k.safetensors" 2>/dev/null
+if [ -s "$TMP/q4k.safetensors" ]; then
+    refuses "a Q4_K model on cuemu" "" $BIN/decode -m "$TMP/q4k.safetensors" -p Once -n 4 -d cuemu
+    $BIN/decode -m "$TMP/q4k.safetensors" -p Once -n 4 -d cuemu 2>"$TMP/err"
+    check "the refusal says which weights have no kernel" grep -q "device cuemu: no kernel for Q4_K weights yet" "$TMP/err"
 else
-    bad "convert --dtype q4_0 makes a quantized stories260K"
+    bad "convert --dtype q4_k makes a quantized stories260K"
 fi
 $BIN/decode --version >"$TMP/v"
 check "--version lists the backends" grep -q "^backends: cpu cuemu$" "$TMP/v"

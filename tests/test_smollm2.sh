@@ -37,6 +37,12 @@ la, lb = a - a.max() - np.log(np.exp(a - a.max()).sum()), b - b.max() - np.log(n
 kl = (np.exp(la) * (la - lb)).sum()
 print('smollm2 Q4_1: KL %.2e, argmax %d / %d' % (kl, a.argmax(), b.argmax()))
 sys.exit(not (kl < 0.01 and a.argmax() == b.argmax()))"
+# the CUDA kernels on the file's Q4_1 blocks (cuemu): the CPU's logits bit for bit (not under
+# ASan, where the emulation is ~50x slower: test_cuemu_ops has the kernels)
+if [ -z "${PARADEC_SAN:-}" ]; then
+    $BIN/decode -m "$MQ" -p "The capital of France is" -n 1 -d cuemu --dump-logits "$TMP/qe.f32" 2>/dev/null
+    check "Q4_1 kept, on cuemu: the CPU's logits, bit for bit" sh -c "test -s '$TMP/q.f32' && cmp -s '$TMP/q.f32' '$TMP/qe.f32'"
+fi
 
 # the tokenizer against Hugging Face tokenizers on llama.cpp's strings and the datasets
 check "tokenizer agrees with HF tokenizers" "$PY" tests/ref/smollm2_tokenizer.py --gguf "$G" --tool "$BIN/tokenize"

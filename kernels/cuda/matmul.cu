@@ -1,5 +1,5 @@
 /* matmul.cu — k_matmul (kernels/cpu/matmul.c) for f32 and bf16 weights, bit for bit, on
-   k_pack's layout (and for Q8_0 on the file's blocks: below): blocks of up to 64 rows (4
+   k_pack's layout (and for Q8_0, Q4_0, Q4_1 and Q5_0 on the file's blocks: below): blocks of up to 64 rows (4
    panels of 16), column-major inside a block (for each column the block's W rows side by
    side; bf16 as column pairs, the even column in the low half of each 32-bit word). One
    thread per (token, row), one CUDA block per (64-row block, token): the row's two FMA
@@ -35,40 +35,64 @@ static __global__ void matmul_kernel(float *y, const float *x, const void *w, WT
     y[(size_t)t * rows + r0 + q] = a + o;
 }
 
-/* Q8_0 (kernels/cpu/quant.h's rule) on the file's rows of 34-byte blocks, the row's
-   blocks in order: a CUDA block per (64 rows, token) quantizes the token's x into shared
-   memory (a block of 32 per thread: amax, d = amax / 127, q = rint(x / d) clamped), then
-   each thread its row's chain acc = fmaf(dw * dx, (float)Σ qw·qx, acc) */
+/* The 32-element block types (kernels/cpu/quant.h's rule) on the file's rows of blocks,
+   the row's blocks in order: a CUDA block per (64 rows, token) quantizes the token's x
+   into shared memory (a block of 32 per thread: amax, d = amax / 127, q = rint(x / d)
+   clamped, and Σ q), then each thread its row's chain acc = fmaf(dw * dx, (float)Σ qw·qx,
+   acc), Q4_1 then acc = fmaf(mw * dx, (float)Σ qx, acc). The integer sums are exact in
+   any order. */
 #define QB 32
-#define Q8_BYTES 34
-static __global__ void matmul_q8_0_kernel(float *y, const float *x, const uint8_t *w, int cols, int rows) {
+static __device__ int q32_bytes(WType wt) {
+    return wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22; /* Q5_0 */
+}
+/* Σ qw·qx over one block: Q8_0's int8; Q4_0's nibble − 8, Q4_1's nibble (element j in
+   the low nibble of byte j, j + 16 in its high); Q5_0's nibble | fifth bit << 4, − 16 */
+static __device__ int32_t q32_dot(WType wt, const uint8_t *blk, const int8_t *qx) {
+    int32_t s = 0;
+    if (wt == WT_Q8_0) {
+        for (int k = 0; k < QB; k++) s += (int32_t)(int8_t)blk[2 + k] * qx[k];
+    } else if (wt == WT_Q5_0) {
+        uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+        for (int k = 0; k < QB / 2; k++)
+            s += (((blk[6 + k] & 15) | (int)(qh >> k & 1) << 4) - 16) * qx[k] +
+                 (((blk[6 + k] >> 4) | (int)(qh >> (k + 16) & 1) << 4) - 16) * qx[k + QB / 2];
+    } else {
+        const uint8_t *qs = blk + (wt == WT_Q4_1 ? 4 : 2);
+        int off = wt == WT_Q4_0 ? 8 : 0;
+        for (int k = 0; k < QB / 2; k++) s += ((qs[k] & 15) - off) * qx[k] + ((qs[k] >> 4) - off) * qx[k + QB / 2];
+    }
+    return s;
+}
+static __global__ void matmul_q32_kernel(float *y, const float *x, const uint8_t *w, WType wt, int cols, int rows) {
     int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QB - 1) / QB;
     CUEMU_DYN_SHARED(float, dx);      /* [nb] */
-    int8_t *qx = (int8_t *)(dx + nb); /* [nb][32] */
+    float *sx = dx + nb;              /* [nb] Σ q, as a float */
+    int8_t *qx = (int8_t *)(sx + nb); /* [nb][32] */
     const float *xt = x + (size_t)t * cols;
     for (int b = q; b < nb; b += BLOCK_ROWS) {
         int32_t sum;
         dx[b] = q8_block(xt + b * QB, cols - b * QB, qx + b * QB, &sum);
+        sx[b] = (float)sum;
     }
     __syncthreads();
     if (r >= rows) return;
-    const uint8_t *row = w + (size_t)r * nb * Q8_BYTES;
+    int bb = q32_bytes(wt);
+    const uint8_t *row = w + (size_t)r * nb * bb;
     float a = 0.0f;
     for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = row + (size_t)b * Q8_BYTES;
-        int32_t s = 0;
-        for (int k = 0; k < QB; k++) s += (int32_t)(int8_t)blk[2 + k] * qx[b * QB + k];
-        a = __fmaf_rn(f16_f32(blk) * dx[b], (float)s, a);
+        const uint8_t *blk = row + (size_t)b * bb;
+        a = __fmaf_rn(f16_f32(blk) * dx[b], (float)q32_dot(wt, blk, qx + b * QB), a);
+        if (wt == WT_Q4_1) a = __fmaf_rn(f16_f32(blk + 2) * dx[b], sx[b], a);
     }
     y[(size_t)t * rows + r] = a;
 }
 
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
     if (n <= 0 || rows <= 0 || cols <= 0) return;
-    if (wt == WT_Q8_0) {
+    if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0) {
         int nb = (cols + QB - 1) / QB;
-        CUEMU_LAUNCH(matmul_q8_0_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
-                     (size_t)nb * (sizeof(float) + QB), y, x, (const uint8_t *)packed, cols, rows);
+        CUEMU_LAUNCH(matmul_q32_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
+                     (size_t)nb * (2 * sizeof(float) + QB), y, x, (const uint8_t *)packed, wt, cols, rows);
         return;
     }
     if (wt != WT_F32 && wt != WT_BF16) return;

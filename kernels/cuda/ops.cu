@@ -103,13 +103,27 @@ static __global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float
     (val ? vs : ks)[blk * scale_stride + col + (size_t)h * block_size] = d;
 }
 
-/* k_row_to_f32 of rows[t]: a copy (f32) or a widening (bf16) */
+/* k_row_to_f32 of rows[t]: a copy (f32), a widening (bf16), or q32_row_to_f32 (ggml's
+   dequantization): Q8_0 q·d, Q4_0 (q − 8)·d, Q4_1 q·d + m (two roundings), Q5_0 (q − 16)·d */
 static __global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, const int32_t *rows, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (c >= cols) return;
-    if (wt == WT_Q8_0) { /* q32_row_to_f32: q · d */
-        const uint8_t *blk = (const uint8_t *)w + ((size_t)rows[t] * ((cols + 31) / 32) + c / 32) * 34;
-        y[(size_t)t * cols + c] = (float)(int8_t)blk[2 + c % 32] * f16_f32(blk);
+    if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0) {
+        int bb = wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22, k = c % 32, j = k % 16;
+        const uint8_t *blk = (const uint8_t *)w + ((size_t)rows[t] * ((cols + 31) / 32) + c / 32) * bb;
+        float d = f16_f32(blk), v;
+        if (wt == WT_Q8_0) v = (float)(int8_t)blk[2 + k] * d;
+        else {
+            const uint8_t *qs = blk + (wt == WT_Q4_0 ? 2 : wt == WT_Q4_1 ? 4 : 6);
+            int q = k < 16 ? qs[j] & 15 : qs[j] >> 4;
+            if (wt == WT_Q5_0) {
+                uint32_t qh =
+                    (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+                q |= (int)(qh >> k & 1) << 4;
+            }
+            v = wt == WT_Q4_1 ? (float)q * d + f16_f32(blk + 2) : (float)(q - (wt == WT_Q4_0 ? 8 : 16)) * d;
+        }
+        y[(size_t)t * cols + c] = v;
         return;
     }
     size_t at = (size_t)rows[t] * cols + c;

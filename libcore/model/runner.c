@@ -89,10 +89,10 @@ static int file_blocks(Shared *s) {
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         total += file_bytes(&list[i]);
-        for (int k = 1; k < 3 && list[i].src[k]; k++)
-            if (k_wtype_quant(list[i].src[k]->t) != k_wtype_quant(list[i].src[0]->t))
-                rc = pd_error("runner: a stacked matrix of block-type and plain sources (%s, %s)",
-                              mat_type_name(list[i].src[0]), mat_type_name(list[i].src[k]));
+        for (int k = 1; k < 3 && list[i].src[k]; k++) /* the kernels take one type a matrix */
+            if (list[i].src[k]->t != list[i].src[0]->t)
+                rc = pd_error("device %s: no kernel yet for a stacked matrix of mixed types (%s, %s)",
+                              dev_kind(s->dev), mat_type_name(list[i].src[0]), mat_type_name(list[i].src[k]));
     }
     unsigned char *host = total && !rc ? pd_alloc(total) : NULL;
     if (total && !host) rc = -1;
