@@ -91,8 +91,8 @@ static int file_blocks(Shared *s) {
         total += file_bytes(&list[i]);
         for (int k = 1; k < 3 && list[i].src[k]; k++) /* the kernels take one type a matrix */
             if (list[i].src[k]->t != list[i].src[0]->t)
-                rc = pd_error("device %s: no kernel yet for a stacked matrix of mixed types (%s, %s)",
-                              dev_kind(s->dev), mat_type_name(list[i].src[0]), mat_type_name(list[i].src[k]));
+                rc = pd_error("device %s: no kernel yet for a stacked matrix of mixed types (%s, %s)", dev_kind(s->dev),
+                              mat_type_name(list[i].src[0]), mat_type_name(list[i].src[k]));
     }
     unsigned char *host = total && !rc ? pd_alloc(total) : NULL;
     if (total && !host) rc = -1;
