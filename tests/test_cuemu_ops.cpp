@@ -3,8 +3,7 @@
    stacked, odd sizes, token counts across the CPU's tile paths), rope, add, silu,
    add_rows, silu_mul_rows, the KV write (f32, bf16, q8_0) and the embedding lookup; the
    bf16 weights unpacked to the f32 layout (the cuBLAS path's input) against k_pack's;
-   Q8_0, Q4_0, Q4_1 and Q5_0 on the file's blocks against k_matmul, and their embedding
-   lookup. */
+   every GGUF block type on the file's blocks against k_matmul, and its embedding lookup. */
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -152,30 +151,35 @@ static void test_kv_write(int order) {
         }
 }
 
-/* the 32-element block types on the file's blocks against k_matmul on k_pack_blocks'
-   (random bytes, the f16 scales finite), stacked sources, cols not a multiple of 32
-   included, token counts across the CPU's tiles; and the embedding lookup's dequantizing */
-static void test_q32(int order) {
-    static const int colss[] = {32, 64, 100, 160, 288};
+/* the block types on the file's blocks against k_matmul on k_pack_blocks' (random bytes,
+   the f16 scales finite), stacked sources, cols not a multiple of the block included
+   (short rows of the K types too), token counts across the CPU's tiles; and the
+   embedding lookup's dequantizing */
+static void test_blocks(int order) {
+    static const int colss[] = {32, 64, 100, 160, 288, 600};
     static const int rowss[] = {1, 17, 64, 130};
     static const struct {
         WType t;
-        int bytes, scales;
+        int bytes, f16_at[2], elems; /* where the f16 scales are (-1: none), elements a block */
         const char *name;
-    } T[] = {{WT_Q8_0, 34, 1, "q8_0"}, {WT_Q4_0, 18, 1, "q4_0"}, {WT_Q4_1, 20, 2, "q4_1"}, {WT_Q5_0, 22, 1, "q5_0"}};
+    } T[] = {{WT_Q8_0, 34, {0, -1}, 32, "q8_0"},    {WT_Q4_0, 18, {0, -1}, 32, "q4_0"},
+             {WT_Q4_1, 20, {0, 2}, 32, "q4_1"},     {WT_Q5_0, 22, {0, -1}, 32, "q5_0"},
+             {WT_Q4_K, 144, {0, 2}, 256, "q4_k"},   {WT_Q5_K, 176, {0, 2}, 256, "q5_k"},
+             {WT_Q6_K, 210, {208, -1}, 256, "q6_k"}};
     for (const auto &ty : T)
         for (int cols : colss)
             for (int rows : rowss)
                 for (int stacked = 0; stacked < 2; stacked++) {
-                    int nb = (cols + 31) / 32, n = 1 + (cols + rows + stacked) % 9, parts[2] = {rows, 5};
+                    int nb = (cols + ty.elems - 1) / ty.elems, n = 1 + (cols + rows + stacked) % 9;
+                    int parts[2] = {rows, 5};
                     int n_src = stacked ? 2 : 1, total = rows + (stacked ? 5 : 0), bb = ty.bytes;
                     size_t rb = (size_t)nb * bb;
                     std::vector<uint8_t> file((size_t)total * rb);
                     for (size_t b = 0; b < file.size() / bb; b++) {
                         for (int k = 0; k < bb; k++) file[b * bb + k] = (uint8_t)urand(256);
-                        for (int h = 0; h < ty.scales; h++) {
+                        for (int h = 0; h < 2 && ty.f16_at[h] >= 0; h++) {
                             uint16_t f = (uint16_t)(urand(2) << 15 | (5 + urand(16)) << 10 | urand(1024));
-                            memcpy(&file[b * bb + 2 * h], &f, 2);
+                            memcpy(&file[b * bb + ty.f16_at[h]], &f, 2);
                         }
                     }
                     const void *src[2] = {file.data(), file.data() + (size_t)rows * rb};
@@ -209,7 +213,7 @@ int main(void) {
         test_matmul(order);
         test_elementwise(order);
         test_kv_write(order);
-        test_q32(order);
+        test_blocks(order);
     }
     return check_done("cuemu_ops");
 }

@@ -35,8 +35,8 @@ extern "C" {
 #define cuda_topk_rows cuemu_topk_rows
 #endif
 
-/* k_matmul for WT_F32 and WT_BF16 on k_pack's layout, and for WT_Q8_0, WT_Q4_0, WT_Q4_1
-   and WT_Q5_0 on the file's rows of blocks, [rows][ceil(cols / 32)] blocks (matmul.cu) */
+/* k_matmul for WT_F32 and WT_BF16 on k_pack's layout, and for the block types on the
+   file's rows of blocks, [rows][ceil(cols / 32 or 256)] blocks (matmul.cu) */
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
 /* rows [r0, r0 + n_rows) (r0 a multiple of 64) of a bf16 matrix on k_pack's layout as
    the f32 one's layout would hold them, widened exactly (the cuBLAS path's input) */
@@ -52,8 +52,7 @@ void cuda_silu_mul_rows(float *y, const float *gu, int n, int cols);
 void cuda_kv_write_typed(KVType t, void *k, void *v, float *ks, float *vs, size_t block_stride, size_t scale_stride,
                          int block_size, int n_kv, int hd, const int *const *table, const int32_t *slot,
                          const float *src, size_t src_stride, size_t v_off, int n);
-/* k_row_to_f32 of rows[i] for i < n into y[n][cols] (an embedding lookup), f32, bf16 and the 32-element
-   block types */
+/* k_row_to_f32 of rows[i] for i < n into y[n][cols] (an embedding lookup), every type */
 void cuda_rows_to_f32(float *y, const void *w, WType wt, const int32_t *rows, int n, int cols);
 /* dev_move_cols_elem over device memory: for the count (read from count) pairs
    {src, dst} of list, in order, len elements of elem_bytes strided stride apart */
@@ -71,7 +70,7 @@ void cuda_softmax_rows(float *y, const float *x, const int32_t *rows, int max_ro
 void cuda_topk_rows(int32_t *ids, float *p, const float *x, const int32_t *rows, int max_rows, int cols, int k);
 
 /* the weight types cuda_matmul multiplies */
-static inline int cuda_has_wtype(WType wt) { return wt <= WT_Q5_0; } /* f32, bf16, the 32-element types */
+static inline int cuda_has_wtype(WType wt) { return wt >= WT_F32 && wt < WT_COUNT; } /* all of them */
 /* device.h's KernelSet over these launchers, as cuemu's (device_cpu.c) and the GPU's
    (device_cuda.c) share it, each naming its own build of them */
 #define CUDA_KERNEL_SET                                                                                                \

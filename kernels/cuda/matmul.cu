@@ -1,5 +1,5 @@
 /* matmul.cu — k_matmul (kernels/cpu/matmul.c) for f32 and bf16 weights, bit for bit, on
-   k_pack's layout (and for Q8_0, Q4_0, Q4_1 and Q5_0 on the file's blocks: below): blocks of up to 64 rows (4
+   k_pack's layout (and for the GGUF block types on the file's blocks: below): blocks of up to 64 rows (4
    panels of 16), column-major inside a block (for each column the block's W rows side by
    side; bf16 as column pairs, the even column in the low half of each 32-bit word). One
    thread per (token, row), one CUDA block per (64-row block, token): the row's two FMA
@@ -87,12 +87,101 @@ static __global__ void matmul_q32_kernel(float *y, const float *x, const uint8_t
     y[(size_t)t * rows + r] = a;
 }
 
+/* The K types (quant.h's rule, quant_k.c's spec) on the file's rows of super-blocks: x
+   quantized per 256 elements into shared memory (a super-block per thread), then each
+   thread its row's chain over the super-blocks in order: acc = fmaf(d * dx, (float)Σ_j
+   sc_j Σ q·qx, acc), and for Q4_K and Q5_K acc = fmaf(-(dmin * dx), (float)Σ_j m_j Σ qx,
+   acc) after it */
+#define QBK 256
+static __device__ int qk_bytes(WType wt) { return wt == WT_Q4_K ? 144 : wt == WT_Q5_K ? 176 : 210; }
+/* ggml's get_scale_min_k4 */
+static __device__ void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
+    else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+}
+/* x[0, n) (zeros past it) as 256 int8 by the rule; the scale returned */
+static __device__ float qk_x(const float *x, int n, int8_t *q) {
+    float amax = 0;
+    for (int i = 0; i < n && i < QBK; i++) amax = max1(fabsf(x[i]), amax);
+    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < QBK; i++) {
+        float r = i < n ? nearbyintf(x[i] * id) : 0.0f;
+        q[i] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+    }
+    return d;
+}
+/* one super-block: Σ_j sc_j Σ q·qx into *s, and Σ_j m_j Σ qx into *ms (Q4_K, Q5_K) */
+static __device__ void qk_dot(WType wt, const uint8_t *w, const int8_t *qx, int32_t *s_out, int32_t *ms_out) {
+    int32_t s = 0, ms = 0;
+    if (wt == WT_Q6_K) { /* ql[128], qh[64], int8 sc[16], d: q = 4 low | 2 high bits − 32 */
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h), *x = qx + 128 * h;
+            for (int j = 0; j < 8; j++) { /* 16 elements: quarter g, half j & 1 */
+                int g = j >> 1, l0 = 16 * (j & 1);
+                int32_t p = 0;
+                for (int l = l0; l < l0 + 16; l++) {
+                    int lo = g & 1 ? ql[l + 32] : ql[l];
+                    int v = (g < 2 ? lo & 15 : lo >> 4) | ((qh[l] >> (2 * g)) & 3) << 4;
+                    p += (v - 32) * x[l + 32 * g];
+                }
+                s += sc[j] * p;
+            }
+        }
+    } else { /* d, dmin, scales[12], (Q5_K: qh[32]), qs[128]: 8 sub-blocks of 32 */
+        const uint8_t *qh = w + 16, *qs = w + (wt == WT_Q4_K ? 16 : 48);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            int32_t p = 0, sx = 0;
+            scale_min_k4(j, w + 4, &sc, &m);
+            const uint8_t *q = qs + 32 * (j / 2);
+            for (int l = 0; l < 32; l++) {
+                int v = j & 1 ? q[l] >> 4 : q[l] & 0xF;
+                if (wt == WT_Q5_K) v += (qh[l] >> j & 1) << 4;
+                p += v * qx[32 * j + l];
+                sx += qx[32 * j + l];
+            }
+            s += sc * p, ms += m * sx;
+        }
+    }
+    *s_out = s, *ms_out = ms;
+}
+static __global__ void matmul_qk_kernel(float *y, const float *x, const uint8_t *w, WType wt, int cols, int rows) {
+    int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QBK - 1) / QBK;
+    CUEMU_DYN_SHARED(float, dx);      /* [nb] */
+    int8_t *qx = (int8_t *)(dx + nb); /* [nb][256] */
+    const float *xt = x + (size_t)t * cols;
+    for (int b = q; b < nb; b += BLOCK_ROWS) dx[b] = qk_x(xt + b * QBK, cols - b * QBK, qx + b * QBK);
+    __syncthreads();
+    if (r >= rows) return;
+    int bb = qk_bytes(wt);
+    const uint8_t *row = w + (size_t)r * nb * bb;
+    float a = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = row + (size_t)b * bb;
+        int32_t s, ms;
+        qk_dot(wt, blk, qx + b * QBK, &s, &ms);
+        if (wt == WT_Q6_K) a = __fmaf_rn(f16_f32(blk + 208) * dx[b], (float)s, a);
+        else {
+            a = __fmaf_rn(f16_f32(blk) * dx[b], (float)s, a);
+            a = __fmaf_rn(-(f16_f32(blk + 2) * dx[b]), (float)ms, a);
+        }
+    }
+    y[(size_t)t * rows + r] = a;
+}
+
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
     if (n <= 0 || rows <= 0 || cols <= 0) return;
     if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0) {
         int nb = (cols + QB - 1) / QB;
         CUEMU_LAUNCH(matmul_q32_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
                      (size_t)nb * (2 * sizeof(float) + QB), y, x, (const uint8_t *)packed, wt, cols, rows);
+        return;
+    }
+    if (wt == WT_Q4_K || wt == WT_Q5_K || wt == WT_Q6_K) {
+        int nb = (cols + QBK - 1) / QBK;
+        CUEMU_LAUNCH(matmul_qk_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
+                     (size_t)nb * (sizeof(float) + QBK), y, x, (const uint8_t *)packed, wt, cols, rows);
         return;
     }
     if (wt != WT_F32 && wt != WT_BF16) return;

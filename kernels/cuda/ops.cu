@@ -103,6 +103,29 @@ static __global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float
     (val ? vs : ks)[blk * scale_stride + col + (size_t)h * block_size] = d;
 }
 
+/* element c of row `row` of a K-type matrix as qk_row_to_f32 (ggml's dequantize_row_q4_K,
+   _q5_K, _q6_K) computes it: Q4_K, Q5_K (d·sc)·q − dmin·m; Q6_K (d·sc)·q */
+static __device__ float qk_elem(WType wt, const void *w, int32_t row, int cols, int c) {
+    int nb = (cols + 255) / 256, bb = wt == WT_Q4_K ? 144 : wt == WT_Q5_K ? 176 : 210, i = c % 256;
+    const uint8_t *b = (const uint8_t *)w + ((size_t)row * nb + c / 256) * bb;
+    if (wt == WT_Q6_K) {
+        int h = i / 128, g = i % 128 / 32, l = i % 32, is = l / 16;
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
+        int lo = g & 1 ? ql[l + 32] : ql[l];
+        int q = ((g < 2 ? lo & 15 : lo >> 4) | ((qh[l] >> (2 * g)) & 3) << 4) - 32;
+        return f16_f32(b + 208) * (float)sc[is + 2 * g] * (float)q;
+    }
+    int j = i / 64, hi = i % 64 >= 32, l = i % 32, is = 2 * j + hi, sc, m;
+    const uint8_t *s = b + 4, *qh = b + 16, *ql = b + (wt == WT_Q4_K ? 16 : 48) + 32 * j;
+    if (is < 4) sc = s[is] & 63, m = s[is + 4] & 63; /* ggml's get_scale_min_k4 */
+    else sc = (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4), m = (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
+    int q = hi ? ql[l] >> 4 : ql[l] & 0xF;
+    if (wt == WT_Q5_K && qh[l] >> is & 1) q += 16;
+    float d1 = f16_f32(b) * (float)sc, m1 = f16_f32(b + 2) * (float)m;
+    return d1 * (float)q - m1;
+}
+
 /* k_row_to_f32 of rows[t]: a copy (f32), a widening (bf16), or q32_row_to_f32 (ggml's
    dequantization): Q8_0 q·d, Q4_0 (q − 8)·d, Q4_1 q·d + m (two roundings), Q5_0 (q − 16)·d */
 static __global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, const int32_t *rows, int cols) {
@@ -124,6 +147,10 @@ static __global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, con
             v = wt == WT_Q4_1 ? (float)q * d + f16_f32(blk + 2) : (float)(q - (wt == WT_Q4_0 ? 8 : 16)) * d;
         }
         y[(size_t)t * cols + c] = v;
+        return;
+    }
+    if (wt == WT_Q4_K || wt == WT_Q5_K || wt == WT_Q6_K) {
+        y[(size_t)t * cols + c] = qk_elem(wt, w, rows[t], cols, c);
         return;
     }
     size_t at = (size_t)rows[t] * cols + c;
