@@ -18,6 +18,7 @@ extern "C" {
    file calling the GPU's, defines PD_CUDA_GPU_NAMES first. */
 #if !defined(__CUDACC__) && !defined(PD_CUDA_GPU_NAMES)
 #define cuda_matmul cuemu_matmul
+#define cuda_matmul_ld cuemu_matmul_ld
 #define cuda_unpack_bf16 cuemu_unpack_bf16
 #define cuda_rmsnorm cuemu_rmsnorm
 #define cuda_rope cuemu_rope
@@ -38,6 +39,8 @@ extern "C" {
 /* k_matmul for WT_F32 and WT_BF16 on k_pack's layout, and for the block types on the
    file's rows of blocks, [rows][ceil(cols / 32 or 256)] blocks (matmul.cu) */
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
+/* the block types' product into rows ldy floats apart */
+void cuda_matmul_ld(float *y, size_t ldy, const float *x, const void *w, WType wt, int n, int cols, int rows);
 /* rows [r0, r0 + n_rows) (r0 a multiple of 64) of a bf16 matrix on k_pack's layout as
    the f32 one's layout would hold them, widened exactly (the cuBLAS path's input) */
 void cuda_unpack_bf16(float *dst, const void *packed, int cols, int rows, int r0, int n_rows);
@@ -74,10 +77,11 @@ static inline int cuda_has_wtype(WType wt) { return wt >= WT_F32 && wt < WT_COUN
 /* device.h's KernelSet over these launchers, as cuemu's (device_cpu.c) and the GPU's
    (device_cuda.c) share it, each naming its own build of them */
 #define CUDA_KERNEL_SET                                                                                                \
-    .has_wtype = cuda_has_wtype, .file_blocks = 1, .matmul = cuda_matmul, .rmsnorm = cuda_rmsnorm, .rope = cuda_rope,  \
-    .add = cuda_add, .add_rows = cuda_add_rows, .silu_mul_rows = cuda_silu_mul_rows, .kv_write = cuda_kv_write_typed,  \
-    .attention_rel = cuda_attention_rel, .rows_to_f32 = cuda_rows_to_f32, .move_cols = cuda_move_cols,                 \
-    .argmax_rows = cuda_argmax_rows, .softmax_rows = cuda_softmax_rows, .topk_rows = cuda_topk_rows
+    .has_wtype = cuda_has_wtype, .file_blocks = 1, .matmul = cuda_matmul, .matmul_ld = cuda_matmul_ld,                 \
+    .rmsnorm = cuda_rmsnorm, .rope = cuda_rope, .add = cuda_add, .add_rows = cuda_add_rows,                            \
+    .silu_mul_rows = cuda_silu_mul_rows, .kv_write = cuda_kv_write_typed, .attention_rel = cuda_attention_rel,         \
+    .rows_to_f32 = cuda_rows_to_f32, .move_cols = cuda_move_cols, .argmax_rows = cuda_argmax_rows,                     \
+    .softmax_rows = cuda_softmax_rows, .topk_rows = cuda_topk_rows
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,8 @@ static __device__ int32_t q32_dot(WType wt, const uint8_t *blk, const int8_t *qx
     }
     return s;
 }
-static __global__ void matmul_q32_kernel(float *y, const float *x, const uint8_t *w, WType wt, int cols, int rows) {
+static __global__ void matmul_q32_kernel(float *y, size_t ldy, const float *x, const uint8_t *w, WType wt, int cols,
+                                         int rows) {
     int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QB - 1) / QB;
     CUEMU_DYN_SHARED(float, dx);      /* [nb] */
     float *sx = dx + nb;              /* [nb] Σ q, as a float */
@@ -84,7 +85,7 @@ static __global__ void matmul_q32_kernel(float *y, const float *x, const uint8_t
         a = __fmaf_rn(f16_f32(blk) * dx[b], (float)q32_dot(wt, blk, qx + b * QB), a);
         if (wt == WT_Q4_1) a = __fmaf_rn(f16_f32(blk + 2) * dx[b], sx[b], a);
     }
-    y[(size_t)t * rows + r] = a;
+    y[(size_t)t * ldy + r] = a;
 }
 
 /* The K types (quant.h's rule, quant_k.c's spec) on the file's rows of super-blocks: x
@@ -146,7 +147,8 @@ static __device__ void qk_dot(WType wt, const uint8_t *w, const int8_t *qx, int3
     }
     *s_out = s, *ms_out = ms;
 }
-static __global__ void matmul_qk_kernel(float *y, const float *x, const uint8_t *w, WType wt, int cols, int rows) {
+static __global__ void matmul_qk_kernel(float *y, size_t ldy, const float *x, const uint8_t *w, WType wt, int cols,
+                                        int rows) {
     int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QBK - 1) / QBK;
     CUEMU_DYN_SHARED(float, dx);      /* [nb] */
     int8_t *qx = (int8_t *)(dx + nb); /* [nb][256] */
@@ -167,24 +169,23 @@ static __global__ void matmul_qk_kernel(float *y, const float *x, const uint8_t 
             a = __fmaf_rn(-(f16_f32(blk + 2) * dx[b]), (float)ms, a);
         }
     }
-    y[(size_t)t * rows + r] = a;
+    y[(size_t)t * ldy + r] = a;
+}
+
+void cuda_matmul_ld(float *y, size_t ldy, const float *x, const void *w, WType wt, int n, int cols, int rows) {
+    if (n <= 0 || rows <= 0 || cols <= 0) return;
+    dim3 grid((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n);
+    if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0)
+        CUEMU_LAUNCH(matmul_q32_kernel, grid, dim3(BLOCK_ROWS), (size_t)(cols + QB - 1) / QB * (2 * sizeof(float) + QB),
+                     y, ldy, x, (const uint8_t *)w, wt, cols, rows);
+    else if (wt == WT_Q4_K || wt == WT_Q5_K || wt == WT_Q6_K)
+        CUEMU_LAUNCH(matmul_qk_kernel, grid, dim3(BLOCK_ROWS), (size_t)(cols + QBK - 1) / QBK * (sizeof(float) + QBK),
+                     y, ldy, x, (const uint8_t *)w, wt, cols, rows);
 }
 
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {
+    if (wt != WT_F32 && wt != WT_BF16) return cuda_matmul_ld(y, (size_t)rows, x, packed, wt, n, cols, rows);
     if (n <= 0 || rows <= 0 || cols <= 0) return;
-    if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0) {
-        int nb = (cols + QB - 1) / QB;
-        CUEMU_LAUNCH(matmul_q32_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
-                     (size_t)nb * (2 * sizeof(float) + QB), y, x, (const uint8_t *)packed, wt, cols, rows);
-        return;
-    }
-    if (wt == WT_Q4_K || wt == WT_Q5_K || wt == WT_Q6_K) {
-        int nb = (cols + QBK - 1) / QBK;
-        CUEMU_LAUNCH(matmul_qk_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS),
-                     (size_t)nb * (sizeof(float) + QBK), y, x, (const uint8_t *)packed, wt, cols, rows);
-        return;
-    }
-    if (wt != WT_F32 && wt != WT_BF16) return;
     CUEMU_LAUNCH(matmul_kernel, dim3((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n), dim3(BLOCK_ROWS), 0, y, x, packed, wt,
                  cols, rows);
 }

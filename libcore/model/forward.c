@@ -91,6 +91,16 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
     return runner_reserve_split(r, n < ATT_SPLIT_TOKENS ? n : ATT_SPLIT_TOKENS, chunks) || upload_desc(r);
 }
 
+typedef void (*MatmulFn)(float *, const float *, const void *, WType, int, int, int);
+/* a stacked product (q | k | v, gate | up): one matmul, or where its sources' block types
+   differ on a device reading the file's blocks, one matmul_ld a source */
+static void stacked(const Runner *r, MatmulFn matmul, float *y, const float *x, const void *w, WType t, int n, int cols,
+                    int rows, const DevPart *part, int parts) {
+    if (!parts) return matmul(y, x, w, t, n, cols, rows);
+    for (int i = 0, r0 = 0; i < parts; r0 += part[i].rows, i++)
+        r->k->matmul_ld(y + r0, (size_t)rows, x, part[i].w, part[i].t, n, cols, part[i].rows);
+}
+
 static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const Model *m = r->m;
     const Config *c = &m->c;
@@ -98,14 +108,13 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
     const DevLayer *W = &r->w.layers[l];
     Workspace *w = &r->ws;
     const StepDesc *d = &w->ddesc; /* the kernels read the device's copy */
-    void (*matmul)(float *, const float *, const void *, WType, int, int, int) =
-        r->fast && r->k->matmul_fast ? r->k->matmul_fast : r->k->matmul;
+    MatmulFn matmul = r->fast && r->k->matmul_fast ? r->k->matmul_fast : r->k->matmul;
     int n = d->n, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, row = qd + 2 * kvd;
     const int32_t *base = d->base + (size_t)li * n, *slot = d->slot + (size_t)li * n;
 
     /* attention: x += wo · attn(rope(wq·xb), rope(wk·xb), wv·xb) */
     r->k->rmsnorm(w->xb, x, W->attn_norm, n, c->dim, c->norm_eps);
-    matmul(w->qkv, w->xb, W->qkv, L->qkv.t, n, c->dim, row);
+    stacked(r, matmul, w->qkv, w->xb, W->qkv, L->qkv.t, n, c->dim, row, W->qkv_part, W->qkv_parts);
     if (W->bq) {
         r->k->add_rows(w->qkv, row, W->bq, n, qd);
         r->k->add_rows(w->qkv + qd, row, W->bk, n, kvd);
@@ -147,7 +156,7 @@ static void layer_forward(Runner *r, KVCache *kv, int l, int li, float *x) {
 
     /* feed-forward: x += w2 · (silu(w1·xb) * (w3·xb)) */
     r->k->rmsnorm(w->xb, x, W->ffn_norm, n, c->dim, c->norm_eps);
-    matmul(w->gu, w->xb, W->gate_up, L->gate_up.t, n, c->dim, 2 * c->hidden_dim);
+    stacked(r, matmul, w->gu, w->xb, W->gate_up, L->gate_up.t, n, c->dim, 2 * c->hidden_dim, W->gu_part, W->gu_parts);
     r->k->silu_mul_rows(w->hb, w->gu, n, c->hidden_dim);
     matmul(w->out, w->hb, W->w2, L->w2.t, n, c->hidden_dim, c->dim);
     r->k->add(x, w->out, (size_t)n * c->dim);

@@ -67,6 +67,8 @@ static void shared_free(Shared *s) {
 typedef struct {
     const Mat *src[3];
     const void **at; /* where the kernels' address goes */
+    DevPart *part;   /* where the sources go one by one if their types differ (or NULL) */
+    int *parts;
 } BlockMat;
 static size_t src_bytes(const Mat *w) { return w && k_wtype_quant(w->t) ? (size_t)w->rows * mat_row_bytes(w) : 0; }
 static size_t file_bytes(const BlockMat *b) {
@@ -80,18 +82,18 @@ static int file_blocks(Shared *s) {
     for (int l = 0; l < m->c.n_layers; l++) {
         const Layer *L = &m->layers[l];
         DevLayer *D = &s->w.layers[l];
-        list[4 * l] = (BlockMat){{&L->wq, &L->wk, &L->wv}, &D->qkv};
-        list[4 * l + 1] = (BlockMat){{&L->wo}, &D->wo};
-        list[4 * l + 2] = (BlockMat){{&L->w1, &L->w3}, &D->gate_up};
-        list[4 * l + 3] = (BlockMat){{&L->w2}, &D->w2};
+        list[4 * l] = (BlockMat){{&L->wq, &L->wk, &L->wv}, &D->qkv, D->qkv_part, &D->qkv_parts};
+        list[4 * l + 1] = (BlockMat){{&L->wo}, &D->wo, NULL, NULL};
+        list[4 * l + 2] = (BlockMat){{&L->w1, &L->w3}, &D->gate_up, D->gu_part, &D->gu_parts};
+        list[4 * l + 3] = (BlockMat){{&L->w2}, &D->w2, NULL, NULL};
     }
-    list[n - 1] = (BlockMat){{&m->lm_head}, &s->w.lm_head};
+    list[n - 1] = (BlockMat){{&m->lm_head}, &s->w.lm_head, NULL, NULL};
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         total += file_bytes(&list[i]);
-        for (int k = 1; k < 3 && list[i].src[k]; k++) /* the kernels take one type a matrix */
-            if (list[i].src[k]->t != list[i].src[0]->t)
-                rc = pd_error("device %s: no kernel yet for a stacked matrix of mixed types (%s, %s)", dev_kind(s->dev),
+        for (int k = 1; k < 3 && list[i].src[k]; k++)
+            if (k_wtype_quant(list[i].src[k]->t) != k_wtype_quant(list[i].src[0]->t))
+                rc = pd_error("runner: a stacked matrix of block-type and plain sources (%s, %s)",
                               mat_type_name(list[i].src[0]), mat_type_name(list[i].src[k]));
     }
     unsigned char *host = total && !rc ? pd_alloc(total) : NULL;
@@ -102,8 +104,16 @@ static int file_blocks(Shared *s) {
             if (b) memcpy(host + o, list[i].src[k]->w, b), o += b;
         }
     if (host && dev_wrap(s->dev, host, total, &s->blocks)) rc = pd_error("runner: the weights: %s", dev_errmsg());
-    for (size_t i = 0, o = 0; host && !rc && i < (size_t)n; o += file_bytes(&list[i]), i++)
-        if (file_bytes(&list[i])) *list[i].at = (char *)dev_ptr(s->dev, s->blocks) + o;
+    for (size_t i = 0, o = 0; host && !rc && i < (size_t)n; o += file_bytes(&list[i]), i++) {
+        const BlockMat *b = &list[i];
+        char *at = (char *)dev_ptr(s->dev, s->blocks) + o;
+        if (!file_bytes(b)) continue;
+        *b->at = at;
+        int mixed = 0;
+        for (int k = 1; k < 3 && b->src[k]; k++) mixed |= b->src[k]->t != b->src[0]->t;
+        for (int k = 0; mixed && k < 3 && b->src[k]; at += src_bytes(b->src[k]), k++) /* matmul_ld each */
+            b->part[(*b->parts)++] = (DevPart){at, b->src[k]->t, b->src[k]->rows};
+    }
     free(host), free(list);
     return rc;
 }
@@ -125,10 +135,15 @@ static Shared *weights_load(const Model *m, const char *kind) {
     int miss = 0;
     for (int l = 0; l < m->c.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        w->layers[l] =
-            (DevLayer){on_dev(s, L->attn_norm, &miss), on_dev(s, L->ffn_norm, &miss),  on_dev(s, L->bq, &miss),
-                       on_dev(s, L->bk, &miss),        on_dev(s, L->bv, &miss),        on_dev(s, L->qkv.p, &miss),
-                       on_dev(s, L->wo.p, &miss),      on_dev(s, L->gate_up.p, &miss), on_dev(s, L->w2.p, &miss)};
+        w->layers[l] = (DevLayer){.attn_norm = on_dev(s, L->attn_norm, &miss),
+                                  .ffn_norm = on_dev(s, L->ffn_norm, &miss),
+                                  .bq = on_dev(s, L->bq, &miss),
+                                  .bk = on_dev(s, L->bk, &miss),
+                                  .bv = on_dev(s, L->bv, &miss),
+                                  .qkv = on_dev(s, L->qkv.p, &miss),
+                                  .wo = on_dev(s, L->wo.p, &miss),
+                                  .gate_up = on_dev(s, L->gate_up.p, &miss),
+                                  .w2 = on_dev(s, L->w2.p, &miss)};
     }
     w->embed = on_dev(s, m->embed.w, &miss);
     w->final_norm = on_dev(s, m->final_norm, &miss);

@@ -56,9 +56,18 @@ typedef struct Workspace {
 /* the weights one layer's kernels read, at the device's addresses (types and shapes
    as the Model's Layer) */
 typedef struct {
+    const void *w; /* the source's rows of blocks */
+    WType t;
+    int rows;
+} DevPart;
+typedef struct {
     const float *attn_norm, *ffn_norm;   /* [dim] */
     const float *bq, *bk, *bv;           /* biases, or NULL */
     const void *qkv, *wo, *gate_up, *w2; /* packed */
+    /* a file_blocks device's q | k | v or gate | up whose sources differ in block type:
+       the sources one by one (matmul_ld each); 0 parts otherwise */
+    DevPart qkv_part[3], gu_part[2];
+    int qkv_parts, gu_parts;
 } DevLayer;
 
 /* the Model's memory the kernels read, on the runner's device: its packed matrices, its
