@@ -45,7 +45,7 @@ static const void *on_dev(const Shared *s, const void *p, int *missing) {
     const DevBuf buf[3] = {s->w.packed, s->w.arena, s->w.embed_buf};
     if (!p) return NULL;
     for (int i = 0; i < 3; i++)
-        if (base[i] && c >= base[i] && c < base[i] + dbuf_bytes(buf[i]))
+        if (base[i] && buf[i].mem && c >= base[i] && c < base[i] + dbuf_bytes(buf[i]))
             return (char *)dev_ptr(s->dev, buf[i]) + (c - base[i]);
     *missing = 1;
     return NULL;
@@ -118,6 +118,22 @@ static int file_blocks(Shared *s) {
     return rc;
 }
 
+/* a matrix's packed copy where the kernels see it; NULL for a block type on a device that
+   reads the file's blocks instead (file_blocks sets those) */
+static const void *mat_dev(const Shared *s, const Mat *w, int *missing) {
+    return dev_kernels(s->dev)->file_blocks && k_wtype_quant(w->t) ? NULL : on_dev(s, w->p, missing);
+}
+/* does any product read the packed arena? (not where every matrix is read as file blocks) */
+static int packed_used(const Model *m, const Device *d) {
+    int floats = !k_wtype_quant(m->lm_head.t);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        floats |= !k_wtype_quant(L->qkv.t) || !k_wtype_quant(L->wo.t) || !k_wtype_quant(L->gate_up.t) ||
+                  !k_wtype_quant(L->w2.t);
+    }
+    return floats || !dev_kernels(d)->file_blocks;
+}
+
 static Shared *weights_load(const Model *m, const char *kind) {
     Shared *s = pd_alloc(sizeof *s);
     if (!s) return NULL;
@@ -125,7 +141,7 @@ static Shared *weights_load(const Model *m, const char *kind) {
     DevWeights *w = &s->w;
     size_t eb = (size_t)m->embed.rows * mat_row_bytes(&m->embed);
     if (!(s->dev = dev_open(kind)) ||
-        (m->packed.base && dev_wrap(s->dev, m->packed.base, m->packed.used, &w->packed)) ||
+        (m->packed.base && packed_used(m, s->dev) && dev_wrap(s->dev, m->packed.base, m->packed.used, &w->packed)) ||
         (m->arena.base && dev_wrap(s->dev, m->arena.base, m->arena.used, &w->arena)) ||
         dev_wrap(s->dev, m->embed.w, eb, &w->embed_buf)) {
         pd_error("runner: the weights: %s", dev_errmsg());
@@ -140,14 +156,14 @@ static Shared *weights_load(const Model *m, const char *kind) {
                                   .bq = on_dev(s, L->bq, &miss),
                                   .bk = on_dev(s, L->bk, &miss),
                                   .bv = on_dev(s, L->bv, &miss),
-                                  .qkv = on_dev(s, L->qkv.p, &miss),
-                                  .wo = on_dev(s, L->wo.p, &miss),
-                                  .gate_up = on_dev(s, L->gate_up.p, &miss),
-                                  .w2 = on_dev(s, L->w2.p, &miss)};
+                                  .qkv = mat_dev(s, &L->qkv, &miss),
+                                  .wo = mat_dev(s, &L->wo, &miss),
+                                  .gate_up = mat_dev(s, &L->gate_up, &miss),
+                                  .w2 = mat_dev(s, &L->w2, &miss)};
     }
     w->embed = on_dev(s, m->embed.w, &miss);
     w->final_norm = on_dev(s, m->final_norm, &miss);
-    w->lm_head = on_dev(s, m->lm_head.p, &miss);
+    w->lm_head = mat_dev(s, &m->lm_head, &miss);
     if (dev_kernels(s->dev)->file_blocks && file_blocks(s)) return shared_free(s), NULL;
     w->cos = on_dev(s, m->rope_cos, &miss), w->sin = on_dev(s, m->rope_sin, &miss);
     if (miss) {
