@@ -97,12 +97,12 @@ typedef struct {
     int (*has_wtype)(WType wt); /* the weight types its matmul multiplies */
     int file_blocks;            /* block-type weights as the file's rows of blocks, not k_pack's */
     void (*matmul)(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
-    /* file_blocks: matmul's product into rows ldy floats apart (y[t][r] at y + t·ldy + r),
-       for one source of a stacked matrix whose sources differ in type */
-    void (*matmul_ld)(float *y, size_t ldy, const float *x, const void *w, WType wt, int n, int cols, int rows);
     /* the same product by the vendor's library (cuBLAS on the GPU): fast for many rows of
        x, not the spec's bits; NULL where there is none */
     void (*matmul_fast)(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows);
+    /* file_blocks: matmul's product into rows ldy floats apart (y[t][r] at y + t·ldy + r),
+       for one source of a stacked matrix whose sources differ in type */
+    void (*matmul_ld)(float *y, size_t ldy, const float *x, const void *w, WType wt, int n, int cols, int rows);
     void (*rmsnorm)(float *y, const float *x, const float *g, int n, int dim, float eps);
     void (*rope)(float *x, size_t stride, const int32_t *pos, int n, int n_heads, int head_dim, const float *cos_t,
                  const float *sin_t);
