@@ -58,9 +58,8 @@ typedef struct {
     double head_cost; /* a head check in layer-equivalents of work */
     uint64_t rng;     /* the oracle's coin */
     int done;
-    Runner *run2;   /* two streams: the second, for the deferred layers */
-    DevEvent *ran2; /* recorded on it after them */
-    int deferred;   /* position 0's layers from defer_from on are in flight on run2 */
+    Runner *run2; /* two streams: the second, for the deferred layers */
+    int deferred; /* position 0's layers from defer_from on are in flight on run2 */
     int defer_from;
 } Ada;
 
@@ -238,7 +237,6 @@ static int ada_defer(Ada *s, int e) {
     AdaSlot *a = &s->a[s->n - 1];
     Batch b = {1, &a->token, &d->seq, &a->pos, NULL, NULL};
     if (forward_submit(s->run2, d->kv, &b, e, s->L, ada_slot_h(s, s->n - 1))) return -1;
-    if (dev_record(s->run2->dev, s->ran2)) return pd_error("adadecode: %s", dev_errmsg());
     d->layer_passes += s->L - e;
     d->token_layers += s->L - e;
     a->layer = s->L;
@@ -261,7 +259,7 @@ static int ada_step(Ada *s) {
     Batch b = {g, tok, seq, pos, NULL, NULL};
     /* two streams: layers past the deferred position's exit need its KV from run2 */
     int wait = s->deferred && e > s->defer_from;
-    if (wait && dev_wait(d->run->dev, s->ran2)) return pd_error("adadecode: %s", dev_errmsg());
+    if (wait && runner_after(d->run, s->run2)) return -1;
     if (decode_forward(d, &b, m, e, ada_slot_h(s, g0))) return -1;
     for (int i = g0; i < s->n; i++) s->a[i].layer = e;
     d->pending_sum += ada_pending(s);
@@ -329,9 +327,8 @@ static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **s
                .max_pending = o->max_pending > 0 ? o->max_pending : 5,
                .rng = 0x2545F4914F6CDD1Dull};
     if (s->max_pending > MAX_ACTIVE - 2) s->max_pending = MAX_ACTIVE - 2;
-    int streams = o->streams ? o->streams : strcmp(dev_kind(d->run->dev), "cuda") ? 1 : 2;
-    if (streams == 2 && (!(s->run2 = runner_new(d->m)) || !(s->ran2 = dev_event_new(s->run2->dev))))
-        return pd_error("adadecode: a second stream: %s", s->run2 ? dev_errmsg() : pd_errmsg());
+    int streams = o->streams ? o->streams : strcmp(runner_kind(d->run), "cuda") ? 1 : 2;
+    if (streams == 2 && !(s->run2 = runner_new(d->m))) return pd_error_prefix("adadecode: a second stream");
     const Config *c = &d->m->c;
     double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
     /* a check: the head's two products, and one more forward call split off (about a
@@ -363,8 +360,6 @@ static void ada_finish(DecodeCtx *d, void *state) {
     (void)d;
     Ada *s = state;
     if (!s) return;
-    if (s->run2) dev_sync(s->run2->dev); /* a call still in flight after an error */
-    dev_event_free(s->ran2);
     runner_free(s->run2);
     free(s->h);
     free(s->q);

@@ -211,9 +211,19 @@ Runner *runner_new(const Model *m) {
     return r;
 }
 
+const char *runner_kind(const Runner *r) { return dev_kind(r->dev); }
+
+int runner_after(Runner *a, Runner *b) {
+    if ((!b->ran && !(b->ran = dev_event_new(b->dev))) || dev_record(b->dev, b->ran) || dev_wait(a->dev, b->ran))
+        return pd_error("runner: %s", dev_errmsg());
+    return 0;
+}
+
 void runner_free(Runner *r) {
     if (!r) return;
     if (r->dev) {
+        dev_sync(r->dev); /* a call still in flight after an error */
+        dev_event_free(r->ran);
         dev_free(r->dev, r->ws.acts);
         dev_free(r->dev, r->ws.desc_buf);
         free(r->ws.desc_host);

@@ -91,12 +91,18 @@ typedef struct Runner {
     DevWeights w;          /* the shared copy's addresses */
     struct Shared *shared; /* that copy (runner.c), counted */
     Workspace ws;
+    DevEvent *ran; /* runner_after's mark on this stream (made when first needed) */
 } Runner;
 
 /* a runner on the device model_device named (the CPU's by default); NULL + message
    when out of memory or when the device has no kernel for the model's weights */
 Runner *runner_new(const Model *m);
-void runner_free(Runner *r);
+void runner_free(Runner *r); /* after what its stream still runs */
+/* the device kind the runner runs on ("cpu", "cuemu", "cuda") */
+const char *runner_kind(const Runner *r);
+/* a's later calls wait for the calls queued on b so far (two runners are two streams:
+   an event on b's, waited for on a's); -1 + message */
+int runner_after(Runner *a, Runner *b);
 /* workspace for n tokens, vis visibility entries and a call over layers layers (grows,
    never shrinks) */
 int runner_reserve(Runner *r, int n, size_t vis, int layers);
