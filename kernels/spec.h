@@ -1,8 +1,9 @@
 /* spec.h — the scalar spec's pieces that kernels/cpu (C) and kernels/cuda (nvcc, and the
    host C++ compiler under cuemu.h) both compute with, written once so the CUDA kernels
    cannot drift from the CPU's: MAXPS and MINPS, the 16-lane halving trees (dot.h says
-   where they come from), exp1, the project's e^x (exp.h says how it is built), and the
-   8-bit quantization of a block of x the block-type matmuls share (quant.h). */
+   where they come from), exp1, the project's e^x (exp.h says how it is built), the GGUF
+   block layouts' sizes and bit fields, and the 8-bit quantization of a block of x the
+   block-type matmuls share (quant.h). */
 #ifndef PD_SPEC_H
 #define PD_SPEC_H
 #include <math.h>
@@ -50,6 +51,28 @@ PD_SPEC float exp1(float x) {
     y = fmaf(y, r * r, r + 1.0f);
     int k = (int)n, k1 = (int)floorf(n * 0.5f);
     return y * pow2i(k1) * pow2i(k - k1);
+}
+
+/* GGUF's block types as the CPU's and the CUDA kernels read them (quant.h says more) */
+#define QK 32          /* elements per block of Q8_0, Q4_0, Q4_1, Q5_0 */
+#define QK_K 256       /* elements per super-block of the K types */
+#define Q8_0_BYTES 34  /* f16 d; int8 qs[32] */
+#define Q4_0_BYTES 18  /* f16 d; qs[16]: element j in the low nibble of byte j, j + 16 in its high */
+#define Q4_1_BYTES 20  /* f16 d, m; qs[16] as Q4_0 */
+#define Q5_0_BYTES 22  /* f16 d; qh (4 bytes, little-endian: bit j is element j's fifth bit); qs[16] as Q4_0 */
+#define Q4_K_BYTES 144 /* f16 d, dmin; scales[12] (8 × 6-bit scale, 8 × 6-bit min); qs[128] */
+#define Q5_K_BYTES 176 /* f16 d, dmin; scales[12]; qh[32] (the fifth bits); qs[128] */
+#define Q6_K_BYTES 210 /* ql[128]; qh[64]; int8 scales[16]; f16 d */
+
+/* Q5_0's fifth bits of a block, as a mask over its 32 elements */
+PD_SPEC uint32_t q5_high(const uint8_t *blk) {
+    return (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+}
+
+/* ggml's get_scale_min_k4: sub-block j's 6-bit scale and minimum from a K block's scales[12] */
+PD_SPEC void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
+    else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
 }
 
 /* quant.h's rule for a block of 32 elements of x (those past n are 0): q[32] and the

@@ -31,10 +31,6 @@
 static size_t block_bytes(WType wt) {
     return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : wt == WT_Q5_0 ? Q5_0_BYTES : Q4_1_BYTES;
 }
-/* Q5_0's fifth bits of a block, as a mask over its 32 elements */
-static inline uint32_t q5_high(const uint8_t *blk) {
-    return (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
-}
 
 /* x's rows quantized: per block 32 int8, the scale, and Σ q (exact in an int and a float) */
 typedef struct {

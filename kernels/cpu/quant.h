@@ -26,16 +26,7 @@
 
 #include "backend.h"
 #include "half.h"
-
-#define QK 32          /* elements per block of Q8_0, Q4_0, Q4_1 */
-#define QK_K 256       /* elements per super-block of the K types */
-#define Q8_0_BYTES 34  /* f16 d; int8 qs[32] */
-#define Q4_0_BYTES 18  /* f16 d; qs[16]: element j in the low nibble of byte j, j + 16 in its high */
-#define Q4_1_BYTES 20  /* f16 d, m; qs[16] as Q4_0 */
-#define Q5_0_BYTES 22  /* f16 d; qh (4 bytes, little-endian: bit j is element j's fifth bit); qs[16] as Q4_0 */
-#define Q4_K_BYTES 144 /* f16 d, dmin; scales[12] (8 × 6-bit scale, 8 × 6-bit min); qs[128] */
-#define Q5_K_BYTES 176 /* f16 d, dmin; scales[12]; qh[32] (the fifth bits); qs[128] */
-#define Q6_K_BYTES 210 /* ql[128]; qh[64]; int8 scales[16]; f16 d */
+#include "spec.h" /* QK, QK_K, the block sizes, q5_high, scale_min_k4 */
 
 /* the packed form of a block-type matrix (k_pack): where its rows lie and, for the
    block types in AVX2 builds, the same blocks laid out as quant.c / quant_k.c read them */

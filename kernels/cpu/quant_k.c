@@ -94,12 +94,6 @@ static void quantize_x(XBlock *xb, const float *x, int cols) {
     }
 }
 
-/* ggml's get_scale_min_k4 */
-static inline void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
-    if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
-    else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-}
-
 static size_t block_bytes(WType wt) { return wt == WT_Q4_K ? Q4_K_BYTES : wt == WT_Q5_K ? Q5_K_BYTES : Q6_K_BYTES; }
 
 #ifndef QK_AVX2

@@ -41,48 +41,44 @@ static __global__ void matmul_kernel(float *y, const float *x, const void *w, WT
    clamped, and Σ q), then each thread its row's chain acc = fmaf(dw * dx, (float)Σ qw·qx,
    acc), Q4_1 then acc = fmaf(mw * dx, (float)Σ qx, acc). The integer sums are exact in
    any order. */
-#define QB 32
-static __device__ int q32_bytes(WType wt) {
-    return wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22; /* Q5_0 */
-}
 /* Σ qw·qx over one block: Q8_0's int8; Q4_0's nibble − 8, Q4_1's nibble (element j in
    the low nibble of byte j, j + 16 in its high); Q5_0's nibble | fifth bit << 4, − 16 */
 static __device__ int32_t q32_dot(WType wt, const uint8_t *blk, const int8_t *qx) {
     int32_t s = 0;
     if (wt == WT_Q8_0) {
-        for (int k = 0; k < QB; k++) s += (int32_t)(int8_t)blk[2 + k] * qx[k];
+        for (int k = 0; k < QK; k++) s += (int32_t)(int8_t)blk[2 + k] * qx[k];
     } else if (wt == WT_Q5_0) {
-        uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
-        for (int k = 0; k < QB / 2; k++)
+        uint32_t qh = q5_high(blk);
+        for (int k = 0; k < QK / 2; k++)
             s += (((blk[6 + k] & 15) | (int)(qh >> k & 1) << 4) - 16) * qx[k] +
-                 (((blk[6 + k] >> 4) | (int)(qh >> (k + 16) & 1) << 4) - 16) * qx[k + QB / 2];
+                 (((blk[6 + k] >> 4) | (int)(qh >> (k + 16) & 1) << 4) - 16) * qx[k + QK / 2];
     } else {
         const uint8_t *qs = blk + (wt == WT_Q4_1 ? 4 : 2);
         int off = wt == WT_Q4_0 ? 8 : 0;
-        for (int k = 0; k < QB / 2; k++) s += ((qs[k] & 15) - off) * qx[k] + ((qs[k] >> 4) - off) * qx[k + QB / 2];
+        for (int k = 0; k < QK / 2; k++) s += ((qs[k] & 15) - off) * qx[k] + ((qs[k] >> 4) - off) * qx[k + QK / 2];
     }
     return s;
 }
 static __global__ void matmul_q32_kernel(float *y, size_t ldy, const float *x, const uint8_t *w, WType wt, int cols,
                                          int rows) {
-    int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QB - 1) / QB;
+    int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QK - 1) / QK;
     CUEMU_DYN_SHARED(float, dx);      /* [nb] */
     float *sx = dx + nb;              /* [nb] Σ q, as a float */
     int8_t *qx = (int8_t *)(sx + nb); /* [nb][32] */
     const float *xt = x + (size_t)t * cols;
     for (int b = q; b < nb; b += BLOCK_ROWS) {
         int32_t sum;
-        dx[b] = q8_block(xt + b * QB, cols - b * QB, qx + b * QB, &sum);
+        dx[b] = q8_block(xt + b * QK, cols - b * QK, qx + b * QK, &sum);
         sx[b] = (float)sum;
     }
     __syncthreads();
     if (r >= rows) return;
-    int bb = q32_bytes(wt);
+    int bb = q_block_bytes(wt);
     const uint8_t *row = w + (size_t)r * nb * bb;
     float a = 0.0f;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = row + (size_t)b * bb;
-        a = __fmaf_rn(f16_f32(blk) * dx[b], (float)q32_dot(wt, blk, qx + b * QB), a);
+        a = __fmaf_rn(f16_f32(blk) * dx[b], (float)q32_dot(wt, blk, qx + b * QK), a);
         if (wt == WT_Q4_1) a = __fmaf_rn(f16_f32(blk + 2) * dx[b], sx[b], a);
     }
     y[(size_t)t * ldy + r] = a;
@@ -93,19 +89,12 @@ static __global__ void matmul_q32_kernel(float *y, size_t ldy, const float *x, c
    thread its row's chain over the super-blocks in order: acc = fmaf(d * dx, (float)Σ_j
    sc_j Σ q·qx, acc), and for Q4_K and Q5_K acc = fmaf(-(dmin * dx), (float)Σ_j m_j Σ qx,
    acc) after it */
-#define QBK 256
-static __device__ int qk_bytes(WType wt) { return wt == WT_Q4_K ? 144 : wt == WT_Q5_K ? 176 : 210; }
-/* ggml's get_scale_min_k4 */
-static __device__ void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
-    if (j < 4) *d = q[j] & 63, *m = q[j + 4] & 63;
-    else *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-}
 /* x[0, n) (zeros past it) as 256 int8 by the rule; the scale returned */
 static __device__ float qk_x(const float *x, int n, int8_t *q) {
     float amax = 0;
-    for (int i = 0; i < n && i < QBK; i++) amax = max1(fabsf(x[i]), amax);
+    for (int i = 0; i < n && i < QK_K; i++) amax = max1(fabsf(x[i]), amax);
     float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    for (int i = 0; i < QBK; i++) {
+    for (int i = 0; i < QK_K; i++) {
         float r = i < n ? nearbyintf(x[i] * id) : 0.0f;
         q[i] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
     }
@@ -149,20 +138,20 @@ static __device__ void qk_dot(WType wt, const uint8_t *w, const int8_t *qx, int3
 }
 static __global__ void matmul_qk_kernel(float *y, size_t ldy, const float *x, const uint8_t *w, WType wt, int cols,
                                         int rows) {
-    int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QBK - 1) / QBK;
+    int t = blockIdx.y, q = threadIdx.x, r = blockIdx.x * BLOCK_ROWS + q, nb = (cols + QK_K - 1) / QK_K;
     CUEMU_DYN_SHARED(float, dx);      /* [nb] */
     int8_t *qx = (int8_t *)(dx + nb); /* [nb][256] */
     const float *xt = x + (size_t)t * cols;
-    for (int b = q; b < nb; b += BLOCK_ROWS) dx[b] = qk_x(xt + b * QBK, cols - b * QBK, qx + b * QBK);
+    for (int b = q; b < nb; b += BLOCK_ROWS) dx[b] = qk_x(xt + b * QK_K, cols - b * QK_K, qx + b * QK_K);
     __syncthreads();
     if (r >= rows) return;
-    int bb = qk_bytes(wt);
+    int bb = q_block_bytes(wt);
     const uint8_t *row = w + (size_t)r * nb * bb;
     float a = 0.0f;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = row + (size_t)b * bb;
         int32_t s, ms;
-        qk_dot(wt, blk, qx + b * QBK, &s, &ms);
+        qk_dot(wt, blk, qx + b * QK_K, &s, &ms);
         if (wt == WT_Q6_K) a = __fmaf_rn(f16_f32(blk + 208) * dx[b], (float)s, a);
         else {
             a = __fmaf_rn(f16_f32(blk) * dx[b], (float)s, a);
@@ -176,11 +165,12 @@ void cuda_matmul_ld(float *y, size_t ldy, const float *x, const void *w, WType w
     if (n <= 0 || rows <= 0 || cols <= 0) return;
     dim3 grid((rows + BLOCK_ROWS - 1) / BLOCK_ROWS, n);
     if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0)
-        CUEMU_LAUNCH(matmul_q32_kernel, grid, dim3(BLOCK_ROWS), (size_t)(cols + QB - 1) / QB * (2 * sizeof(float) + QB),
+        CUEMU_LAUNCH(matmul_q32_kernel, grid, dim3(BLOCK_ROWS), (size_t)(cols + QK - 1) / QK * (2 * sizeof(float) + QK),
                      y, ldy, x, (const uint8_t *)w, wt, cols, rows);
     else if (wt == WT_Q4_K || wt == WT_Q5_K || wt == WT_Q6_K)
-        CUEMU_LAUNCH(matmul_qk_kernel, grid, dim3(BLOCK_ROWS), (size_t)(cols + QBK - 1) / QBK * (sizeof(float) + QBK),
-                     y, ldy, x, (const uint8_t *)w, wt, cols, rows);
+        CUEMU_LAUNCH(matmul_qk_kernel, grid, dim3(BLOCK_ROWS),
+                     (size_t)(cols + QK_K - 1) / QK_K * (sizeof(float) + QK_K), y, ldy, x, (const uint8_t *)w, wt, cols,
+                     rows);
 }
 
 void cuda_matmul(float *y, const float *x, const void *packed, WType wt, int n, int cols, int rows) {

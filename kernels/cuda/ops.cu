@@ -106,8 +106,8 @@ static __global__ void kv_write_q8_kernel(int8_t *k, int8_t *v, float *ks, float
 /* element c of row `row` of a K-type matrix as qk_row_to_f32 (ggml's dequantize_row_q4_K,
    _q5_K, _q6_K) computes it: Q4_K, Q5_K (d·sc)·q − dmin·m; Q6_K (d·sc)·q */
 static __device__ float qk_elem(WType wt, const void *w, int32_t row, int cols, int c) {
-    int nb = (cols + 255) / 256, bb = wt == WT_Q4_K ? 144 : wt == WT_Q5_K ? 176 : 210, i = c % 256;
-    const uint8_t *b = (const uint8_t *)w + ((size_t)row * nb + c / 256) * bb;
+    int nb = (cols + QK_K - 1) / QK_K, i = c % QK_K;
+    const uint8_t *b = (const uint8_t *)w + ((size_t)row * nb + c / QK_K) * q_block_bytes(wt);
     if (wt == WT_Q6_K) {
         int h = i / 128, g = i % 128 / 32, l = i % 32, is = l / 16;
         const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
@@ -118,8 +118,7 @@ static __device__ float qk_elem(WType wt, const void *w, int32_t row, int cols, 
     }
     int j = i / 64, hi = i % 64 >= 32, l = i % 32, is = 2 * j + hi, sc, m;
     const uint8_t *s = b + 4, *qh = b + 16, *ql = b + (wt == WT_Q4_K ? 16 : 48) + 32 * j;
-    if (is < 4) sc = s[is] & 63, m = s[is + 4] & 63; /* ggml's get_scale_min_k4 */
-    else sc = (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4), m = (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
+    scale_min_k4(is, s, &sc, &m);
     int q = hi ? ql[l] >> 4 : ql[l] & 0xF;
     if (wt == WT_Q5_K && qh[l] >> is & 1) q += 16;
     float d1 = f16_f32(b) * (float)sc, m1 = f16_f32(b + 2) * (float)m;
@@ -132,18 +131,15 @@ static __global__ void rows_to_f32_kernel(float *y, const void *w, WType wt, con
     int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (c >= cols) return;
     if (wt == WT_Q8_0 || wt == WT_Q4_0 || wt == WT_Q4_1 || wt == WT_Q5_0) {
-        int bb = wt == WT_Q8_0 ? 34 : wt == WT_Q4_0 ? 18 : wt == WT_Q4_1 ? 20 : 22, k = c % 32, j = k % 16;
-        const uint8_t *blk = (const uint8_t *)w + ((size_t)rows[t] * ((cols + 31) / 32) + c / 32) * bb;
+        int k = c % QK, j = k % 16;
+        const uint8_t *blk =
+            (const uint8_t *)w + ((size_t)rows[t] * ((cols + QK - 1) / QK) + c / QK) * q_block_bytes(wt);
         float d = f16_f32(blk), v;
         if (wt == WT_Q8_0) v = (float)(int8_t)blk[2 + k] * d;
         else {
             const uint8_t *qs = blk + (wt == WT_Q4_0 ? 2 : wt == WT_Q4_1 ? 4 : 6);
             int q = k < 16 ? qs[j] & 15 : qs[j] >> 4;
-            if (wt == WT_Q5_0) {
-                uint32_t qh =
-                    (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
-                q |= (int)(qh >> k & 1) << 4;
-            }
+            if (wt == WT_Q5_0) q |= (int)(q5_high(blk) >> k & 1) << 4;
             v = wt == WT_Q4_1 ? (float)q * d + f16_f32(blk + 2) : (float)(q - (wt == WT_Q4_0 ? 8 : 16)) * d;
         }
         y[(size_t)t * cols + c] = v;

@@ -1,9 +1,31 @@
 /* spec.cuh — what the .cu files compute with beyond cuemu.h: the scalar spec's shared
-   pieces (spec.h: max1, min1, the halving trees, exp1) and float bits both ways. */
+   pieces (spec.h: max1, min1, the halving trees, exp1, the block types' layouts), a block
+   type's bytes a block, and float bits both ways. */
 #ifndef PD_SPEC_CUH
 #define PD_SPEC_CUH
 #include "cuemu.h"
 #include "spec.h"
+#include "backend.h"
+
+/* bytes of one block of a GGUF block type (spec.h's sizes) */
+static __device__ __forceinline__ int q_block_bytes(WType wt) {
+    switch (wt) {
+    case WT_Q8_0:
+        return Q8_0_BYTES;
+    case WT_Q4_0:
+        return Q4_0_BYTES;
+    case WT_Q4_1:
+        return Q4_1_BYTES;
+    case WT_Q5_0:
+        return Q5_0_BYTES;
+    case WT_Q4_K:
+        return Q4_K_BYTES;
+    case WT_Q5_K:
+        return Q5_K_BYTES;
+    default:
+        return Q6_K_BYTES;
+    }
+}
 
 static __device__ __forceinline__ float bits_f32(uint32_t w) {
     float f;
