@@ -256,7 +256,7 @@ static inline __attribute__((always_inline)) void sum_tile(const Unit *u, float 
     for (int h = 0; h < GT; h++)
         iv = _mm512_mask_mov_ps(iv, (__mmask16)(((1u << DT) - 1) << (h * DT)), _mm512_set1_ps(inv[hc[h]]));
     __m512 res = _mm512_mul_ps(tree16(acc), iv);
-    if (DT == hd && h0 + GT <= u->g) { /* whole heads, side by side in out */
+    if (DT == hd && h0 + GT <= u->g && !u->sums) { /* whole heads, side by side (a chunk's are hd + 2 apart) */
         _mm512_storeu_ps(u->out[h0], res);
         return;
     }
