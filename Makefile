@@ -29,7 +29,13 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudar
 endif
 # -ffp-contract=off: every product and sum rounds on its own in plain C too (gcc's ISO
 # default; clang would fuse a*b+c), so kernels and their tests agree bit for bit
-CFLAGS += -std=c11 $(OPT) -ffp-contract=off -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
+CFLAGS += -std=c11 $(OPT) $(NO_VNNI) -ffp-contract=off -g -pthread -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibcore -Ikernels
+# gcc 12 vectorizes a sum of signed-byte products with vpdpbusd, which multiplies unsigned
+# bytes by signed ones: wrong sums (Debian's 12.2 on a Zen 4 EPYC). So no file may use
+# VNNI but those whose intrinsics need it (no such loop is compiled in them beside VNNI).
+NO_VNNI  := -mno-avxvnni -mno-avx512vnni
+VNNI_SRC := kernels/cpu/quant.c kernels/cpu/quant_k.c kernels/cpu/qmatvec.c
+$(VNNI_SRC:%.c=$(BUILD)/obj/%.o): NO_VNNI :=
 LDLIBS += -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm -lstdc++
 
 # what --version prints; a tool is rebuilt when the commit it would name changes
@@ -86,7 +92,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_OK)
 # compiler, each fiber a CUDA thread; tests/test_cuemu*.cpp compare them with kernels/cpu
 # bit for bit. In SAN=1 they take the sanitizer flags too (ASan follows swapcontext).
 CUEMU_TESTS := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(wildcard tests/test_cuemu*.cpp))
-CUEMU_FLAGS  = -std=c++17 $(OPT) -ffp-contract=off -g -Wall -Wextra -Werror -DCUEMU -Ikernels -Itests
+CUEMU_FLAGS  = -std=c++17 $(OPT) $(NO_VNNI) -ffp-contract=off -g -Wall -Wextra -Werror -DCUEMU -Ikernels -Itests
 TESTS       += $(CUEMU_TESTS)
 $(BUILD)/obj/cuemu/%.o: %.cu | $(DEPS_OK)
 	@mkdir -p $(dir $@)
@@ -127,7 +133,7 @@ nvcc-check:
 # instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output
 KERNEL_SRC := $(wildcard kernels/cpu/*.c)
 KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/avx2 $(BUILD)/kspec/scalar
-$(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
+$(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
 # the AVX2 paths on a machine with AVX-512 too (where native is AVX2, the same build)
