@@ -108,7 +108,7 @@ $(BUILD)/obj/gpu/%.o: %.cu | $(DEPS_OK)
 
 # what tests/gpu/run.sh needs on a GPU machine, which reaches no registry: the CUDA
 # build's tools and test_device, the test model, its heads and a 2-layer draft, in build-gpu/
-GPU_TOOLS := decode verifycost widen membw distill-heads convert
+GPU_TOOLS := decode verifycost widen membw distill-heads train-medusa convert
 .PHONY: gpu-pack
 gpu-pack: $(DEFAULT_MODEL) $(TEST_HEADS) $(BIN)/distill-heads $(BIN)/convert
 	$(MAKE) CUDA=1 $(GPU_TOOLS:%=build-cuda/bin/%) build-cuda/tests/test_device
@@ -120,6 +120,8 @@ gpu-pack: $(DEFAULT_MODEL) $(TEST_HEADS) $(BIN)/distill-heads $(BIN)/convert
 	    --norm 1 -o build-gpu/h.safetensors 2>/dev/null
 	$(BIN)/convert $(DEFAULT_MODEL) --layers 2 --heads build-gpu/h.safetensors -o build-gpu/draft.safetensors 2>/dev/null
 	@rm -f build-gpu/small.txt build-gpu/h.safetensors
+	@mkdir -p build-gpu/data/datasets/tinystories && gzip -dc $(TINYSTORIES) | head -c 20000 | gzip \
+	    >build-gpu/data/datasets/tinystories/tinystories_val_sample.txt.gz
 	@mkdir -p build-gpu/lib && ldd build-gpu/bin/* | awk '/=> \// {print $$3}' | sort -u | \
 	    grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcublas[^/]*|libcublasLt[^/]*)\.so' | \
 	    xargs -r cp -L -t build-gpu/lib && du -sh build-gpu

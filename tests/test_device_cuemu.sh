@@ -6,7 +6,7 @@
 # prompt are the CPU's bit for bit (f32, bf16 and q8_0 KV caches), after a prompt longer
 # than one FlashDecoding chunk, and with weights of every GGUF block type and a q|k|v of
 # mixed types; both thread orders of the emulation agree; distill-heads trains the same
-# heads; a device not compiled in is refused in one line. PD_TEST_DEVICE=cuda
+# and medusa heads (their products on the device too); a device not compiled in is refused in one line. PD_TEST_DEVICE=cuda
 # (tests/gpu/run.sh, with a CUDA build's BIN) runs the same comparisons on a GPU,
 # without cuemu's own checks.
 . tests/lib.sh
@@ -84,15 +84,30 @@ if [ "$DEV" = cuemu ]; then
     check "threads last-to-first (CUEMU_ORDER=reverse): the same logits" cmp -s "$TMP/l.cpu.f32" "$TMP/l.rev"
 fi
 
-# training reads the frozen model through a runner: the same heads, byte for byte
-if [ -z "${PARADEC_SAN:-}" ] && need "distill-heads on text" datasets/tinystories/tinystories_val_sample.txt.gz; then
+# training: the frozen model through a runner and every product of the backward pass on the
+# device (model/product.h): under cuemu the CUDA sources' exact product, so the same heads
+# byte for byte; on a GPU cuBLAS's, whose sums run in another order: heads that decode
+if [ -z "${PARADEC_SAN:-}" ] && need "the trainers on text" datasets/tinystories/tinystories_val_sample.txt.gz; then
     gzip -dc "$(data datasets/tinystories/tinystories_val_sample.txt.gz)" | head -c 20000 >"$TMP/train.txt"
+    T="--steps 2 --batch 2 --seq-len 64 --data $TMP/train.txt"
     for d in cpu $DEV; do
-        $BIN/distill-heads -m "$MODEL" --steps 1 --batch 2 --seq-len 64 --data "$TMP/train.txt" --layers 2 --norm 1 \
-            -d $d -o "$TMP/heads.$d.safetensors" 2>/dev/null
+        $BIN/distill-heads -m "$MODEL" $T --layers 2 --norm 1 -d $d -o "$TMP/heads.$d.safetensors" 2>/dev/null
+        $BIN/train-medusa -m "$MODEL" $T --heads 2 --own-lm-head -d $d -o "$TMP/medusa.$d.safetensors" 2>/dev/null
     done
-    check "distill-heads -d $DEV writes the heads -d cpu writes" \
-        sh -c "test -s '$TMP/heads.cpu.safetensors' && cmp -s '$TMP/heads.cpu.safetensors' '$TMP/heads.$DEV.safetensors'"
+    for h in heads medusa; do
+        if [ "$DEV" = cuemu ]; then
+            check "$h: training on $DEV writes what -d cpu writes" \
+                sh -c "test -s '$TMP/$h.cpu.safetensors' && cmp -s '$TMP/$h.cpu.safetensors' '$TMP/$h.$DEV.safetensors'"
+        else
+            meth=adadecode
+            [ $h = medusa ] && meth=medusa
+            $BIN/decode -m "$MODEL" --heads "$TMP/$h.$DEV.safetensors" --method $meth -p "$1" -n $N --temp 0 -d $DEV \
+                >"$TMP/$h.out" 2>/dev/null
+            $BIN/decode -m "$MODEL" -p "$1" -n $N --temp 0 -d $DEV >"$TMP/$h.std" 2>/dev/null
+            check "$h trained on $DEV: $meth with them gives standard's tokens" \
+                sh -c "test -s '$TMP/$h.std' && cmp -s '$TMP/$h.std' '$TMP/$h.out'"
+        fi
+    done
 fi
 # the block types: the CUDA kernels read the file's blocks (the CPU its own packing); the
 # K types' 256-element blocks hold stories260K's 64-wide rows as short rows

@@ -230,6 +230,7 @@ void runner_free(Runner *r) {
         dev_free(r->dev, r->ws.lg), dev_free(r->dev, r->ws.ids), dev_free(r->dev, r->ws.probs);
         dev_free(r->dev, r->ws.rows);
         dev_free(r->dev, r->ws.split_buf);
+        dev_free(r->dev, r->ws.mx), dev_free(r->dev, r->ws.my);
         weights_put(r->shared);
         dev_close(r->dev);
     }

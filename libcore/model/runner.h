@@ -50,7 +50,10 @@ typedef struct Workspace {
     float *split;
     size_t cap_split; /* floats */
     int split_chunks;
-    unsigned gen; /* counts the buffers' re-carvings: a GPU graph holds their addresses */
+    /* the trainers' products' x and y where the host cannot see the device's memory (product.c) */
+    DevBuf mx, my;
+    size_t cap_mx, cap_my; /* floats */
+    unsigned gen;          /* counts the buffers' re-carvings: a GPU graph holds their addresses */
 } Workspace;
 
 /* the weights one layer's kernels read, at the device's addresses (types and shapes

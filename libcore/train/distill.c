@@ -1,7 +1,8 @@
 /* distill.c — see distill.h. Per training sequence: one forward pass of the frozen
    model, stopping at each head's layer to keep the residual stream; the final
    distribution; then for every head its logits, KL and gradient. Rows are the
-   positions of the sequence, so every product is one k_matmul over all of them. */
+   positions of the sequence, so every product is one call over all of them, on the
+   runner's device. */
 #include "train/distill.h"
 
 #include <math.h>
@@ -48,7 +49,7 @@ static int pack_Et(Distill *d) {
     d->Et_packed = (void *)(((uintptr_t)d->Et + 63) & ~(uintptr_t)63);
     pack_transposed(d->Et_packed, m->lm_head.w, wt, V, D, tr);
     free(tr);
-    return 0;
+    return mat_load(d->run, &d->Et_dev, d->Et_packed, wt, D, V);
 }
 
 int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
@@ -116,6 +117,7 @@ void distill_free(Distill *d) {
     free(d->dT);
     free(d->exited);
     if (d->kv.arena.base) kv_free(&d->kv);
+    if (d->run) mat_free(d->run, &d->Et_dev), mat_free(d->run, &d->xT_dev);
     runner_free(d->run);
     memset(d, 0, sizeof *d);
 }
@@ -143,13 +145,13 @@ typedef struct {
 
 /* head k on n positions (targets already set): Σ KL into *loss; statistics into
    tally; Σ dKL/dT added into grad */
-static void head_pass(Distill *d, int k, const float *h, int n, double *loss, Tally *tally, float *grad) {
+static int head_pass(Distill *d, int k, const float *h, int n, double *loss, Tally *tally, float *grad) {
     const Model *m = d->m;
     int D = m->c.dim, V = m->c.vocab_size;
     if (d->h->norm) k_rmsnorm(d->x, h, m->final_norm, n, D, m->c.norm_eps);
     else memcpy(d->x, h, sizeof(float) * n * D);
     linear_apply(&d->h->Tp[k], d->z, d->x, n);
-    k_matmul(d->logits, d->z, m->lm_head.p, m->lm_head.t, n, D, V);
+    if (mat_mul_lm_head(d->run, d->logits, d->z, n)) return -1;
     double sum = 0;
     for (int t = 0; t < n; t++) {
         float *row = d->logits + (size_t)t * V, mx;
@@ -173,9 +175,9 @@ static void head_pass(Distill *d, int k, const float *h, int n, double *loss, Ta
     }
     *loss += sum;
     if (tally) tally->kl += sum;
-    if (!grad) return;
+    if (!grad) return 0;
     /* dz[n][D] = g[n][V] · E ; then grad[i][j] += Σ_t dz[t][i] x[t][j] as dzT · xT^T */
-    k_matmul(d->dz, d->logits, d->Et_packed, m->lm_head.t, n, V, D);
+    if (mat_mul(d->run, &d->Et_dev, d->dz, d->logits, n)) return -1;
     for (int t = 0; t < n; t++)
         for (int i = 0; i < D; i++) {
             d->dzT[(size_t)i * n + t] = d->dz[(size_t)t * D + i];
@@ -184,8 +186,9 @@ static void head_pass(Distill *d, int k, const float *h, int n, double *loss, Ta
     const void *src[1] = {d->xT};
     int rows[1] = {D};
     k_pack(d->xTp, WT_F32, n, 1, src, rows);
-    k_matmul(d->dT, d->dzT, d->xTp, WT_F32, D, n, D);
+    if (mat_load(d->run, &d->xT_dev, d->xTp, WT_F32, D, n) || mat_mul(d->run, &d->xT_dev, d->dT, d->dzT, D)) return -1;
     k_add(grad, d->dT, (size_t)D * D);
+    return 0;
 }
 
 int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n, double *loss, float *grad) {
@@ -193,8 +196,7 @@ int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n,
     if (n < 1 || n > d->cap) return pd_error("distill: %d positions; 1 to %d fit", n, d->cap);
     if (targets(d, hL, n)) return -1;
     *loss = 0;
-    head_pass(d, k, h, n, loss, NULL, grad);
-    return 0;
+    return head_pass(d, k, h, n, loss, NULL, grad);
 }
 
 /* the frozen model over one sequence: the residual stream after each head's layer
@@ -220,8 +222,9 @@ static int run_seq(Distill *d, const int32_t *tok, int n, double *loss, Tally *t
     if (forward_seq(d, tok, n) || targets(d, d->hid, n)) return -1;
     memset(d->exited, -1, (size_t)n * EXIT_N_GAMMA);
     for (int k = 0; k < d->h->n; k++)
-        head_pass(d, k, d->hl + (size_t)k * d->cap * d->m->c.dim, n, &loss[k], tally ? &tally[k] : NULL,
-                  train ? d->grad[k] : NULL);
+        if (head_pass(d, k, d->hl + (size_t)k * d->cap * d->m->c.dim, n, &loss[k], tally ? &tally[k] : NULL,
+                      train ? d->grad[k] : NULL))
+            return -1;
     return 0;
 }
 

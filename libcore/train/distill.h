@@ -11,12 +11,13 @@
        dKL/dz        = E^T (p_l - p_L)    [dim]   (z = T_l x_l)
        dKL/dT_l      = dz ⊗ x_l           [dim][dim]
    averaged over the positions of a batch; Adam (Kingma & Ba) updates T_l.
-   The big products are k_matmul calls on packed matrices: E (the model's lm_head),
-   E^T (packed once here), T_l, and x^T for the outer-product sum. */
+   The big products run on the runner's device (model/product.h): E (the model's
+   lm_head), E^T (packed once here) and x^T for the outer-product sum. */
 #ifndef PD_DISTILL_H
 #define PD_DISTILL_H
 #include "heads/exit_heads.h"
 #include "model/kvcache.h"
+#include "model/product.h"
 #include "model/runner.h"
 #include "train/dataset.h"
 
@@ -45,19 +46,20 @@ typedef struct {
     int t;   /* Adam steps taken */
     int cap; /* longest sequence the scratch holds */
     float *adam_m[MAX_EXIT_HEADS], *adam_v[MAX_EXIT_HEADS], *grad[MAX_EXIT_HEADS]; /* [dim][dim] */
-    void *Et, *Et_packed; /* E^T [dim][vocab], packed (aligned inside Et), in lm_head's weight type */
-    float *hid;           /* [cap][dim] the residual stream */
-    float *hl;            /* [n_heads][cap][dim] it, after each head's layer */
-    float *pL;            /* [cap][vocab] the final distribution */
-    float *negH;          /* [cap] Σ p_L log p_L */
-    int *argL;            /* [cap] its argmax */
-    int32_t *pos;         /* [cap] 0, 1, 2, ... */
-    float *x, *z, *dz;    /* [cap][dim] a head's input, T x, dKL/dz */
-    float *logits;        /* [cap][vocab] a head's logits, then p_l - p_L */
-    float *xT, *dzT;      /* [dim][cap] transposes for the outer-product sum */
-    void *xTp, *xTp_buf;  /* xT packed (aligned inside xTp_buf) */
-    float *dT;            /* [dim][dim] one sequence's gradient */
-    signed char *exited;  /* [cap][N_GAMMA] eval: -1 not yet, else 0/1 = the exit agreed */
+    void *Et, *Et_packed;  /* E^T [dim][vocab], packed (aligned inside Et), in lm_head's weight type */
+    DevMat Et_dev, xT_dev; /* E^T and xTp where the runner multiplies */
+    float *hid;            /* [cap][dim] the residual stream */
+    float *hl;             /* [n_heads][cap][dim] it, after each head's layer */
+    float *pL;             /* [cap][vocab] the final distribution */
+    float *negH;           /* [cap] Σ p_L log p_L */
+    int *argL;             /* [cap] its argmax */
+    int32_t *pos;          /* [cap] 0, 1, 2, ... */
+    float *x, *z, *dz;     /* [cap][dim] a head's input, T x, dKL/dz */
+    float *logits;         /* [cap][vocab] a head's logits, then p_l - p_L */
+    float *xT, *dzT;       /* [dim][cap] transposes for the outer-product sum */
+    void *xTp, *xTp_buf;   /* xT packed (aligned inside xTp_buf) */
+    float *dT;             /* [dim][dim] one sequence's gradient */
+    signed char *exited;   /* [cap][N_GAMMA] eval: -1 not yet, else 0/1 = the exit agreed */
 } Distill;
 
 /* scratch for sequences of up to max_len tokens; E^T packed; Adam state zero */

@@ -1,7 +1,8 @@
 /* medusa_train.c — see medusa_train.h. Per sequence: the frozen model's normed last
    hidden states and greedy choices (from the cache, or one forward pass), then for
    every head its ResBlock, logits, cross-entropy and gradient. Rows are the positions
-   of the sequence, so every product is one k_matmul over all of them. */
+   of the sequence, so every product is one call over all of them, on the runner's
+   device. */
 #include "train/medusa_train.h"
 
 #include <math.h>
@@ -87,6 +88,10 @@ int medusa_train_init(MedusaTrain *t, Model *m, MedusaHeads *h, int max_len, flo
         return -1;
     }
     pack_transposed(t->Et[MODEL_ET], m->lm_head.w, m->lm_head.t, c->vocab_size, c->dim, t->Et_tmp);
+    if (mat_load(t->run, &t->Et_dev[MODEL_ET], t->Et[MODEL_ET], m->lm_head.t, c->dim, c->vocab_size)) {
+        medusa_train_free(t);
+        return -1;
+    }
     for (int i = 0; i < max_len; i++) t->pos[i] = i;
     return 0;
 }
@@ -121,14 +126,27 @@ void medusa_train_free(MedusaTrain *t) {
     free(t->tgt);
     free(t->pk_buf);
     if (t->kv.arena.base) kv_free(&t->kv);
+    for (int k = 0; k <= MAX_MEDUSA && t->run; k++) {
+        mat_free(t->run, &t->Et_dev[k]);
+        if (k < MAX_MEDUSA) mat_free(t->run, &t->lm_dev[k]);
+    }
+    if (t->run) mat_free(t->run, &t->pk_dev);
     runner_free(t->run);
     memset(t, 0, sizeof *t);
 }
 
-/* an own lm_head changed (a step, or medusa_set): its packed transpose follows */
-static void refresh_Et(MedusaTrain *t) {
-    for (int k = 0; k < t->h->n; k++)
-        if (t->h->lm[k]) pack_transposed(t->Et[k], t->h->lm[k], WT_F32, t->h->vocab, t->h->dim, t->Et_tmp);
+/* an own lm_head changed (a step, or medusa_set): its packed transpose follows, and
+   both go where the runner multiplies */
+static int refresh_Et(MedusaTrain *t) {
+    const MedusaHeads *h = t->h;
+    for (int k = 0; k < h->n; k++) {
+        if (!h->lm[k]) continue;
+        pack_transposed(t->Et[k], h->lm[k], WT_F32, h->vocab, h->dim, t->Et_tmp);
+        if (mat_load(t->run, &t->Et_dev[k], t->Et[k], WT_F32, h->dim, h->vocab) ||
+            mat_load(t->run, &t->lm_dev[k], h->lmp[k].p, WT_F32, h->vocab, h->dim))
+            return -1;
+    }
+    return 0;
 }
 
 /* ---- one head on the positions of one sequence ---- */
@@ -147,25 +165,25 @@ static int rank_of(const float *row, int V, int y) {
     return r;
 }
 
-/* dst[cols][rows] packed for k_matmul = src[rows][cols] transposed (via tmp) */
-static void pack_rows_T(MedusaTrain *t, float *tmp, const float *src, int rows, int cols) {
+/* pk_dev = src[rows][cols] transposed (via tmp) and packed, [cols][rows] */
+static int pack_rows_T(MedusaTrain *t, float *tmp, const float *src, int rows, int cols) {
     transpose(tmp, src, rows, cols);
     const void *s[1] = {tmp};
     int r[1] = {cols};
     k_pack(t->pk, WT_F32, rows, 1, s, r);
+    return mat_load(t->run, &t->pk_dev, t->pk, WT_F32, cols, rows);
 }
 
 /* head k on n positions with normed states x[n][dim] and targets tgt[n]: Σ CE into
    *loss; ranks into tally; when gradients are asked for, scale × d(Σ CE) added */
-static void head_pass(MedusaTrain *t, int k, const float *x, const int32_t *tgt, int n, float scale, double *loss,
-                      Tally *tally, float *gW, float *gb, float *gE) {
-    const Model *m = t->m;
+static int head_pass(MedusaTrain *t, int k, const float *x, const int32_t *tgt, int n, float scale, double *loss,
+                     Tally *tally, float *gW, float *gb, float *gE) {
     const MedusaHeads *h = t->h;
     int D = h->dim, V = h->vocab;
     float s = h->input_scale;
     medusa_resblock(h, k, x, n, t->z, t->r);
-    if (h->lmp[k].p) linear_apply(&h->lmp[k], t->logits, t->r, n);
-    else k_matmul(t->logits, t->r, m->lm_head.p, m->lm_head.t, n, D, V);
+    if (h->lmp[k].p ? mat_mul(t->run, &t->lm_dev[k], t->logits, t->r, n) : mat_mul_lm_head(t->run, t->logits, t->r, n))
+        return -1;
     int grad = gW || gb || gE;
     double sum = 0;
     for (int i = 0; i < n; i++) {
@@ -183,29 +201,27 @@ static void head_pass(MedusaTrain *t, int k, const float *x, const int32_t *tgt,
     }
     *loss += sum;
     if (tally) tally->loss += sum;
-    if (!grad) return;
+    if (!grad) return 0;
     float *g = t->logits;
     if (gE) { /* dE[V][D] += gᵀ r: gT [V][n] · (rᵀ [D][n])ᵀ */
         transpose(t->gT, g, n, V);
-        pack_rows_T(t, t->aT, t->r, n, D);
-        k_matmul(t->dE, t->gT, t->pk, WT_F32, V, n, D);
+        if (pack_rows_T(t, t->aT, t->r, n, D) || mat_mul(t->run, &t->pk_dev, t->dE, t->gT, V)) return -1;
         k_add(gE, t->dE, (size_t)V * D);
     }
     /* dr[n][D] = g · E, then dz = dr / s ⊙ SiLU'(z), in place */
-    if (h->lm[k]) k_matmul(t->dr, g, t->Et[k], WT_F32, n, V, D);
-    else k_matmul(t->dr, g, t->Et[MODEL_ET], m->lm_head.t, n, V, D);
+    if (mat_mul(t->run, &t->Et_dev[h->lm[k] ? k : MODEL_ET], t->dr, g, n)) return -1;
     for (size_t i = 0; i < (size_t)n * D; i++) {
         float zz = t->z[i], sg = 1.0f / (1.0f + expf(-zz));
         t->dr[i] = t->dr[i] / s * (sg * (1.0f + zz * (1.0f - sg)));
     }
     for (int i = 0; gb && i < n; i++) k_add(gb, t->dr + (size_t)i * D, D);
-    if (!gW) return;
+    if (!gW) return 0;
     /* dW[D][D] += dzᵀ u: dzT [D][n] · (uᵀ [D][n])ᵀ, u = s x */
     transpose(t->aT, t->dr, n, D);
     for (size_t i = 0; i < (size_t)n * D; i++) t->r[i] = s * x[i]; /* r is free now: u */
-    pack_rows_T(t, t->bT, t->r, n, D);
-    k_matmul(t->dW, t->aT, t->pk, WT_F32, D, n, D);
+    if (pack_rows_T(t, t->bT, t->r, n, D) || mat_mul(t->run, &t->pk_dev, t->dW, t->aT, D)) return -1;
     k_add(gW, t->dW, (size_t)D * D);
+    return 0;
 }
 
 int medusa_head_loss(MedusaTrain *t, int k, const float *hidden, const int32_t *tgt, int n, double *loss, float *gW,
@@ -215,11 +231,10 @@ int medusa_head_loss(MedusaTrain *t, int k, const float *hidden, const int32_t *
     if (gE && !t->h->lm[k]) return pd_error("medusa: head %d has no own lm_head to train", k);
     for (int i = 0; i < n; i++)
         if (tgt[i] < 0 || tgt[i] >= t->h->vocab) return pd_error("medusa: target %d is not a token", tgt[i]);
-    refresh_Et(t);
+    if (refresh_Et(t)) return -1;
     k_rmsnorm(t->x, hidden, t->m->final_norm, n, t->h->dim, t->m->c.norm_eps);
     *loss = 0;
-    head_pass(t, k, t->x, tgt, n, 1.0f, loss, NULL, gW, gb, gE);
-    return 0;
+    return head_pass(t, k, t->x, tgt, n, 1.0f, loss, NULL, gW, gb, gE);
 }
 
 /* ---- the frozen model's side ---- */
@@ -234,11 +249,9 @@ static int forward_seq(MedusaTrain *t, const int32_t *tok, int n, float *x, int3
     int rc = forward_layers(t->run, &t->kv, &b, 0, m->c.n_layers, t->hid);
     kv_seq_free(&t->kv, s);
     if (rc) return -1;
-    /* final_logits' own two kernels, so arg is what decoding's argmax picks */
+    /* decoding's own argmax (exact on every device); x by the same norm it applies */
     k_rmsnorm(x, t->hid, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    k_matmul(t->logits, x, m->lm_head.p, m->lm_head.t, n, m->c.dim, m->c.vocab_size);
-    for (int i = 0; i < n; i++) arg[i] = k_argmax(t->logits + (size_t)i * m->c.vocab_size, m->c.vocab_size);
-    return 0;
+    return logits_argmax(t->run, t->hid, n, arg);
 }
 
 /* sequence i's x and arg: the cache's, or computed into t->x and t->arg */
@@ -312,7 +325,7 @@ int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
         if (h->lm[k]) memset(t->gE[k], 0, VD * sizeof(float));
     }
     if (!any) return pd_error("medusa: no position in the batch has a target");
-    refresh_Et(t);
+    if (refresh_Et(t)) return -1;
     for (int i = 0; i < b; i++) {
         const float *x;
         const int32_t *arg, *tok = s->tok + s->off[idx[i]];
@@ -320,9 +333,9 @@ int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
         if (features(t, s, c, idx[i], &x, &arg)) return -1;
         for (int k = 0; k < H; k++) {
             int rows = targets(t, k, t->targets, tok, arg, n);
-            if (rows)
-                head_pass(t, k, x, t->tgt, rows, t->weight[k] / (float)count[k], &sum[k], NULL, t->gW[k], t->gb[k],
-                          h->lm[k] ? t->gE[k] : NULL);
+            if (rows && head_pass(t, k, x, t->tgt, rows, t->weight[k] / (float)count[k], &sum[k], NULL, t->gW[k],
+                                  t->gb[k], h->lm[k] ? t->gE[k] : NULL))
+                return -1;
         }
     }
     t->t++;
@@ -343,7 +356,7 @@ int medusa_train_eval(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
     memset(tally, 0, sizeof tally);
     double sum[MAX_MEDUSA] = {0};
     int64_t any = 0;
-    refresh_Et(t);
+    if (refresh_Et(t)) return -1;
     for (int i = 0; i < s->n; i++) {
         const float *x;
         const int32_t *arg, *tok = s->tok + s->off[i];
@@ -352,9 +365,9 @@ int medusa_train_eval(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
         int from = t->eval_from;
         for (int k = 0; k < H; k++) {
             int rows = targets(t, k, MEDUSA_TARGETS_SELF, tok, arg, n) - from;
-            if (rows > 0)
-                head_pass(t, k, x + (size_t)from * t->h->dim, t->tgt + from, rows, 0, &sum[k], &tally[k], NULL, NULL,
-                          NULL);
+            if (rows > 0 && head_pass(t, k, x + (size_t)from * t->h->dim, t->tgt + from, rows, 0, &sum[k], &tally[k],
+                                      NULL, NULL, NULL))
+                return -1;
         }
     }
     for (int k = 0; k < H; k++) {

@@ -21,6 +21,7 @@
 #ifndef PD_MEDUSA_TRAIN_H
 #define PD_MEDUSA_TRAIN_H
 #include "heads/medusa_heads.h"
+#include "model/product.h"
 #include "model/kvcache.h"
 #include "model/runner.h"
 #include "train/dataset.h"
@@ -71,6 +72,7 @@ typedef struct {
     float *bT;                                               /* [dim][cap] u transposed */
     void *pk_buf, *pk;                                       /* a [dim][cap] transpose packed (aligned inside pk_buf) */
     float *dW, *dE;                                          /* [dim][dim], [vocab][dim] one sequence's products */
+    DevMat Et_dev[MAX_MEDUSA + 1], lm_dev[MAX_MEDUSA], pk_dev; /* Et, own lm_heads, pk where the runner multiplies */
 } MedusaTrain;
 
 /* scratch for sequences of up to max_len tokens; weights NULL: 0.8^k; Adam state zero */

@@ -27,8 +27,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >"$TMP/gpus" 2>&1;
 fi
 fig "gpu: $(head -n 1 "$TMP/gpus")"
 missing=""
-for f in $BIN/decode $BIN/verifycost $BIN/widen $BIN/membw $P/tests/test_device "$MODEL" "$TEST_HEADS" \
-    "$TEST_MEDUSA" "$TEST_DRAFT"; do
+for f in $BIN/decode $BIN/verifycost $BIN/widen $BIN/membw $BIN/distill-heads $BIN/train-medusa $P/tests/test_device \
+    "$MODEL" "$TEST_HEADS" "$TEST_MEDUSA" "$TEST_DRAFT" $P/data/datasets/tinystories/tinystories_val_sample.txt.gz; do
     [ -e "$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ] || { bad "missing (make gpu-pack, then carry $P):$missing"; finish gpu; exit 1; }
@@ -41,7 +41,7 @@ $P/tests/test_device >"$TMP/dev" 2>&1
 check "test_device on $(head -n 1 "$TMP/gpus" | cut -c1-40): $(tail -n 1 "$TMP/dev")" \
     sh -c "! grep -q SKIP '$TMP/dev' && grep -q '^device: [0-9]* passed, 0 failed' '$TMP/dev'"
 grep "^FAIL" "$TMP/dev" | head -n 10
-PD_TEST_DEVICE=cuda sh tests/test_device_cuemu.sh >"$TMP/methods" 2>&1
+PARADEC_DATA=$P/data PD_TEST_DEVICE=cuda sh tests/test_device_cuemu.sh >"$TMP/methods" 2>&1
 check "every method on cuda as on cpu: $(tail -n 1 "$TMP/methods")" \
     grep -q "^device_cuda: [0-9]* passed, 0 failed" "$TMP/methods"
 grep -E "^(FAIL|SKIP)" "$TMP/methods" | head -n 20
