@@ -142,6 +142,31 @@ static void good(void) {
                   ps[i]);
         }
         recipe_prompts_free(ps, n);
+        /* the split: the datasets' prompts are its evaluation part, the training part
+           holds the others; together every record, each once */
+        CHECK(r.split == 20 && r.ds[0].part == RECIPE_EVAL && r.ds[0].eval_pct == 20, "split 20%% by default");
+        char **all, **ev, **tr;
+        int na, ne, nt;
+        d.samples = 100000;
+        d.part = RECIPE_ALL;
+        int ok = !recipe_prompts(&d, &all, &na);
+        d.part = RECIPE_EVAL;
+        ok = ok && !recipe_prompts(&d, &ev, &ne);
+        d.part = RECIPE_TRAIN;
+        ok = ok && !recipe_prompts(&d, &tr, &nt);
+        CHECK(ok && ne + nt == na && ne > na / 10 && ne < na * 3 / 10, "split: %d + %d of %d records", ne, nt, na);
+        for (int i = 0, e = 0, t = 0; ok && i < na; i++) { /* both parts keep the file's order */
+            int in_e = e < ne && !strcmp(all[i], ev[e]), in_t = t < nt && !strcmp(all[i], tr[t]);
+            e += in_e, t += in_t;
+            if (in_e + in_t != 1 || recipe_is_eval(&d, all[i]) != in_e) {
+                CHECK(0, "record %d ('%s') in %d parts", i, all[i], in_e + in_t);
+                break;
+            }
+        }
+        if (ok) recipe_prompts_free(all, na), recipe_prompts_free(ev, ne), recipe_prompts_free(tr, nt);
+        d.eval_pct = 0, d.part = RECIPE_EVAL;
+        CHECK(recipe_prompts(&d, &ps, &n) == -1 && strstr(pd_errmsg(), "none of its records is in the evaluation part"),
+              "split 0: no evaluation part (%s)", pd_errmsg());
         recipe_free(&r);
     }
 
@@ -245,7 +270,12 @@ static void bad_cases(void) {
              "bad.yaml:13: key 'medusa': needs 'heads'");
     expect("model: {source: models/stories260K/stories260K.bin}\ndraft:\n  layer: 2\ndatasets: [xsum]\n",
            "bad.yaml:3: key 'layer': a draft from layer 2 needs its head's 'data'", 0);
-    bad_line(0, "extra: 1\n", "bad.yaml:13: key 'extra': unknown key in the recipe (known: about, threads, model,");
+    bad_line(0, "split: 95\n", "bad.yaml:13: key 'split': '95' is not a whole number in [0, 90]");
+    bad_line(0, "answers: {datasets: [gsm8k], temp: 3}\n", "bad.yaml:13: key 'temp': '3' is not a number in [0, 2]");
+    bad_line(0, "answers: {datasets: [gsm8k], parallel: 0}\n",
+             "bad.yaml:13: key 'parallel': '0' is not a whole number in [1, 256]");
+    bad_line(0, "extra: 1\n",
+             "bad.yaml:13: key 'extra': unknown key in the recipe (known: about, threads, split, model,");
     bad_line(0, "draft: {layer: 1, source: models/stories260K/stories260K.bin}\n",
              "bad.yaml:13: key 'draft': needs either");
     expect("model: a string\ndatasets: [xsum]\n", "bad.yaml:1: key 'model': must be a mapping", 0);

@@ -8,19 +8,24 @@
         redoes only what a changed setting or input touches. FILE, too, is rewritten
         only when its text changes (make restarts after an included file changes).
    bin/recipe answers RECIPE -m MODEL [-t N] -o FILE
-        the model's own greedy answers to the `answers:` prompts, as jsonl {"text": the
-        formatted prompt + the answer}: self-distillation text for the heads. */
+        the model's own answers (greedy, or sampled at `temp`) to the `answers:` prompts'
+        training part, as jsonl {"text": the formatted prompt + the answer}, through the
+        serving engine's continuous batching: self-distillation text for the heads.
+        Resumable (FILE.partial; docs/recipes.md). */
 #include <jansson.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/utf8.h"
+#include "decode/engine.h"
 #include "decode/method.h"
 #include "recipe/recipe.h"
 #include "tool.h"
 
 #define MEMORY                                                                                                         \
     "memory: check and rules, a few MiB (the recipe); answers, about\n        " MEMORY_MODEL "\n"                      \
-    "        + " MEMORY_KV("2") " + the datasets' prompts.\n"
+    "        + " MEMORY_KV(                                                                                            \
+        "answers.parallel") "\n        (ctx: the longest prompt + its max_new) + the datasets' prompts and answers.\n"
 #define USAGE "check RECIPE | rules RECIPE [--out DIR] [--stamps DIR] -o FILE | answers RECIPE -m MODEL [-t N] -o FILE"
 
 /* writes text to path unless the file already holds exactly that (its time then stays,
@@ -88,8 +93,9 @@ static void source_deps(Str *d, const char *path) {
 }
 
 static void dataset_settings(Str *s, const RecipeDataset *ds) {
-    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s\ntemplate %s\n", ds->name, ds->file,
-        ds->samples, ds->max_new, ds->chat, ds->gamma, ds->system ? ds->system : "-", ds->tmpl);
+    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s part %d split %d\ntemplate %s\n",
+        ds->name, ds->file, ds->samples, ds->max_new, ds->chat, ds->gamma, ds->system ? ds->system : "-", ds->part,
+        ds->eval_pct, ds->tmpl);
 }
 
 /* distill-heads for a head set (the exit heads, or the draft's own head) */
@@ -142,6 +148,7 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
     if (r->answers.on) {
         put(&cmd, "$(BIN)/recipe answers %s -m %s/%s -t %d -o $@", r->file, out, RECIPE_MODEL, r->threads);
         put(&deps, "%s/%s", out, RECIPE_MODEL);
+        put(&extra, "parallel %d temp %g seed %d\n", r->answers.parallel, r->answers.temp, r->answers.seed);
         for (int i = 0; i < r->answers.n; i++)
             dataset_settings(&extra, &r->answers.ds[i]), put(&deps, " %s", r->answers.ds[i].file);
         stage(&g, RECIPE_ANSWERS, deps.s, "recipe", cmd.s, extra.s);
@@ -220,64 +227,189 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
 
 /* ---- answers ---- */
 
+/* A run keeps each finished answer in FILE.partial, one line {"i": prompt index, "text"},
+   after a first line naming the settings; a run with the same settings takes up what
+   one before it finished (a torn last line is dropped), and the last one writes FILE in
+   prompt order and removes the partial file. */
+typedef struct {
+    char **text; /* [total] what each prompt's answer line holds, NULL: not yet */
+    int total, done;
+} Answers;
+
+static char *answer_settings(const Recipe *r, const char *model) {
+    Str s = {0};
+    put(&s, "model %s temp %g seed %d split %d\n", model, r->answers.temp, r->answers.seed, r->split);
+    for (int i = 0; i < r->answers.n; i++) dataset_settings(&s, &r->answers.ds[i]);
+    return s.s;
+}
+
+static FILE *resume(Answers *a, const char *partial, const char *settings) {
+    char *old;
+    size_t n;
+    FILE *f = fopen(partial, "rb");
+    if (f && (fclose(f), !pd_read_file(partial, &old, &n))) {
+        json_t *head = NULL;
+        char *line = old, *nl = memchr(old, '\n', n);
+        if (nl) *nl = 0, head = json_loads(line, 0, NULL);
+        const char *was = json_string_value(json_object_get(head, "settings"));
+        if (was && !strcmp(was, settings)) {
+            for (line = nl + 1; line < old + n && (nl = memchr(line, '\n', old + n - line)); line = nl + 1) {
+                *nl = 0;
+                json_t *o = json_loads(line, 0, NULL);
+                json_int_t i = json_integer_value(json_object_get(o, "i"));
+                const char *t = json_string_value(json_object_get(o, "text"));
+                if (t && i >= 0 && i < a->total && !a->text[i]) a->text[i] = pd_strdup(t), a->done++;
+                json_decref(o);
+            }
+            json_decref(head), free(old);
+            /* the kept lines only: a torn one would end up inside the next */
+            FILE *w = fopen(partial, "wb");
+            if (!w) die("%s: cannot write: %s", partial, strerror(errno));
+            json_t *h = json_pack("{s:s}", "settings", settings);
+            char *hs = json_dumps(h, JSON_COMPACT);
+            fprintf(w, "%s\n", hs);
+            free(hs), json_decref(h);
+            for (int i = 0; i < a->total; i++) {
+                if (!a->text[i]) continue;
+                json_t *o = json_pack("{s:i,s:s}", "i", i, "text", a->text[i]);
+                char *ls = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+                fprintf(w, "%s\n", ls);
+                free(ls), json_decref(o);
+            }
+            if (fflush(w)) die("%s: cannot write: %s", partial, strerror(errno));
+            if (a->done) fprintf(stderr, "recipe: %s: %d answers from an earlier run kept\n", partial, a->done);
+            return w;
+        }
+        json_decref(head), free(old);
+    }
+    FILE *w = fopen(partial, "wb");
+    if (!w) die("%s: cannot write: %s", partial, strerror(errno));
+    json_t *h = json_pack("{s:s}", "settings", settings);
+    char *hs = json_dumps(h, JSON_COMPACT);
+    fprintf(w, "%s\n", hs);
+    free(hs), json_decref(h);
+    return w;
+}
+
+/* the prompt's text and the answer's pieces, as one clean UTF-8 string (NULL: none) */
+static char *answer_text(const Model *m, const char *prompt_text, const int32_t *tok, int n_prompt, int n) {
+    Str t = {0};
+    put(&t, "%s", prompt_text);
+    for (int k = n_prompt; k < n; k++) {
+        size_t len;
+        const char *piece = tok_piece(m->tok, tok[k - 1], tok[k], &len);
+        if (piece) put(&t, "%.*s", (int)len, piece);
+    }
+    size_t cn; /* a byte-level token can end inside a character */
+    char *clean = utf8_clean(t.s, strlen(t.s), &cn);
+    free(t.s);
+    return clean;
+}
+
 static void answers(const Recipe *r, const char *model, int threads, const char *path) {
-    if (!r->answers.on) die("%s: the recipe has no 'answers' section", r->file);
+    const RecipeAnswers *ra = &r->answers;
+    if (!ra->on) die("%s: the recipe has no 'answers' section", r->file);
     Model m;
     tool_model_load(&m, model);
     if (model_threads(threads)) die("cannot start %d threads", threads);
+    /* every prompt, encoded; those the context cannot hold with one token of answer are left out */
     char **prompts[RECIPE_MAX_DATASETS];
-    int n[RECIPE_MAX_DATASETS], total = 0, written = 0;
-    for (int i = 0; i < r->answers.n; i++) {
-        if (recipe_prompts(&r->answers.ds[i], &prompts[i], &n[i])) die_lib();
+    int n[RECIPE_MAX_DATASETS], total = 0, ctx = 1;
+    for (int i = 0; i < ra->n; i++) {
+        if (recipe_prompts(&ra->ds[i], &prompts[i], &n[i])) die_lib();
         total += n[i];
     }
-    KVCache kv;
-    Sampler s;
-    AtomicFile af;
-    if (kv_init(&kv, &m.c, 2, 2 * m.c.seq_len, 16) || sampler_init(&s, m.c.vocab_size, 0, 0, 1, 1) ||
-        atomic_open(&af, path))
-        die_lib();
-    Progress pg;
-    progress_begin(&pg, "recipe: answers", total);
-    int64_t tokens = 0, done = 0;
-    for (int i = 0; i < r->answers.n; i++)
-        for (int j = 0; j < n[i]; j++, progress_step(&pg, ++done)) {
-            const RecipeDataset *ds = &r->answers.ds[i];
-            int32_t *ids, n_ids, bos;
-            char *text = recipe_prompt_text(&m, ds, prompts[i][j], &bos);
-            if (!text || recipe_encode(&m, ds, prompts[i][j], &ids, &n_ids)) die_lib();
-            int max_new = ds->max_new < m.c.seq_len - n_ids ? ds->max_new : m.c.seq_len - n_ids;
-            if (max_new < 1) { /* too long for the context: left out */
-                free(text), free(ids);
-                continue;
-            }
-            DecodeCtx d;
-            if (decode_init(&d, &m, &kv, &s, max_new) || decode_generate(decode_reference(), &d, ids, n_ids)) die_lib();
-            Str t = {0};
-            put(&t, "%s", text);
-            for (int k = 0, prev = ids[n_ids - 1]; k < d.n_out; prev = d.out[k++]) {
-                size_t len;
-                const char *piece = tok_piece(m.tok, prev, d.out[k], &len);
-                if (piece) put(&t, "%.*s", (int)len, piece);
-            }
-            tokens += d.n_out;
-            size_t cn; /* a byte-level token can end inside a character */
-            char *clean = utf8_clean(t.s, strlen(t.s), &cn);
-            json_t *o = clean ? json_pack("{s:s}", "text", clean) : NULL;
-            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-            if (line) fprintf(af.f, "%s\n", line), written++; /* else text JSON cannot hold: left out */
-            free(line), json_decref(o), free(clean), free(t.s), free(text), free(ids);
-            decode_free(&d);
+    int32_t **ids = pd_alloc(sizeof *ids * total);
+    int *n_ids = pd_alloc(sizeof(int) * total), *max_new = pd_alloc(sizeof(int) * total);
+    char **ptext = pd_alloc(sizeof(char *) * total);
+    if (!ids || !n_ids || !max_new || !ptext) die_lib();
+    for (int i = 0, at = 0; i < ra->n; i++)
+        for (int j = 0; j < n[i]; j++, at++) {
+            const RecipeDataset *ds = &ra->ds[i];
+            int bos;
+            if (!(ptext[at] = recipe_prompt_text(&m, ds, prompts[i][j], &bos)) ||
+                recipe_encode(&m, ds, prompts[i][j], &ids[at], &n_ids[at]))
+                die_lib();
+            max_new[at] = ds->max_new < m.c.seq_len - n_ids[at] ? ds->max_new : m.c.seq_len - n_ids[at];
+            if (max_new[at] >= 1 && n_ids[at] + max_new[at] > ctx) ctx = n_ids[at] + max_new[at];
         }
+    Answers a = {pd_alloc(sizeof(char *) * total), total, 0};
+    char partial[4200], *settings = answer_settings(r, model);
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    if (!a.text || !settings) die_lib();
+    FILE *pf = resume(&a, partial, settings);
+
+    EngineOptions eo = {.parallel = ra->parallel, .ctx = ctx, .block_size = 16, .prefill_chunk = 512, .continuous = 1};
+    eo.kv_blocks = ra->parallel * ((ctx + 15) / 16);
+    Engine *e = engine_new(&m, &eo);
+    if (!e) die_lib();
+    Job **jobs = pd_alloc(sizeof(Job *) * total);
+    if (!jobs) die_lib();
+    int skipped = 0;
+    for (int i = 0; i < total; i++) {
+        JobOptions jo = {.max_new = max_new[i],
+                         .temp = ra->temp,
+                         .top_p = 1,
+                         .seed = (uint64_t)ra->seed + i,
+                         .method = "standard",
+                         .logprobs = -1};
+        jobs[i] = a.text[i] || max_new[i] < 1 ? NULL : engine_submit(e, ids[i], n_ids[i], &jo);
+        if (!a.text[i] && !jobs[i]) skipped++; /* too long for the context: left out */
+    }
+    Progress pg;
+    int kept = a.done;
+    progress_begin(&pg, "recipe: answers", total - kept - skipped);
+    int64_t base = engine_stats(e).gen_tokens, tokens = 0;
+    for (int i = 0; i < total; i++) {
+        if (!jobs[i]) continue;
+        const char *finish = NULL;
+        while (!finish) {
+            job_wait(e, jobs[i], INT32_MAX, 0.25, &finish);
+            EngineStats st = engine_stats(e);
+            progress_rate(&pg, st.gen_tokens - base, "tok");
+            progress_step(&pg, a.done - kept);
+        }
+        if (strcmp(finish, "stop") && strcmp(finish, "length"))
+            die("answers: prompt %d: the engine says %s", i, finish);
+        int nt = job_prompt_len(jobs[i]) + job_wait(e, jobs[i], INT32_MAX, 0, &finish);
+        tokens += nt - job_prompt_len(jobs[i]);
+        char *clean = answer_text(&m, ptext[i], job_tokens(jobs[i]), job_prompt_len(jobs[i]), nt);
+        job_release(e, jobs[i]);
+        json_t *o = clean ? json_pack("{s:i,s:s}", "i", i, "text", clean) : NULL;
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (line) { /* else text JSON cannot hold: left out */
+            fprintf(pf, "%s\n", line);
+            if (fflush(pf)) die("%s: cannot write: %s", partial, strerror(errno));
+            a.text[i] = clean, clean = NULL, a.done++;
+        }
+        free(line), json_decref(o), free(clean);
+        progress_step(&pg, a.done - kept);
+    }
     progress_end(&pg);
+    engine_free(e);
+    fclose(pf);
+    AtomicFile af;
+    int written = 0;
+    if (atomic_open(&af, path)) die_lib();
+    for (int i = 0; i < total; i++) {
+        if (!a.text[i]) continue;
+        json_t *o = json_pack("{s:s}", "text", a.text[i]);
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (line) fprintf(af.f, "%s\n", line), written++;
+        free(line), json_decref(o);
+    }
     if (!written) {
         atomic_abort(&af);
         die("%s: no prompt fits the model's context of %d tokens", r->file, m.c.seq_len);
     }
     if (atomic_commit(&af)) die_lib();
-    fprintf(stderr, "recipe: %s: %d answers, %lld tokens generated (greedy)\n", path, written, (long long)tokens);
-    for (int i = 0; i < r->answers.n; i++) recipe_prompts_free(prompts[i], n[i]);
-    sampler_free(&s), kv_free(&kv), model_free(&m);
+    unlink(partial);
+    fprintf(stderr, "recipe: %s: %d answers (%d left out: too long), %lld tokens generated this run (%s)\n", path,
+            written, skipped, (long long)tokens, ra->temp > 0 ? "sampled" : "greedy");
+    for (int i = 0; i < total; i++) free(ids[i]), free(ptext[i]), free(a.text[i]);
+    free(ids), free(n_ids), free(max_new), free(ptext), free(a.text), free(jobs), free(settings);
+    for (int i = 0; i < ra->n; i++) recipe_prompts_free(prompts[i], n[i]);
+    model_free(&m);
 }
 
 /* ---- main ---- */

@@ -330,7 +330,10 @@ void progress_begin(Progress *p, const char *what, int64_t total) {
     p->done = 0;
     p->t0 = p->last = pd_now();
     p->tty = isatty(2);
+    p->unit = NULL, p->count = 0;
 }
+
+void progress_rate(Progress *p, int64_t count, const char *unit) { p->count = count, p->unit = unit; }
 
 void progress_step(Progress *p, int64_t done) {
     p->done = done;
@@ -343,12 +346,15 @@ void progress_step(Progress *p, int64_t done) {
     char bar[64];
     for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
     bar[w] = 0;
-    fprintf(stderr, "\r%s [%s] %lld/%lld %.1f/s ETA %.0fs ", p->what, bar, (long long)done, (long long)p->total, rate,
-            eta);
+    fprintf(stderr, "\r%s [%s] %lld/%lld %.1f/s", p->what, bar, (long long)done, (long long)p->total, rate);
+    if (p->unit) fprintf(stderr, " %.0f %s/s", p->count / (now - p->t0 + 1e-9), p->unit);
+    fprintf(stderr, " ETA %.0fs ", eta);
 }
 
 void progress_end(Progress *p) {
     double dt = pd_now() - p->t0;
     if (p->tty) fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "%s: %lld done in %.2fs (%.1f/s)\n", p->what, (long long)p->done, dt, p->done / (dt + 1e-9));
+    fprintf(stderr, "%s: %lld done in %.2fs (%.1f/s", p->what, (long long)p->done, dt, p->done / (dt + 1e-9));
+    if (p->unit) fprintf(stderr, ", %lld %s at %.1f/s", (long long)p->count, p->unit, p->count / (dt + 1e-9));
+    fprintf(stderr, ")\n");
 }

@@ -67,9 +67,13 @@ typedef struct {
     int64_t total, done;
     double t0, last;
     int tty;
+    const char *unit; /* progress_rate's, NULL: none */
+    int64_t count;
 } Progress;
 void progress_begin(Progress *p, const char *what, int64_t total);
 void progress_step(Progress *p, int64_t done);
+/* a second count shown as its rate beside the steps' ("tok": tokens/s) */
+void progress_rate(Progress *p, int64_t count, const char *unit);
 void progress_end(Progress *p);
 
 #endif

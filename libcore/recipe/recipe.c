@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <yaml.h>
 
 #include "decode/method.h"
@@ -499,6 +500,7 @@ static int read_dataset(P *p, yaml_node_t *v, const RecipeDataset *def, float ga
                                        "chat", "system", "gamma",    NULL};
     yaml_node_t *x, *nm = v;
     d->samples = def->samples, d->max_new = def->max_new, d->chat = def->chat, d->line = line_of(v);
+    d->part = def->part, d->eval_pct = def->eval_pct;
     if (v->type == YAML_MAPPING_NODE) {
         if (check_keys(p, v, "a dataset", keys)) return -1;
         nm = get(p, v, "name");
@@ -665,10 +667,14 @@ static int answers_chat(const Recipe *r) {
 }
 
 static int read_answers(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"datasets", "samples", "max_new", "chat", NULL};
-    RecipeDataset def = {.samples = 60, .max_new = 128, .chat = 1};
+    static const char *const keys[] = {"datasets", "samples", "max_new", "chat", "parallel", "temp", "seed", NULL};
+    RecipeDataset def = {.samples = 60, .max_new = 128, .chat = 1, .part = RECIPE_TRAIN, .eval_pct = r->split};
     yaml_node_t *x;
     if (want_map(p, v, "answers") || check_keys(p, v, "answers", keys)) return -1;
+    r->answers.parallel = 16;
+    if ((x = get(p, v, "parallel")) && as_int(p, x, "parallel", 1, 256, &r->answers.parallel)) return -1;
+    if ((x = get(p, v, "temp")) && as_float(p, x, "temp", 0, 2, &r->answers.temp)) return -1;
+    if ((x = get(p, v, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &r->answers.seed)) return -1;
     if ((x = get(p, v, "samples")) && as_int(p, x, "samples", 1, 100000, &def.samples)) return -1;
     if ((x = get(p, v, "max_new")) && as_int(p, x, "max_new", 1, 1 << 20, &def.max_new)) return -1;
     if ((x = get(p, v, "chat")) && as_bool(p, x, "chat", &def.chat)) return -1;
@@ -951,7 +957,7 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
 /* ---- the whole file ---- */
 
 static int read_root(P *p, yaml_node_t *root, Recipe *r) {
-    static const char *const keys[] = {"about",  "threads", "model",    "answers",  "exit_heads",
+    static const char *const keys[] = {"about",  "threads", "split",    "model",    "answers", "exit_heads",
                                        "medusa", "draft",   "decoding", "datasets", NULL};
     yaml_node_t *x;
     if (root->type != YAML_MAPPING_NODE)
@@ -960,6 +966,8 @@ static int read_root(P *p, yaml_node_t *root, Recipe *r) {
     r->threads = 1;
     if ((x = get(p, root, "about")) && as_str(p, x, "about", &r->about)) return -1;
     if ((x = get(p, root, "threads")) && as_int(p, x, "threads", 1, 64, &r->threads)) return -1;
+    r->split = 20;
+    if ((x = get(p, root, "split")) && as_int(p, x, "split", 0, 90, &r->split)) return -1;
     if (!(x = get(p, root, "model"))) return bad(p, root, "model", "missing: where the model comes from");
     if (read_model(p, x, r)) return -1;
     p->hint = NULL; /* it speaks of the model only */
@@ -969,7 +977,7 @@ static int read_root(P *p, yaml_node_t *root, Recipe *r) {
     if ((x = get(p, root, "draft")) && read_draft(p, x, r)) return -1;
     if (read_decoding(p, get(p, root, "decoding"), r)) return -1;
     if (!(x = get(p, root, "datasets"))) return bad(p, root, "datasets", "missing: whose prompts the bench decodes");
-    RecipeDataset def = {.samples = 10, .max_new = 128};
+    RecipeDataset def = {.samples = 10, .max_new = 128, .part = RECIPE_EVAL, .eval_pct = r->split};
     return read_datasets(p, x, "datasets", &def, r->dec.gamma, r->ds, &r->n_datasets);
 }
 
@@ -1059,6 +1067,10 @@ void recipe_prompts_free(char **prompts, int n) {
     free(prompts);
 }
 
+int recipe_is_eval(const RecipeDataset *ds, const char *prompt) {
+    return XXH64(prompt, strlen(prompt), 0) % 100 < (unsigned)ds->eval_pct;
+}
+
 static int push(char ***v, int *n, int *cap, char *s) {
     if (!s) return -1;
     if (*n == *cap) {
@@ -1142,6 +1154,14 @@ int recipe_prompts(const RecipeDataset *ds, char ***prompts, int *n) {
     if (rc) return -1;
     if (!n_all)
         return recipe_prompts_free(all, 0), pd_error("%s: no record gives a prompt through the template", ds->file);
+    int kept = 0;
+    for (int i = 0; i < n_all; i++) {
+        if (ds->part == RECIPE_ALL || recipe_is_eval(ds, all[i]) == (ds->part == RECIPE_EVAL)) all[kept++] = all[i];
+        else free(all[i]);
+    }
+    if (!(n_all = kept))
+        return free(all), pd_error("%s: none of its records is in the %s part (split: %d%% for evaluation)", ds->file,
+                                   ds->part == RECIPE_EVAL ? "evaluation" : "training", ds->eval_pct);
     int take = ds->samples < n_all ? ds->samples : n_all;
     char **out = pd_alloc(sizeof(char *) * take);
     if (!out) return recipe_prompts_free(all, n_all), -1;
