@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "base/utf8.h"
 #include "decode/engine.h"
@@ -388,21 +389,33 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
     progress_end(&pg);
     engine_free(e);
     fclose(pf);
-    AtomicFile af;
+    Str out = {0};
     int written = 0;
-    if (atomic_open(&af, path)) die_lib();
     for (int i = 0; i < total; i++) {
         if (!a.text[i]) continue;
         json_t *o = json_pack("{s:s}", "text", a.text[i]);
         char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-        if (line) fprintf(af.f, "%s\n", line), written++;
+        if (line) put(&out, "%s\n", line), written++;
         free(line), json_decref(o);
     }
-    if (!written) {
+    if (!written) die("%s: no prompt fits the model's context of %d tokens", r->file, m.c.seq_len);
+    size_t pl = strlen(path), bytes = out.n;
+    char *data = out.s;
+    if (pl >= 4 && !strcmp(path + pl - 4, ".zst")) { /* FILE.jsonl.zst: zstd-compressed */
+        size_t cap = ZSTD_compressBound(out.n);
+        if (!(data = pd_alloc(cap))) die_lib();
+        bytes = ZSTD_compress(data, cap, out.s, out.n, 9);
+        if (ZSTD_isError(bytes)) die("%s: zstd: %s", path, ZSTD_getErrorName(bytes));
+    }
+    AtomicFile af;
+    if (atomic_open(&af, path)) die_lib();
+    if (fwrite(data, 1, bytes, af.f) != bytes) {
         atomic_abort(&af);
-        die("%s: no prompt fits the model's context of %d tokens", r->file, m.c.seq_len);
+        die("%s: cannot write: %s", path, strerror(errno));
     }
     if (atomic_commit(&af)) die_lib();
+    if (data != out.s) free(data);
+    free(out.s);
     unlink(partial);
     fprintf(stderr, "recipe: %s: %d answers (%d left out: too long), %lld tokens generated this run (%s)\n", path,
             written, skipped, (long long)tokens, ra->temp > 0 ? "sampled" : "greedy");

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 static _Thread_local char errbuf[1024];
 
@@ -196,13 +197,41 @@ int pd_gunzip(const void *gz, size_t n, char **out, size_t *out_n, const char *w
     return 0;
 }
 
+int pd_unzstd(const void *zst, size_t n, char **out, size_t *out_n, const char *what) {
+    ZSTD_DCtx *dz = ZSTD_createDCtx();
+    size_t cap = n * 4 + 4096, last = 1;
+    char *buf = dz ? pd_alloc(cap + 1) : NULL;
+    int rc = buf ? 0 : dz ? -1 : pd_error("%s: cannot start zstd", what);
+    ZSTD_inBuffer in = {zst, n, 0};
+    ZSTD_outBuffer o = {buf, cap, 0};
+    while (!rc && (in.pos < n || o.pos == o.size)) {
+        if (o.pos == o.size) {
+            char *nb = cap * 2 > MAX_INFLATED ? NULL : pd_realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                rc = pd_error("%s: inflates to more than %zu bytes", what, cap);
+                break;
+            }
+            buf = nb, cap *= 2, o.dst = buf, o.size = cap;
+        }
+        last = ZSTD_decompressStream(dz, &o, &in);
+        if (ZSTD_isError(last)) rc = pd_error("%s: corrupt zstd data: %s", what, ZSTD_getErrorName(last));
+    }
+    if (!rc && last) rc = pd_error("%s: truncated zstd data", what); /* a frame not finished */
+    ZSTD_freeDCtx(dz);
+    if (rc) return free(buf), -1;
+    buf[o.pos] = 0;
+    *out = buf, *out_n = o.pos;
+    return 0;
+}
+
 int pd_read_file_gz(const char *path, char **data, size_t *n) {
     size_t pl = strlen(path);
     if (pd_read_file(path, data, n)) return -1;
-    if (pl < 3 || strcmp(path + pl - 3, ".gz")) return 0;
-    char *gz = *data;
-    int rc = pd_gunzip(gz, *n, data, n, path);
-    free(gz);
+    int gz = pl >= 3 && !strcmp(path + pl - 3, ".gz"), zst = pl >= 4 && !strcmp(path + pl - 4, ".zst");
+    if (!gz && !zst) return 0;
+    char *packed = *data;
+    int rc = (gz ? pd_gunzip : pd_unzstd)(packed, *n, data, n, path);
+    free(packed);
     return rc;
 }
 

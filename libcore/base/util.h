@@ -34,11 +34,13 @@ void arena_free(Arena *a);
 /* ---- files ---- */
 /* whole file (or stdin for "-") into memory; *n bytes, NUL-terminated for text use */
 int pd_read_file(const char *path, char **data, size_t *n);
-/* gzip-aware: reads path, inflating it when it ends in .gz */
+/* reads path, inflating it when it ends in .gz or .zst */
 int pd_read_file_gz(const char *path, char **data, size_t *n);
 /* gzip bytes (every member, as gunzip does) → *out, malloc'd and NUL-terminated;
    what names the input in messages (corrupt, truncated, inflating past 16 GiB) */
 int pd_gunzip(const void *gz, size_t n, char **out, size_t *out_n, const char *what);
+/* the same for zstd frames (one or more) */
+int pd_unzstd(const void *zst, size_t n, char **out, size_t *out_n, const char *what);
 
 /* an output written atomically: data goes to a temp file beside `path` — unnamed
    (O_TMPFILE) where the filesystem allows, so a killed writer leaves nothing, else

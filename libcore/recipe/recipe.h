@@ -152,7 +152,7 @@ int recipe_method_has_oracle(const char *method);
 
 /* the files a recipe's pipeline writes, under its out folder */
 #define RECIPE_MODEL "model.safetensors"
-#define RECIPE_ANSWERS "answers.jsonl"
+#define RECIPE_ANSWERS "answers.jsonl.zst"
 #define RECIPE_EXIT "exit-heads.safetensors.zst"
 #define RECIPE_MEDUSA "medusa-heads.safetensors.zst"
 #define RECIPE_DRAFT "draft.safetensors"

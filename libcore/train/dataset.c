@@ -128,6 +128,9 @@ int dataset_parse(TextSet *ds, const void *bytes, size_t n, const char *fields, 
     if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
         if (pd_gunzip(b, n, &inflated, &n, what)) return -1;
         b = (const unsigned char *)inflated;
+    } else if (n >= 4 && b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd) { /* zstd's magic */
+        if (pd_unzstd(b, n, &inflated, &n, what)) return -1;
+        b = (const unsigned char *)inflated;
     }
     const char *s = (const char *)b;
     size_t i = 0;

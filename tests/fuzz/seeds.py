@@ -356,6 +356,14 @@ def dataset_seeds():
     story = records(f"{ds}/tinystories/tinystories_val_sample.txt.gz", 30)
     put("dataset", "tinystories.txt", story[:2000])
     put("dataset", "tinystories.txt.gz", gzip.compress(story[:2000].encode(), mtime=0))
+    put("dataset", "tinystories.txt.zst", zstd_raw(story[:200].encode()))
+
+
+def zstd_raw(data):
+    """a zstd frame of one raw (stored) block, for up to 255 bytes: magic, a single-segment
+    header with a 1-byte content size, the last block's 3-byte header (size << 3 | last)"""
+    assert len(data) < 256
+    return b"\x28\xb5\x2f\xfd" + bytes([0x20, len(data)]) + (len(data) << 3 | 1).to_bytes(3, "little") + data
 
 
 def recipe_seeds():
