@@ -198,6 +198,8 @@ static void print_stats(const char *what, const Stats *s, int bad) {
            (double)s->layer_passes / (s->tokens + 1e-9));
 }
 
+static Stats last_parity; /* the last parity call's counts */
+
 /* mismatching prompts among the first n, for one method and setting */
 static int parity(const char *method, const TestOptions *o, int n, const char *what) {
     Stats st = {0};
@@ -215,6 +217,7 @@ static int parity(const char *method, const TestOptions *o, int n, const char *w
         bad += got != REF_N[i] || memcmp(out, REF[i], sizeof(int32_t) * got);
     }
     print_stats(what, &st, bad);
+    last_parity = st;
     CHECK(bad == 0, "%s %s: %d of %d prompts differ from standard", method, what, bad, n);
     CHECK(errors == 0, "%s %s: %d runs failed", method, what, errors);
     if (strcmp(method, "adadecode"))

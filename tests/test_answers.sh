@@ -35,7 +35,7 @@ check "answers stop at max_new" sh -c "! grep -q partial '$TMP/err' && grep -q '
 
 recipe "$TMP/s.yaml" ", parallel: 8, temp: 0.9, seed: 5"
 $BIN/recipe answers "$TMP/s.yaml" -m "$MODEL" -o "$TMP/s1.jsonl" 2>"$TMP/err"
-check "sampled: said so ($(tail -n 1 "$TMP/err"))" grep -q "(sampled)" "$TMP/err"
+check "sampled: said so ($(tail -n 1 "$TMP/err"))" grep -q "prompt tokens, sampled)" "$TMP/err"
 $BIN/recipe answers "$TMP/s.yaml" -m "$MODEL" -o "$TMP/s2.jsonl" 2>/dev/null
 check "sampled answers repeat with their seed" sh -c "test -s '$TMP/s1.jsonl' && cmp -s '$TMP/s1.jsonl' '$TMP/s2.jsonl'"
 check "and differ from greedy" sh -c "! cmp -s '$TMP/s1.jsonl' '$TMP/p8.jsonl'"

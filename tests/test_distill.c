@@ -156,7 +156,7 @@ static void test_gradient(int norm, int layer) {
     heads_set_T(&eh, 0, Tf);
     CHECK(distill_init(&d, &M, &eh, 16, 1e-3f) == 0, "%s", pd_errmsg());
     double loss;
-    CHECK(distill_head_loss(&d, 0, h, hL, n, &loss, grad) == 0, "%s", pd_errmsg());
+    CHECK(distill_head_loss(&d, 0, h, hL, n, &loss, grad, NULL) == 0, "%s", pd_errmsg());
     Ref r;
     ref_init(&r, h, hL, n, norm);
     double want = ref_loss(&r, T);
@@ -170,12 +170,12 @@ static void test_gradient(int norm, int layer) {
     /* the gradient adds to what grad held */
     float *g2 = malloc(sizeof(float) * D * D);
     memcpy(g2, grad, sizeof(float) * D * D);
-    distill_head_loss(&d, 0, h, hL, n, &loss, g2);
+    distill_head_loss(&d, 0, h, hL, n, &loss, g2, NULL);
     int twice = 1;
     for (int i = 0; i < D * D; i++) twice &= fabsf(g2[i] - 2 * grad[i]) <= 1e-6f * (1 + fabsf(grad[i]));
     CHECK(twice, "grad is not accumulated");
-    CHECK(distill_head_loss(&d, 1, h, hL, n, &loss, NULL) == -1, "head 1 of 1 accepted");
-    CHECK(distill_head_loss(&d, 0, h, hL, 17, &loss, NULL) == -1, "17 positions in a scratch of 16 accepted");
+    CHECK(distill_head_loss(&d, 1, h, hL, n, &loss, NULL, NULL) == -1, "head 1 of 1 accepted");
+    CHECK(distill_head_loss(&d, 0, h, hL, 17, &loss, NULL, NULL) == -1, "17 positions in a scratch of 16 accepted");
     ref_free(&r);
     distill_free(&d);
     heads_free(&eh);
@@ -185,6 +185,92 @@ static void test_gradient(int norm, int layer) {
     free(Tf);
     free(T);
     free(g2);
+}
+
+/* a check vocabulary C: Σ_t KL(P || Q) over C and the rest, P = (p_L on C, 1 − its sum),
+   Q = softmax(E_C T x, r·T x + b) */
+static double ref_loss_vocab(const Ref *r, const double *T, const double *rb, const int32_t *vocab, int K) {
+    int D = r->D, V = r->V;
+    double *z = calloc(D, 8), *q = calloc(K + 1, 8), loss = 0;
+    for (int t = 0; t < r->n; t++) {
+        const double *x = r->x + (size_t)t * D, *p = r->pL + (size_t)t * V;
+        for (int i = 0; i < D; i++) {
+            z[i] = 0;
+            for (int j = 0; j < D; j++) z[i] += T[(size_t)i * D + j] * x[j];
+        }
+        for (int c = 0; c <= K; c++) {
+            const double *e = c < K ? r->E + (size_t)vocab[c] * D : rb;
+            q[c] = c < K ? 0 : rb[D];
+            for (int i = 0; i < D; i++) q[c] += e[i] * z[i];
+        }
+        softmax_d(q, K + 1);
+        double in = 0;
+        for (int c = 0; c < K; c++) {
+            in += p[vocab[c]];
+            if (p[vocab[c]] > 0) loss += p[vocab[c]] * log(p[vocab[c]] / q[c]);
+        }
+        if (1 - in > 0) loss += (1 - in) * log((1 - in) / q[K]);
+    }
+    free(z);
+    free(q);
+    return loss;
+}
+
+/* the same gradient checks for a head with a check vocabulary: T's and (r, b)'s */
+static void test_gradient_vocab(int norm, int layer) {
+    int D = M.c.dim, V = M.c.vocab_size, n = 5, K = 0;
+    int32_t tok[5] = {1, 403, 407, 261, 378}, vocab[512];
+    for (int v = 0; v < V && K < 512; v += 3) vocab[K++] = v;
+    float *h = calloc((size_t)n * D, 4), *hL = calloc((size_t)n * D, 4), *grad = calloc((size_t)D * D, 4);
+    float *Tf = calloc((size_t)D * D, 4), *gr = calloc(D + 1, 4), rbf[1025];
+    double *T = calloc((size_t)D * D, 8), rb[1025];
+    hidden_states(tok, n, layer, h, hL);
+    for (int i = 0; i < D * D; i++) Tf[i] = (float)((i % (D + 1) == 0) + 0.3 * frand()), T[i] = Tf[i];
+    for (int i = 0; i <= D; i++) rbf[i] = (float)(0.5 * frand()), rb[i] = rbf[i];
+    ExitHeads eh;
+    Distill d;
+    int layers[1] = {layer};
+    CHECK(heads_identity(&eh, &M, layers, 1, norm) == 0 && heads_set_vocab(&eh, &M, vocab, K) == 0, "%s", pd_errmsg());
+    heads_set_T(&eh, 0, Tf);
+    heads_set_rest(&eh, 0, rbf);
+    CHECK(distill_init(&d, &M, &eh, 16, 1e-3f) == 0, "%s", pd_errmsg());
+    double loss;
+    CHECK(distill_head_loss(&d, 0, h, hL, n, &loss, grad, NULL) == -1, "a check vocabulary without grad_rest");
+    CHECK(distill_head_loss(&d, 0, h, hL, n, &loss, grad, gr) == 0, "%s", pd_errmsg());
+    Ref r;
+    ref_init(&r, h, hL, n, norm);
+    double want = ref_loss_vocab(&r, T, rb, vocab, K), eps = 1e-4, worst = 0, worst_rb = 0, scale = 0, scale_rb = 0;
+    CHECK(fabs(loss - want) < 1e-4 * fabs(want) + 1e-5, "vocab, norm=%d layer %d: loss %.7f, double reference %.7f",
+          norm, layer, loss, want);
+    for (int i = 0; i < D * D; i++) scale = fmax(scale, fabs(grad[i]));
+    for (int i = 0; i <= D; i++) scale_rb = fmax(scale_rb, fabs(gr[i]));
+    for (int s = 0; s < 24; s++) {
+        size_t e = (size_t)(next() % D) * D + next() % D;
+        double keep = T[e];
+        T[e] = keep + eps;
+        double up = ref_loss_vocab(&r, T, rb, vocab, K);
+        T[e] = keep - eps;
+        double fd = (up - ref_loss_vocab(&r, T, rb, vocab, K)) / (2 * eps);
+        T[e] = keep;
+        worst = fmax(worst, fabs(grad[e] - fd) / fmax(fabs(fd), 1e-2 * scale));
+    }
+    for (int s = 0; s < 16; s++) {
+        int j = s == 0 ? D : (int)(next() % D); /* b, then entries of r */
+        double keep = rb[j];
+        rb[j] = keep + eps;
+        double up = ref_loss_vocab(&r, T, rb, vocab, K);
+        rb[j] = keep - eps;
+        double fd = (up - ref_loss_vocab(&r, T, rb, vocab, K)) / (2 * eps);
+        rb[j] = keep;
+        worst_rb = fmax(worst_rb, fabs(gr[j] - fd) / fmax(fabs(fd), 1e-2 * scale_rb));
+    }
+    CHECK(worst < 1e-3, "vocab, norm=%d layer %d: dT off central differences by %.2e", norm, layer, worst);
+    CHECK(worst_rb < 1e-3, "vocab, norm=%d layer %d: d(r, b) off central differences by %.2e", norm, layer, worst_rb);
+    CHECK(scale_rb > 0, "the rest's gradient is not zero");
+    ref_free(&r);
+    distill_free(&d);
+    heads_free(&eh);
+    free(h), free(hL), free(grad), free(Tf), free(gr), free(T);
 }
 
 /* two steps worked out by hand: step 1 moves every parameter with a nonzero
@@ -407,6 +493,8 @@ int main(void) {
     test_gradient(1, 2);
     test_gradient(0, 2);
     test_gradient(1, 4);
+    test_gradient_vocab(1, 2);
+    test_gradient_vocab(0, 3);
     test_adam();
     test_order();
     test_dataset();

@@ -1,7 +1,8 @@
 # test_distill_tool — bin/distill-heads end to end on stories260K with a few steps: the
 # heads file it writes loads (heads_load, through test_exit_heads FILE), carries its
 # training facts, is the same for the same seed, streams to stdout; jsonl on stdin
-# works; every kind of bad input is refused with one line and no output file.
+# works; --check-vocab heads carry their vocabulary and rest logits and decode as
+# standard does; every kind of bad input is refused with one line and no output file.
 . tests/lib.sh
 need "every check (its heads train on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz || { finish distill_tool; exit 0; }
 DATA=$(data datasets/tinystories/tinystories_val_sample.txt.gz)
@@ -44,6 +45,22 @@ $BIN/distill-heads -m "$MODEL" --steps 2 --batch 2 --seq-len 32 --fields story -
     -o "$TMP/j.safetensors" <"$TMP/d.jsonl.gz" 2>"$TMP/log"
 check "jsonl on stdin" loads "$TMP/j.safetensors"
 check "auto layers 1..4, norm 1" sh -c "grep -aqF '\"paradec.exit.layers\":\"1,2,3,4\"' '$TMP/j.safetensors' && grep -aqF '\"paradec.exit.norm\":\"1\"' '$TMP/j.safetensors'"
+# a check vocabulary (--check-vocab: the 64 most frequent tokens of the text, and the rest)
+$RUN --data "$TMP/small.txt" --layers 2,4 --check-vocab 64 -o "$TMP/v.safetensors" 2>"$TMP/log"
+check "--check-vocab 64: the heads load" loads "$TMP/v.safetensors"
+for key in '"exit.vocab":{"dtype":"I32","shape":[64]' '"exit.2.rest":{"dtype":"F32","shape":[65]' '"exit.4.rest"' \
+    '"paradec.exit.check_vocab":"64"'; do
+    check "check vocabulary: $key" grep -aqF "$key" "$TMP/v.safetensors"
+done
+$RUN --data "$TMP/small.txt" --init "$TMP/v.safetensors" -o "$TMP/v2.safetensors" 2>/dev/null
+check "--init keeps the check vocabulary" grep -aqF '"exit.vocab":{"dtype":"I32","shape":[64]' "$TMP/v2.safetensors"
+for p in "Once upon a time" "Tom and Sue"; do
+    $BIN/decode -m "$MODEL" -p "$p" -n 40 --temp 0 >"$TMP/std" 2>/dev/null
+    $BIN/decode -m "$MODEL" --heads "$TMP/v.safetensors" --method adadecode --gamma 0.3 -p "$p" -n 40 --temp 0 \
+        >"$TMP/ada" 2>/dev/null
+    check "adadecode with a check vocabulary: standard's tokens ($p)" \
+        sh -c "test -s '$TMP/std' && cmp -s '$TMP/std' '$TMP/ada'"
+done
 
 # ---- bad input ----
 O=$TMP/out.safetensors.zst
@@ -53,6 +70,8 @@ printf ' \n\n\t\n' >"$TMP/blank.txt"
 printf '{"title": "x"}\n' >"$TMP/notext.jsonl"
 printf '{"text": "a"}\nnot json\n' >"$TMP/badline.jsonl"
 refuses "layer out of range" "$O" $RUN $D --layers 5 -o "$O"
+refuses "a check vocabulary as large as the vocabulary" "$O" $RUN $D --check-vocab 512 -o "$O"
+refuses "--check-vocab with --init" "$O" $RUN $D --init "$H" --check-vocab 64 -o "$O"
 refuses "layer 0" "$O" $RUN $D --layers 0,2 -o "$O"
 refuses "layers not numbers" "$O" $RUN $D --layers two -o "$O"
 refuses "a layer twice" "$O" $RUN $D --layers 2,2 -o "$O"

@@ -6,7 +6,8 @@
    tokens), and with trained heads when build/test-heads.safetensors.zst exists.
    Sampling (temperature 1): the token at generated positions 2 and 5 has standard's
    distribution — a chi-square test of homogeneity over 4000 seeds each, p > 0.001 —
-   and the same test rejects two deliberately biased samplers (p < 0.001). */
+   and the same test rejects two deliberately biased samplers (p < 0.001). AdaDecode's
+   heads with a check vocabulary (K + 1 logits) take both tests too. */
 #include "methods.h"
 
 static void parity_adadecode(const ExitHeads *h, const char *heads_name, int n_small) {
@@ -240,6 +241,19 @@ int main(void) {
         have_trained = 0;
     }
     if (!have_trained) printf("methods: no %s: trained heads skipped\n", tpath);
+    /* a check vocabulary, the lowest ids (tok512's most frequent merges): the check's K + 1
+       logits decide, and when sampling q is theirs spread over the vocabulary. The trained
+       heads' T where there are some (the rest logit as it starts), else identity heads */
+    ExitHeads vocab;
+    int32_t ids[384];
+    int K = have_trained ? 384 : 128, have_vocab;
+    for (int i = 0; i < K; i++) ids[i] = i;
+    if (have_trained) {
+        have_vocab = !heads_identity(&vocab, &M, trained.layer, trained.n, trained.norm);
+        for (int k = 0; k < vocab.n && have_vocab; k++) heads_set_T(&vocab, k, trained.T[k]);
+    } else have_vocab = !heads_identity(&vocab, &M, layers, nl, 1);
+    have_vocab = have_vocab && !heads_set_vocab(&vocab, &M, ids, K);
+    CHECK(have_vocab, "heads with a check vocabulary: %s", pd_errmsg());
 
     /* the many settings take a quarter of the prompts (an eighth with trained heads);
        the defaults take all 200 */
@@ -253,6 +267,12 @@ int main(void) {
         o.streams = 2;
         parity_edges("adadecode", &o);
         streams_cuemu(&ident, san_share(20, 4));
+        for (int g = 0; g < 2 && have_vocab; g++) {
+            TestOptions o = {.heads = &vocab, .gamma = g ? 0.6f : 0.3f};
+            const char *what = g ? "check vocabulary γ=0.60" : "check vocabulary γ=0.30";
+            parity("adadecode", &o, g ? n_small : n_prompts, what);
+            CHECK(last_parity.drafted > 0, "check vocabulary γ=%.2f: no early token at all", o.gamma);
+        }
     }
     if (have_ss) {
         parity_selfspec(&ident, "identity", n_small);
@@ -270,10 +290,13 @@ int main(void) {
         chi2_power(&ident);
         test_sampling(&ident, "identity", have_ada, have_ss);
         if (have_trained) test_sampling(&trained, "trained", have_ada, have_ss);
+        TestOptions v = {.heads = &vocab, .gamma = 1e-6f};
+        if (have_ada && have_vocab) chi2_method("adadecode", &v, "check vocabulary, always exit");
         printf("sampling: %.1f s; total %.1f s\n", pd_now() - t1, pd_now() - t0);
     }
 
     heads_free(&ident);
+    if (have_vocab) heads_free(&vocab);
     if (have_trained) heads_free(&trained);
     methods_teardown();
     return check_done("methods");

@@ -29,6 +29,25 @@
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+/* the k tokens the training sequences hold most often (ties: the lower id), a head's check
+   vocabulary */
+static int32_t *frequent(const Sequences *s, int V, int k) {
+    int64_t *count = calloc(V, sizeof(int64_t));
+    int32_t *ids = malloc(sizeof(int32_t) * V);
+    if (!count || !ids) die("out of memory");
+    for (int64_t i = 0; i < seqs_tokens(s); i++) count[s->tok[i]]++;
+    for (int v = 0; v < V; v++) ids[v] = v;
+    for (int i = 0; i < k; i++) { /* a partial selection: k ≤ a few thousand passes over V */
+        int best = i;
+        for (int j = i + 1; j < V; j++)
+            if (count[ids[j]] > count[ids[best]] || (count[ids[j]] == count[ids[best]] && ids[j] < ids[best])) best = j;
+        int32_t x = ids[i];
+        ids[i] = ids[best], ids[best] = x;
+    }
+    free(count);
+    return ids;
+}
+
 static int parse_layers(const char *s, int L, int *layers) {
     if (!strcmp(s, "auto")) return distill_auto_layers(L, layers);
     int n = 0;
@@ -81,7 +100,7 @@ int main(int argc, char **argv) {
     tool_name = "distill-heads";
     const char *model = NULL, *data = NULL, *out = NULL, *layer_arg = NULL, *fields = NULL, *init = NULL;
     int special = 0;
-    long steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1;
+    long steps = 600, batch = 8, seq_len = 256, seed = 1, norm = -1, threads = 1, check_vocab = 0;
     const char *device = NULL;
     double lr = 0, heldout = 0.1; /* lr 0: 2/dim (docs/distill.md) */
     const char *norm_arg = NULL;
@@ -101,7 +120,11 @@ int main(int argc, char **argv) {
         {"-s, --seed", "S", "1", "the order of the sequences", F_LONG(&seed, 0, 1e19)},
         {"--norm", "0|1|auto", "auto", "the final RMSNorm before the head: off, on, or the lower held-out KL",
          F_STR(&norm_arg)},
-        {"--init", "HEADS", NULL, "go on from trained heads (their layers and norm)", F_STR(&init)},
+        {"--init", "HEADS", NULL, "go on from trained heads (their layers, norm and check vocabulary)", F_STR(&init)},
+        {"--check-vocab", "K", "0: all",
+         "heads whose check reads the K most frequent tokens of the text and one logit "
+         "for the rest",
+         F_LONG(&check_vocab, 0, 1 << 20)},
         {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&heldout, 1e-6, 0.9)},
         {"-t, --threads", "N", "1", "threads", F_LONG(&threads, 1, 64)},
         DEVICE_FLAG(&device),
@@ -129,8 +152,9 @@ int main(int argc, char **argv) {
     device_arg(device);
     ExitHeads h;
     if (init) { /* go on from trained heads: their layers and norm */
-        if (layer_arg || norm_given)
-            die("--init: the heads file sets the layers and the norm; drop --layers and --norm");
+        if (layer_arg || norm_given || check_vocab)
+            die("--init: the heads file sets the layers, the norm and the check vocabulary; drop --layers, --norm and "
+                "--check-vocab");
         if (heads_load(&h, init, &m)) die_lib();
     } else {
         int layers[MAX_EXIT_HEADS], n_heads = parse_layers(layer_arg ? layer_arg : "auto", m.c.n_layers, layers);
@@ -149,6 +173,14 @@ int main(int argc, char **argv) {
     if (dataset_read(&text, data, fields) ||
         dataset_sequences(&text, m.tok, (int)seq_len, heldout, (int)special, &train, &held, data))
         die_lib();
+    if (check_vocab) {
+        if (check_vocab >= m.c.vocab_size)
+            die("--check-vocab: %ld tokens; the vocabulary has %d (a check vocabulary is smaller)", check_vocab,
+                m.c.vocab_size);
+        int32_t *ids = frequent(&train, m.c.vocab_size, (int)check_vocab);
+        if (heads_set_vocab(&h, &m, ids, (int)check_vocab)) die_lib();
+        free(ids);
+    }
     Distill d;
     SeqOrder order;
     if (distill_init(&d, &m, &h, (int)seq_len, (float)lr) || order_init(&order, train.n, (uint64_t)seed)) die_lib();
@@ -196,6 +228,7 @@ int main(int argc, char **argv) {
 
     Meta meta = {0};
     meta_add(&meta, "paradec.exit.steps", "%ld", steps);
+    if (h.n_vocab) meta_add(&meta, "paradec.exit.check_vocab", "%d", h.n_vocab);
     if (auto_kl[0] > 0) meta_add(&meta, "paradec.exit.norm_auto_kl", "%.6f,%.6f", auto_kl[0], auto_kl[1]);
     meta_add(&meta, "paradec.exit.lr", "%g", lr);
     meta_add(&meta, "paradec.exit.batch", "%ld", batch);

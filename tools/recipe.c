@@ -387,6 +387,7 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
         progress_step(&pg, a.done - kept);
     }
     progress_end(&pg);
+    int64_t prompt_tokens = engine_stats(e).prompt_tokens;
     engine_free(e);
     fclose(pf);
     Str out = {0};
@@ -417,8 +418,9 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
     if (data != out.s) free(data);
     free(out.s);
     unlink(partial);
-    fprintf(stderr, "recipe: %s: %d answers (%d left out: too long), %lld tokens generated this run (%s)\n", path,
-            written, skipped, (long long)tokens, ra->temp > 0 ? "sampled" : "greedy");
+    fprintf(stderr,
+            "recipe: %s: %d answers (%d left out: too long), %lld tokens generated this run (%lld prompt tokens, %s)\n",
+            path, written, skipped, (long long)tokens, (long long)prompt_tokens, ra->temp > 0 ? "sampled" : "greedy");
     for (int i = 0; i < total; i++) free(ids[i]), free(ptext[i]), free(a.text[i]);
     free(ids), free(n_ids), free(max_new), free(ptext), free(a.text), free(jobs), free(settings);
     for (int i = 0; i < ra->n; i++) recipe_prompts_free(prompts[i], n[i]);

@@ -148,6 +148,54 @@ static int ada_may_exit(const Ada *s, int k) {
     return d->n_out >= s->stat[k].off_until;
 }
 
+/* head k's check of position y over the whole vocabulary: the token to emit, -1 none, -2
+   an error; q, the slot's distribution, is the head's as sampled */
+static int32_t ada_check(Ada *s, int k, int y) {
+    DecodeCtx *d = s->d;
+    if (head_logits(d->m, s->heads, k, ada_slot_h(s, y), 1, s->hl)) return -2;
+    float *q = ada_slot_q(s, y);
+    int32_t tok; /* confidence: the head's own distribution */
+    if (rows_softmax(d->run, s->hl, 1, s->vocab, 1, q) || rows_argmax(d->run, q, 1, s->vocab, &tok)) return -2;
+    if (q[tok] < s->gamma || decode_is_end(d, tok)) return -1;
+    if (d->sampler->temp > 0) { /* sampling: draw from q = the head's distribution as sampled */
+        if (rows_softmax(d->run, s->hl, 1, s->vocab, d->sampler->temp, q)) return -2;
+        tok = sampler_draw(d->sampler, q);
+        if (rows_softmax(d->run, s->hl, 1, s->vocab, d->sampler->temp, q)) return -2;
+        sampler_truncate(d->sampler, q);
+    }
+    return tok;
+}
+
+/* q over the vocabulary from p over the check vocabulary and the rest: the rest's share
+   spread evenly over the tokens outside it (a distribution, as the rejection rule needs) */
+static void ada_spread(const Ada *s, const float *p, float *q) {
+    int K = s->heads->n_vocab;
+    float other = p[K] / (float)(s->vocab - K);
+    for (int v = 0; v < s->vocab; v++) q[v] = other;
+    for (int i = 0; i < K; i++) q[s->heads->vocab[i]] = p[i];
+}
+
+/* the same check over the heads' check vocabulary: its K + 1 logits, not the vocabulary's;
+   "the rest" as the most likely never exits */
+static int32_t ada_check_vocab(Ada *s, int k, int y) {
+    DecodeCtx *d = s->d;
+    int K = s->heads->n_vocab;
+    float *lg = s->hl, *p = s->hl + K + 1, *q = ada_slot_q(s, y);
+    int32_t arg, tok;
+    if (head_check(d->m, s->heads, k, ada_slot_h(s, y), 1, lg) || rows_softmax(d->run, lg, 1, K + 1, 1, p) ||
+        rows_argmax(d->run, p, 1, K + 1, &arg))
+        return -2;
+    if (arg == K || p[arg] < s->gamma || decode_is_end(d, tok = s->heads->vocab[arg])) return -1;
+    if (d->sampler->temp > 0) {
+        if (rows_softmax(d->run, lg, 1, K + 1, d->sampler->temp, p)) return -2;
+        ada_spread(s, p, q);
+        tok = sampler_draw(d->sampler, q);
+        ada_spread(s, p, q);
+        sampler_truncate(d->sampler, q);
+    }
+    return tok;
+}
+
 /* the youngest position is at head layer `layer`: exit early? returns the token, or -1 */
 static int ada_try_exit(Ada *s, int layer) {
     DecodeCtx *d = s->d;
@@ -161,17 +209,8 @@ static int ada_try_exit(Ada *s, int layer) {
         return d->opt.oracle[idx];
     }
     s->stat[k].checks++;
-    if (head_logits(d->m, s->heads, k, ada_slot_h(s, y), 1, s->hl)) return -2;
-    float *q = ada_slot_q(s, y);
-    int32_t tok; /* confidence: the head's own distribution */
-    if (rows_softmax(d->run, s->hl, 1, s->vocab, 1, q) || rows_argmax(d->run, q, 1, s->vocab, &tok)) return -2;
-    if (q[tok] < s->gamma || decode_is_end(d, tok)) return -1;
-    if (d->sampler->temp > 0) { /* sampling: draw from q = the head's distribution as sampled */
-        if (rows_softmax(d->run, s->hl, 1, s->vocab, d->sampler->temp, q)) return -2;
-        tok = sampler_draw(d->sampler, q);
-        if (rows_softmax(d->run, s->hl, 1, s->vocab, d->sampler->temp, q)) return -2;
-        sampler_truncate(d->sampler, q);
-    }
+    int32_t tok = s->heads->n_vocab ? ada_check_vocab(s, k, y) : ada_check(s, k, y);
+    if (tok < 0) return tok;
     s->a[y].head = k;
     s->stat[k].exits++;
     return tok;
@@ -333,12 +372,13 @@ static int ada_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **s
     double layer = 2.0 * c->dim * (c->n_heads + c->n_kv_heads) * c->head_dim + 3.0 * c->dim * c->hidden_dim;
     /* a check: the head's two products, and one more forward call split off (about a
        tenth of a layer in fixed costs, measured on stories260K) */
-    s->head_cost = ((double)c->dim * c->dim + (double)c->vocab_size * c->dim) / layer + 0.1;
+    int rows = s->heads->n_vocab ? s->heads->n_vocab + 1 : c->vocab_size; /* the check's logits */
+    s->head_cost = ((double)c->dim * c->dim + (double)rows * c->dim) / layer + 0.1;
     for (int k = 0; k < s->heads->n; k++) /* heads that cannot pay rest from the start */
         if (!d->opt.oracle && ada_prior_gain(s, k) <= 0) s->stat[k].off_until = s->stat[k].backoff = 256;
     s->h = pd_alloc(sizeof(float) * MAX_ACTIVE * s->dim);
     s->q = pd_alloc(sizeof(float) * MAX_ACTIVE * s->vocab);
-    s->hl = pd_alloc(sizeof(float) * s->vocab);
+    s->hl = pd_alloc(sizeof(float) * (s->vocab > 2 * rows ? s->vocab : 2 * rows)); /* check vocabulary: p after lg */
     const float *raw;
     int next;
     if (!s->h || !s->q || !s->hl || decode_prefill_hidden(d, prompt, n_prompt) ||

@@ -70,6 +70,91 @@ int heads_identity(ExitHeads *h, const Model *m, const int *layers, int n, int n
     return 0;
 }
 
+static void vocab_free(ExitHeads *h) {
+    free(h->vocab), free(h->rest[0]), free(h->Ep.p);
+    for (int k = 0; k < MAX_EXIT_HEADS; k++) free(h->Rp[k].p), h->Rp[k].p = NULL, h->rest[k] = NULL;
+    h->vocab = NULL, h->Ep.p = NULL, h->n_vocab = 0;
+}
+
+static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
+
+int heads_set_rest(ExitHeads *h, int k, const float *rb) {
+    if (k < 0 || k >= h->n || !h->n_vocab) return pd_error("exit heads: no head %d with a check vocabulary", k);
+    if (h->rest[k] != rb) memcpy(h->rest[k], rb, sizeof(float) * (h->dim + 1));
+    return linear_pack(&h->Rp[k], h->Rp[k].p, LINEAR_F32, h->rest[k], 1, h->dim);
+}
+
+int heads_set_vocab(ExitHeads *h, const Model *m, const int32_t *ids, int n) {
+    int V = m->c.vocab_size, d = h->dim, rc = 0;
+    if (n < 1 || n >= V) return pd_error("exit heads: a check vocabulary of %d tokens (1 to %d)", n, V - 1);
+    ExitHeads t = {.n_vocab = n, .vocab = pd_alloc(sizeof(int32_t) * n)};
+    t.rest[0] = pd_alloc(pd_mul(sizeof(float) * (d + 1), h->n));
+    t.Ep.p = alloc64(linear_bytes(LINEAR_F32, n, d));
+    float *rows = pd_alloc(pd_mul(pd_mul(sizeof(float), n), d)), *row = pd_alloc(sizeof(float) * d);
+    double *mean = calloc(d, sizeof(double));
+    char *in = calloc(V, 1);
+    rc = !t.vocab || !t.rest[0] || !t.Ep.p || !rows || !row || !mean || !in ? pd_error("out of memory") : 0;
+    for (int k = 0; k < h->n && !rc; k++) {
+        t.rest[k] = t.rest[0] + (size_t)k * (d + 1);
+        if (!(t.Rp[k].p = alloc64(linear_bytes(LINEAR_F32, 1, d)))) rc = pd_error("out of memory");
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        if (ids[i] < 0 || ids[i] >= V) rc = pd_error("exit heads: check vocabulary id %d is not a token", ids[i]);
+        else if (in[ids[i]]++) rc = pd_error("exit heads: check vocabulary id %d given twice", ids[i]);
+    }
+    for (int v = 0, i = 0; v < V && !rc; v++) { /* the ids in order, and the mean of the others */
+        model_lm_head_row(m, v, in[v] ? rows + (size_t)i * d : row);
+        if (in[v]) t.vocab[i++] = v;
+        else
+            for (int j = 0; j < d; j++) mean[j] += row[j];
+    }
+    if (!rc) rc = linear_pack(&t.Ep, t.Ep.p, LINEAR_F32, rows, n, d);
+    for (int k = 0; k < h->n && !rc; k++) {
+        for (int j = 0; j < d; j++) t.rest[k][j] = (float)(mean[j] / (V - n));
+        t.rest[k][d] = (float)log((double)(V - n));
+    }
+    free(rows), free(row), free(mean), free(in);
+    if (rc) return vocab_free(&t), -1;
+    vocab_free(h);
+    h->n_vocab = n, h->vocab = t.vocab, h->Ep = t.Ep;
+    for (int k = 0; k < h->n; k++) {
+        h->rest[k] = t.rest[k], h->Rp[k].p = t.Rp[k].p;
+        heads_set_rest(h, k, h->rest[k]);
+    }
+    return 0;
+}
+
+/* the file's check vocabulary and rest logits, when it has them */
+static int load_vocab(ExitHeads *h, const Model *m, const char *path) {
+    const Tensor *v = tf_get(&h->tf, "exit.vocab");
+    if (!v) return 0;
+    if (v->dtype != DT_I32 || v->ndim != 1 || v->shape[0] < 1)
+        return pd_error("%s: tensor 'exit.vocab' must be a 1-d I32 list of token ids", path);
+    int n = (int)v->shape[0];
+    int32_t *ids = pd_alloc(sizeof(int32_t) * n);
+    if (!ids) return -1;
+    memcpy(ids, v->data, sizeof(int32_t) * n);
+    int rc = 0;
+    for (int i = 1; i < n && !rc; i++)
+        if (ids[i] <= ids[i - 1]) rc = pd_error("%s: tensor 'exit.vocab' must hold increasing ids", path);
+    rc = rc ? rc : heads_set_vocab(h, m, ids, n);
+    free(ids);
+    if (rc) return pd_error_prefix(path), -1;
+    for (int k = 0; k < h->n; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "exit.%d.rest", h->layer[k]);
+        const Tensor *t = tf_get(&h->tf, name);
+        if (!t) return pd_error("%s: tensor '%s' is missing (the heads have a check vocabulary)", path, name);
+        if (t->dtype != DT_F32 || t->ndim != 1 || t->shape[0] != h->dim + 1)
+            return pd_error("%s: tensor '%s' must be 1-d F32 of dim + 1 = %d", path, name, h->dim + 1);
+        const float *rb = t->data;
+        for (int j = 0; j <= h->dim; j++)
+            if (!isfinite(rb[j])) return pd_error("%s: tensor '%s' holds a non-finite value", path, name);
+        if (heads_set_rest(h, k, rb)) return -1;
+    }
+    return 0;
+}
+
 /* "4,1,3" → sorted layers; -1 on anything else */
 static int parse_layers(const char *s, int *layers, int *n, const char *what) {
     *n = 0;
@@ -131,6 +216,7 @@ int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const ch
     rc = rc ? rc : parse_layers(ls, layers, &n, path);
     rc = rc ? rc : heads_alloc(h, m, layers, n, norm[0] == '1', path); /* leaves h->tf */
     for (int k = 0; k < h->n && !rc; k++) rc = load_T(h, m, k, path);
+    rc = rc ? rc : load_vocab(h, m, path);
     /* the shapes fit; the weights must be the very ones the heads were trained on */
     if (!rc && strcmp(dig, m->digest))
         rc = pd_error("%s: heads trained for model %s, but this model is %s", path, dig,
@@ -140,6 +226,7 @@ int heads_load_tf(ExitHeads *h, const TensorFile *file, const Model *m, const ch
 }
 
 void heads_free(ExitHeads *h) {
+    vocab_free(h);
     tf_close(&h->tf);
     arena_free(&h->arena);
     memset(h, 0, sizeof *h);
@@ -151,20 +238,55 @@ int heads_find(const ExitHeads *h, int layer) {
     return -1;
 }
 
-int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *logits) {
+int head_z(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *z) {
     if (k < 0 || k >= h->n) return pd_error("exit heads: no head %d", k);
     if (n < 1) return 0;
     int d = h->dim;
-    /* x | z, [n][dim] each: on the stack for the one-token calls decoding makes */
-    float small[2 * 4096],
-        *buf = 2 * (size_t)n * d <= 2 * 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), 2 * (size_t)n), d));
-    if (!buf) return -1;
-    float *x = buf, *z = buf + (size_t)n * d;
+    /* x, [n][dim]: on the stack for the one-token calls decoding makes */
+    float small[4096], *x = (size_t)n * d <= 4096 ? small : pd_alloc(pd_mul(pd_mul(sizeof(float), n), d));
+    if (!x) return -1;
     if (h->norm) model_final_norm(m, x, hidden, n);
     else memcpy(x, hidden, sizeof(float) * n * d);
     linear_apply(&h->Tp[k], z, x, n);
+    if (x != small) free(x);
+    return 0;
+}
+
+/* z for n hidden states, on the stack when small; NULL + message */
+static float *z_of(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *small, size_t cap) {
+    size_t need = (size_t)n * h->dim;
+    float *z = need <= cap ? small : pd_alloc(pd_mul(sizeof(float), need));
+    if (z && head_z(m, h, k, hidden, n, z)) {
+        if (z != small) free(z);
+        return NULL;
+    }
+    return z;
+}
+
+int head_logits(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *logits) {
+    if (k < 0 || k >= h->n) return pd_error("exit heads: no head %d", k);
+    if (n < 1) return 0;
+    float small[4096], *z = z_of(m, h, k, hidden, n, small, 4096);
+    if (!z) return -1;
     model_lm_head(m, logits, z, n);
-    if (buf != small) free(buf);
+    if (z != small) free(z);
+    return 0;
+}
+
+int head_check(Model *m, const ExitHeads *h, int k, const float *hidden, int n, float *out) {
+    if (!h->n_vocab) return pd_error("exit heads: no check vocabulary");
+    if (k < 0 || k >= h->n) return pd_error("exit heads: no head %d", k);
+    if (n < 1) return 0;
+    float small[4096], *z = z_of(m, h, k, hidden, n, small, 4096);
+    if (!z) return -1;
+    int K = h->n_vocab;
+    for (int t = 0; t < n; t++) { /* a token at a time: out's rows are K + 1 apart */
+        float *o = out + (size_t)t * (K + 1);
+        linear_apply(&h->Ep, o, z + (size_t)t * h->dim, 1);
+        linear_apply(&h->Rp[k], o + K, z + (size_t)t * h->dim, 1);
+        o[K] += h->rest[k][h->dim];
+    }
+    if (z != small) free(z);
     return 0;
 }
 
@@ -180,6 +302,13 @@ int heads_save(const ExitHeads *h, const char *path, const char *const *meta, in
         snprintf(layers + l, sizeof layers - l, "%s%d", k ? "," : "", h->layer[k]);
         snprintf(name[k], sizeof name[k], "exit.%d.T", h->layer[k]);
         rc = tfw_add(w, name[k], DT_F32, 2, shape, h->T[k]);
+    }
+    char rname[MAX_EXIT_HEADS][32];
+    int64_t vshape[1] = {h->n_vocab}, rshape[1] = {h->dim + 1};
+    if (h->n_vocab && !rc) rc = tfw_add(w, "exit.vocab", DT_I32, 1, vshape, h->vocab);
+    for (int k = 0; k < h->n && h->n_vocab && !rc; k++) {
+        snprintf(rname[k], sizeof rname[k], "exit.%d.rest", h->layer[k]);
+        rc = tfw_add(w, rname[k], DT_F32, 1, rshape, h->rest[k]);
     }
     snprintf(dim, sizeof dim, "%d", h->dim);
     rc = rc || tfw_meta(w, "paradec.kind", "exit-heads") || tfw_meta(w, "paradec.version", "1") ||

@@ -52,6 +52,23 @@ static int pack_Et(Distill *d) {
     return mat_load(d->run, &d->Et_dev, d->Et_packed, wt, D, V);
 }
 
+/* a check vocabulary's rows of E (the heads' packed copy) and their transpose, where the
+   runner multiplies */
+static int pack_Ec(Distill *d) {
+    const ExitHeads *h = d->h;
+    int D = d->m->c.dim, K = h->n_vocab;
+    if (!K) return 0;
+    float *rows = pd_alloc(pd_mul(pd_mul(sizeof(float), K), D)), *tr = pd_alloc(pd_mul(pd_mul(sizeof(float), K), D));
+    d->EcT = pd_alloc(k_packed_bytes(WT_F32, D, K) + 64);
+    int rc = !rows || !tr || !d->EcT;
+    for (int i = 0; i < K && !rc; i++) model_lm_head_row(d->m, h->vocab[i], rows + (size_t)i * D);
+    void *packed = d->EcT ? (void *)(((uintptr_t)d->EcT + 63) & ~(uintptr_t)63) : NULL;
+    if (!rc) pack_transposed(packed, rows, WT_F32, K, D, tr);
+    free(rows), free(tr);
+    if (rc) return -1;
+    return mat_load(d->run, &d->Ec_dev, h->Ep.p, WT_F32, K, D) || mat_load(d->run, &d->EcT_dev, packed, WT_F32, D, K);
+}
+
 int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
     memset(d, 0, sizeof *d);
     const Config *c = &m->c;
@@ -63,9 +80,11 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
     d->lr = lr;
     d->cap = max_len;
     size_t D = c->dim, V = c->vocab_size, N = max_len, dd = pd_mul(D, D) * sizeof(float);
-    int rc = !(d->run = runner_new(m)) || kv_init(&d->kv, c, 1, max_len, 16) || pack_Et(d);
+    size_t ad = dd + (D + 1) * sizeof(float); /* Adam's state: T's, then a check vocabulary's (r, b) */
+    int rc = !(d->run = runner_new(m)) || kv_init(&d->kv, c, 1, max_len, 16) || pack_Et(d) || pack_Ec(d);
     for (int k = 0; k < h->n && !rc; k++)
-        rc = !(d->adam_m[k] = pd_alloc(dd)) || !(d->adam_v[k] = pd_alloc(dd)) || !(d->grad[k] = pd_alloc(dd));
+        rc = !(d->adam_m[k] = pd_alloc(ad)) || !(d->adam_v[k] = pd_alloc(ad)) || !(d->grad[k] = pd_alloc(dd)) ||
+             !(d->grad_rest[k] = pd_alloc((D + 1) * sizeof(float)));
     if (!rc) {
         d->hid = pd_alloc(pd_mul(N * D, sizeof(float)));
         d->hl = pd_alloc(pd_mul(pd_mul(N * D, sizeof(float)), h->n));
@@ -82,8 +101,10 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
         d->xTp_buf = pd_alloc(k_packed_bytes(WT_F32, (int)D, (int)N) + 64);
         d->dT = pd_alloc(dd);
         d->exited = pd_alloc(N * EXIT_N_GAMMA);
-        rc = !d->exited || !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL || !d->pos || !d->x ||
-             !d->z || !d->dz || !d->xT || !d->dzT || !d->xTp_buf || !d->dT;
+        d->pC = pd_alloc((h->n_vocab + 1) * sizeof(float));
+        d->grest = pd_alloc(N * sizeof(float));
+        rc = !d->exited || !d->pC || !d->grest || !d->hid || !d->hl || !d->pL || !d->logits || !d->negH || !d->argL ||
+             !d->pos || !d->x || !d->z || !d->dz || !d->xT || !d->dzT || !d->xTp_buf || !d->dT;
     }
     if (rc) {
         distill_free(d);
@@ -96,11 +117,12 @@ int distill_init(Distill *d, Model *m, ExitHeads *h, int max_len, float lr) {
 
 void distill_free(Distill *d) {
     for (int k = 0; k < MAX_EXIT_HEADS; k++) {
+        free(d->grad_rest[k]);
         free(d->adam_m[k]);
         free(d->adam_v[k]);
         free(d->grad[k]);
     }
-    free(d->Et);
+    free(d->Et), free(d->EcT), free(d->pC), free(d->grest);
     free(d->hid);
     free(d->hl);
     free(d->pL);
@@ -118,6 +140,7 @@ void distill_free(Distill *d) {
     free(d->exited);
     if (d->kv.arena.base) kv_free(&d->kv);
     if (d->run) mat_free(d->run, &d->Et_dev), mat_free(d->run, &d->xT_dev);
+    if (d->run) mat_free(d->run, &d->Ec_dev), mat_free(d->run, &d->EcT_dev);
     runner_free(d->run);
     memset(d, 0, sizeof *d);
 }
@@ -142,6 +165,8 @@ typedef struct {
     /* the first-exit rule: exits that happen at this head, and how many agree */
     double first[EXIT_N_GAMMA], first_hit[EXIT_N_GAMMA];
 } Tally;
+
+static int outer_grad(Distill *d, int n, float *grad);
 
 /* head k on n positions (targets already set): Σ KL into *loss; statistics into
    tally; Σ dKL/dT added into grad */
@@ -178,6 +203,12 @@ static int head_pass(Distill *d, int k, const float *h, int n, double *loss, Tal
     if (!grad) return 0;
     /* dz[n][D] = g[n][V] · E ; then grad[i][j] += Σ_t dz[t][i] x[t][j] as dzT · xT^T */
     if (mat_mul(d->run, &d->Et_dev, d->dz, d->logits, n)) return -1;
+    return outer_grad(d, n, grad);
+}
+
+/* grad[i][j] += Σ_t dz[t][i] x[t][j], as dzT · xT^T */
+static int outer_grad(Distill *d, int n, float *grad) {
+    int D = d->m->c.dim;
     for (int t = 0; t < n; t++)
         for (int i = 0; i < D; i++) {
             d->dzT[(size_t)i * n + t] = d->dz[(size_t)t * D + i];
@@ -191,11 +222,81 @@ static int head_pass(Distill *d, int k, const float *h, int n, double *loss, Tal
     return 0;
 }
 
-int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n, double *loss, float *grad) {
+/* the same for a head with a check vocabulary C: its K + 1 logits (E_C z, then the rest's
+   r·z + b) against p_L gathered the same way (C's, then 1 − their sum); Σ dKL/d(r, b) added
+   into grad_rest */
+static int head_pass_vocab(Distill *d, int k, const float *h, int n, double *loss, Tally *tally, float *grad,
+                           float *grad_rest) {
+    const Model *m = d->m;
+    const ExitHeads *H = d->h;
+    int D = m->c.dim, V = m->c.vocab_size, K = H->n_vocab, W = K + 1;
+    const float *r = H->rest[k];
+    if (H->norm) k_rmsnorm(d->x, h, m->final_norm, n, D, m->c.norm_eps);
+    else memcpy(d->x, h, sizeof(float) * n * D);
+    linear_apply(&H->Tp[k], d->z, d->x, n);
+    if (mat_mul(d->run, &d->Ec_dev, d->logits, d->z, n)) return -1;
+    for (int t = n - 1; t >= 0; t--) { /* rows K + 1 apart, the rest's logit last */
+        float *row = d->logits + (size_t)t * W;
+        memmove(row, d->logits + (size_t)t * K, sizeof(float) * K);
+        row[K] = dot(r, d->z + (size_t)t * D, D) + r[D];
+    }
+    double sum = 0;
+    for (int t = 0; t < n; t++) {
+        float *row = d->logits + (size_t)t * W, *P = d->pC, mx;
+        const float *p = d->pL + (size_t)t * V;
+        double in = 0, negH = 0;
+        for (int i = 0; i < K; i++) in += P[i] = p[H->vocab[i]];
+        P[K] = in < 1 ? (float)(1 - in) : 0.0f;
+        for (int i = 0; i < W; i++) negH += P[i] > 0 ? P[i] * log(P[i]) : 0;
+        float cross = dot(P, row, W);
+        int arg = tally ? k_argmax(row, W) : 0;
+        float s = k_exp_sum(row, W, &mx), inv = 1.0f / s;
+        sum += negH - cross + mx + logf(s);
+        if (tally) { /* the rest as the most likely never exits, nor agrees */
+            int agree = arg < K && H->vocab[arg] == d->argL[t];
+            tally->top1 += agree;
+            for (int g = 0; g < EXIT_N_GAMMA && arg < K; g++) {
+                if (inv < exit_gamma[g]) continue;
+                tally->cover[g]++, tally->hit[g] += agree;
+                signed char *e = &d->exited[t * EXIT_N_GAMMA + g];
+                if (*e < 0) *e = (signed char)agree, tally->first[g]++, tally->first_hit[g] += agree;
+            }
+        }
+        if (grad)
+            for (int i = 0; i < W; i++) row[i] = row[i] * inv - P[i];
+    }
+    *loss += sum;
+    if (tally) tally->kl += sum;
+    if (!grad) return 0;
+    /* dz = E_C^T g_C + g_rest r; d(r, b) += g_rest (z, 1) */
+    for (int t = 0; t < n; t++) {
+        float g = d->logits[(size_t)t * W + K];
+        const float *z = d->z + (size_t)t * D;
+        d->grest[t] = g;
+        memmove(d->logits + (size_t)t * K, d->logits + (size_t)t * W, sizeof(float) * K);
+        for (int j = 0; j < D; j++) grad_rest[j] += g * z[j];
+        grad_rest[D] += g;
+    }
+    if (mat_mul(d->run, &d->EcT_dev, d->dz, d->logits, n)) return -1;
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < D; j++) d->dz[(size_t)t * D + j] += d->grest[t] * r[j];
+    return outer_grad(d, n, grad);
+}
+
+static int pass(Distill *d, int k, const float *h, int n, double *loss, Tally *tally, int train) {
+    float *g = train ? d->grad[k] : NULL;
+    if (d->h->n_vocab) return head_pass_vocab(d, k, h, n, loss, tally, g, train ? d->grad_rest[k] : NULL);
+    return head_pass(d, k, h, n, loss, tally, g);
+}
+
+int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n, double *loss, float *grad,
+                      float *grad_rest) {
     if (k < 0 || k >= d->h->n) return pd_error("distill: no head %d", k);
     if (n < 1 || n > d->cap) return pd_error("distill: %d positions; 1 to %d fit", n, d->cap);
+    if (grad && d->h->n_vocab && !grad_rest) return pd_error("distill: a head with a check vocabulary needs grad_rest");
     if (targets(d, hL, n)) return -1;
     *loss = 0;
+    if (d->h->n_vocab) return head_pass_vocab(d, k, h, n, loss, NULL, grad, grad_rest);
     return head_pass(d, k, h, n, loss, NULL, grad);
 }
 
@@ -222,8 +323,7 @@ static int run_seq(Distill *d, const int32_t *tok, int n, double *loss, Tally *t
     if (forward_seq(d, tok, n) || targets(d, d->hid, n)) return -1;
     memset(d->exited, -1, (size_t)n * EXIT_N_GAMMA);
     for (int k = 0; k < d->h->n; k++)
-        if (head_pass(d, k, d->hl + (size_t)k * d->cap * d->m->c.dim, n, &loss[k], tally ? &tally[k] : NULL,
-                      train ? d->grad[k] : NULL))
+        if (pass(d, k, d->hl + (size_t)k * d->cap * d->m->c.dim, n, &loss[k], tally ? &tally[k] : NULL, train))
             return -1;
     return 0;
 }
@@ -248,6 +348,7 @@ int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *
     double sum[MAX_EXIT_HEADS] = {0};
     int64_t positions = 0;
     for (int k = 0; k < H; k++) memset(d->grad[k], 0, sizeof(float) * DD);
+    for (int k = 0; k < H && d->h->n_vocab; k++) memset(d->grad_rest[k], 0, sizeof(float) * (d->h->dim + 1));
     for (int i = 0; i < b; i++) {
         if (idx[i] < 0 || idx[i] >= s->n) return pd_error("distill: no sequence %d", idx[i]);
         int n = seq_len_of(s, idx[i]);
@@ -261,6 +362,12 @@ int distill_step(Distill *d, const Sequences *s, const int *idx, int b, double *
         for (size_t i = 0; i < DD; i++) d->grad[k][i] *= inv;
         adam_update(T, d->grad[k], d->adam_m[k], d->adam_v[k], DD, d->t, d->lr);
         heads_set_T(d->h, k, T);
+        if (d->h->n_vocab) {
+            int R = d->h->dim + 1;
+            for (int i = 0; i < R; i++) d->grad_rest[k][i] *= inv;
+            adam_update(d->h->rest[k], d->grad_rest[k], d->adam_m[k] + DD, d->adam_v[k] + DD, R, d->t, d->lr);
+            heads_set_rest(d->h, k, d->h->rest[k]);
+        }
         if (loss) loss[k] = sum[k] / positions;
     }
     return 0;

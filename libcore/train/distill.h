@@ -48,6 +48,13 @@ typedef struct {
     float *adam_m[MAX_EXIT_HEADS], *adam_v[MAX_EXIT_HEADS], *grad[MAX_EXIT_HEADS]; /* [dim][dim] */
     void *Et, *Et_packed;  /* E^T [dim][vocab], packed (aligned inside Et), in lm_head's weight type */
     DevMat Et_dev, xT_dev; /* E^T and xTp where the runner multiplies */
+    /* a check vocabulary C (h->n_vocab): E_C (the heads' packed rows) and E_C^T, packed in
+       EcT, where the runner multiplies; per head the gradient of (r, b) */
+    void *EcT;
+    DevMat Ec_dev, EcT_dev;
+    float *grad_rest[MAX_EXIT_HEADS]; /* [dim + 1] */
+    float *pC;                        /* [n_vocab + 1] p_L gathered over C, then the rest */
+    float *grest;                     /* [cap] the rest logit's gradient */
     float *hid;            /* [cap][dim] the residual stream */
     float *hl;             /* [n_heads][cap][dim] it, after each head's layer */
     float *pL;             /* [cap][vocab] the final distribution */
@@ -68,8 +75,10 @@ void distill_free(Distill *d);
 
 /* head k on n positions whose hidden states are h[n][dim] at the head's layer and
    hL[n][dim] after the last layer: *loss = Σ_t KL_t; when grad is not NULL,
-   grad[dim][dim] += Σ_t dKL_t/dT (the tests' entry point) */
-int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n, double *loss, float *grad);
+   grad[dim][dim] += Σ_t dKL_t/dT and, with a check vocabulary, grad_rest[dim + 1] +=
+   Σ_t dKL_t/d(r, b) (the tests' entry point) */
+int distill_head_loss(Distill *d, int k, const float *h, const float *hL, int n, double *loss, float *grad,
+                      float *grad_rest);
 
 /* W^T packed for k_matmul: W is [rows][cols] of type wt; dst (k_packed_bytes(wt, cols,
    rows), 64-aligned) gets [cols][rows]; tmp: rows × cols elements of scratch. The

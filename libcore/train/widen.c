@@ -426,6 +426,7 @@ int widen_heads(const char *heads_in, const char *small_model, const char *wide_
         return -1;
     }
     int rc = heads_load(&src, heads_in, &a);
+    if (!rc && src.n_vocab) rc = pd_error("%s: heads with a check vocabulary are not widened yet", heads_in);
     int layers[MAX_EXIT_HEADS], La = a.c.n_layers, Lb = b.c.n_layers, d = a.c.dim, D = b.c.dim;
     /* real layer r runs at wide floor(r·L'/L) (plan_init); a head after real layers
        [0, l) sits right after the wide layer that runs real layer l-1 */
