@@ -114,6 +114,10 @@ refuses "bench: a method without its heads" "$TMP/outbad" $BIN/bench --recipe "$
     --out "$TMP/outbad" --methods medusa
 refuses "recipe rules: unknown key" "$TMP/bad.mk" $BIN/recipe rules "$TMP/bad.yaml" --stamps "$TMP/stamps" -o "$TMP/bad.mk"
 check "recipe rules: no stamps either" test ! -e "$TMP/stamps"
+sed 's/^exit_heads: {/exit_heads: {check_vocab: 32, /' "$TMP/r.yaml" >"$TMP/cv.yaml"
+$BIN/recipe rules "$TMP/cv.yaml" --stamps "$TMP/cvstamps" -o "$TMP/cv.mk" 2>/dev/null
+check "recipe rules: exit_heads.check_vocab becomes distill-heads --check-vocab" \
+    sh -c "grep -q 'distill-heads .*--check-vocab 32' '$TMP/cv.mk' && grep -q 'distill-heads' '$TMP/cv.mk'"
 refuses "recipe: unknown command" "" $BIN/recipe cook "$TMP/r.yaml"
 for r in recipes/*.yaml; do
     case $r in

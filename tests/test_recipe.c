@@ -26,6 +26,7 @@ static const char *GOOD = "# a comment\n"
                           "  layers: [1, 3, 4]\n"
                           "  data: datasets/tinystories/tinystories_val_sample.txt.gz\n"
                           "  steps: 120\n"
+                          "  check_vocab: 64\n"
                           "  lr: 0.01\n"
                           "  seq_len: 64\n"
                           "  norm: 1\n"
@@ -74,7 +75,8 @@ static void good(void) {
     CHECK(r.answers.ds[1].samples == 5 && ends_with(r.answers.ds[1].file, "datasets/mt_bench/question.jsonl"),
           "mt_bench");
     CHECK(r.exit.on && !strcmp(r.exit.layers, "1,3,4") && r.exit.steps == 120 && r.exit.lr == 0.01 &&
-              r.exit.seq_len == 64 && r.exit.norm == 1 && r.exit.batch == 0 && !r.exit.from_answers && !r.exit.special,
+              r.exit.seq_len == 64 && r.exit.norm == 1 && r.exit.batch == 0 && !r.exit.from_answers && !r.exit.special &&
+              r.exit.check_vocab == 64 && !r.draft.heads.check_vocab,
           "exit heads %s", r.exit.layers);
     CHECK(ends_with(r.exit.data, "datasets/tinystories/tinystories_val_sample.txt.gz"), "exit data");
     CHECK(r.draft.on && r.draft.layer == 3 && !r.draft.own_heads, "draft: exit_heads' head at 3 serves (norm 1)");
@@ -270,6 +272,7 @@ static void bad_cases(void) {
              "bad.yaml:13: key 'medusa': needs 'heads'");
     expect("model: {source: models/stories260K/stories260K.bin}\ndraft:\n  layer: 2\ndatasets: [xsum]\n",
            "bad.yaml:3: key 'layer': a draft from layer 2 needs its head's 'data'", 0);
+    bad_line(7, "  check_vocab: 0\n", "bad.yaml:7: key 'check_vocab': '0' is not a whole number in [1, 1048576]");
     bad_line(0, "split: 95\n", "bad.yaml:13: key 'split': '95' is not a whole number in [0, 90]");
     bad_line(0, "answers: {datasets: [gsm8k], temp: 3}\n", "bad.yaml:13: key 'temp': '3' is not a number in [0, 2]");
     bad_line(0, "answers: {datasets: [gsm8k], parallel: 0}\n",

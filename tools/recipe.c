@@ -116,6 +116,7 @@ static void heads_stage(Gen *g, const RecipeExitHeads *h, const char *target) {
     if (h->seq_len) put(&cmd, " --seq-len %d", h->seq_len);
     if (h->seed) put(&cmd, " --seed %d", h->seed);
     put(&cmd, " --norm %s", h->norm < 0 ? "auto" : h->norm ? "1" : "0");
+    if (h->check_vocab) put(&cmd, " --check-vocab %d", h->check_vocab);
     put(&cmd, " -t %d -o $@", r->threads);
     stage(g, target, deps.s, "distill-heads", cmd.s, NULL);
     free(cmd.s), free(deps.s);

@@ -698,11 +698,12 @@ static int read_training(P *p, yaml_node_t *v, RecipeExitHeads *h) {
 }
 
 static int read_exit(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"layers", "data",    "fields", "special", "steps", "lr",
-                                       "batch",  "seq_len", "norm",   "seed",    NULL};
+    static const char *const keys[] = {"layers", "data",    "fields", "special",     "steps", "lr",
+                                       "batch",  "seq_len", "norm",   "check_vocab", "seed",  NULL};
     RecipeExitHeads *e = &r->exit;
     yaml_node_t *x;
     if (want_map(p, v, "exit_heads") || check_keys(p, v, "exit_heads", keys)) return -1;
+    if ((x = get(p, v, "check_vocab")) && as_int(p, x, "check_vocab", 1, 1 << 20, &e->check_vocab)) return -1;
     e->norm = -1;
     if ((x = get(p, v, "layers"))) {
         if (is_scalar(x) && !strcmp(sval(x), "auto")) e->layers = pd_strdup("auto");

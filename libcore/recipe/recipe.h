@@ -76,6 +76,7 @@ typedef struct {
     int steps, batch, seq_len, seed; /* 0 = the tool's default */
     double lr;                       /* 0 = the tool's default */
     int norm;                        /* -1 auto, 0, 1 */
+    int check_vocab;                 /* distill-heads --check-vocab (0: the whole vocabulary) */
 } RecipeExitHeads;
 
 typedef struct {
