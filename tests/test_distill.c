@@ -216,6 +216,17 @@ static double ref_loss_vocab(const Ref *r, const double *T, const double *rb, co
     return loss;
 }
 
+/* ref_loss_vocab's central difference in the parameter at x (an entry of T or rb) */
+static double central_vocab(const Ref *r, double *T, double *rb, const int32_t *vocab, int K, double *x, double eps) {
+    double keep = *x;
+    *x = keep + eps;
+    double up = ref_loss_vocab(r, T, rb, vocab, K);
+    *x = keep - eps;
+    double down = ref_loss_vocab(r, T, rb, vocab, K);
+    *x = keep;
+    return (up - down) / (2 * eps);
+}
+
 /* the same gradient checks for a head with a check vocabulary: T's and (r, b)'s */
 static void test_gradient_vocab(int norm, int layer) {
     int D = M.c.dim, V = M.c.vocab_size, n = 5, K = 0;
@@ -246,22 +257,12 @@ static void test_gradient_vocab(int norm, int layer) {
     for (int i = 0; i <= D; i++) scale_rb = fmax(scale_rb, fabs(gr[i]));
     for (int s = 0; s < 24; s++) {
         size_t e = (size_t)(next() % D) * D + next() % D;
-        double keep = T[e];
-        T[e] = keep + eps;
-        double up = ref_loss_vocab(&r, T, rb, vocab, K);
-        T[e] = keep - eps;
-        double fd = (up - ref_loss_vocab(&r, T, rb, vocab, K)) / (2 * eps);
-        T[e] = keep;
+        double fd = central_vocab(&r, T, rb, vocab, K, &T[e], eps);
         worst = fmax(worst, fabs(grad[e] - fd) / fmax(fabs(fd), 1e-2 * scale));
     }
     for (int s = 0; s < 16; s++) {
         int j = s == 0 ? D : (int)(next() % D); /* b, then entries of r */
-        double keep = rb[j];
-        rb[j] = keep + eps;
-        double up = ref_loss_vocab(&r, T, rb, vocab, K);
-        rb[j] = keep - eps;
-        double fd = (up - ref_loss_vocab(&r, T, rb, vocab, K)) / (2 * eps);
-        rb[j] = keep;
+        double fd = central_vocab(&r, T, rb, vocab, K, &rb[j], eps);
         worst_rb = fmax(worst_rb, fabs(gr[j] - fd) / fmax(fabs(fd), 1e-2 * scale_rb));
     }
     CHECK(worst < 1e-3, "vocab, norm=%d layer %d: dT off central differences by %.2e", norm, layer, worst);

@@ -245,51 +245,45 @@ static char *answer_settings(const Recipe *r, const char *model) {
     return s.s;
 }
 
+/* one line of the partial file, flushed at once; 0 when JSON cannot hold the text */
+static int partial_line(FILE *w, const char *partial, json_t *o) {
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(o);
+    if (!line) return 0;
+    fprintf(w, "%s\n", line);
+    free(line);
+    if (fflush(w)) die("%s: cannot write: %s", partial, strerror(errno));
+    return 1;
+}
+
+/* the answers an earlier run with these settings left in the partial file, into a; the
+   file then written afresh with them alone (a torn last line would run into the next) */
 static FILE *resume(Answers *a, const char *partial, const char *settings) {
     char *old;
     size_t n;
     FILE *f = fopen(partial, "rb");
     if (f && (fclose(f), !pd_read_file(partial, &old, &n))) {
-        json_t *head = NULL;
-        char *line = old, *nl = memchr(old, '\n', n);
-        if (nl) *nl = 0, head = json_loads(line, 0, NULL);
+        char *nl = memchr(old, '\n', n);
+        json_t *head = nl ? (*nl = 0, json_loads(old, 0, NULL)) : NULL;
         const char *was = json_string_value(json_object_get(head, "settings"));
-        if (was && !strcmp(was, settings)) {
-            for (line = nl + 1; line < old + n && (nl = memchr(line, '\n', old + n - line)); line = nl + 1) {
-                *nl = 0;
-                json_t *o = json_loads(line, 0, NULL);
-                json_int_t i = json_integer_value(json_object_get(o, "i"));
-                const char *t = json_string_value(json_object_get(o, "text"));
-                if (t && i >= 0 && i < a->total && !a->text[i]) a->text[i] = pd_strdup(t), a->done++;
-                json_decref(o);
-            }
-            json_decref(head), free(old);
-            /* the kept lines only: a torn one would end up inside the next */
-            FILE *w = fopen(partial, "wb");
-            if (!w) die("%s: cannot write: %s", partial, strerror(errno));
-            json_t *h = json_pack("{s:s}", "settings", settings);
-            char *hs = json_dumps(h, JSON_COMPACT);
-            fprintf(w, "%s\n", hs);
-            free(hs), json_decref(h);
-            for (int i = 0; i < a->total; i++) {
-                if (!a->text[i]) continue;
-                json_t *o = json_pack("{s:i,s:s}", "i", i, "text", a->text[i]);
-                char *ls = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-                fprintf(w, "%s\n", ls);
-                free(ls), json_decref(o);
-            }
-            if (fflush(w)) die("%s: cannot write: %s", partial, strerror(errno));
-            if (a->done) fprintf(stderr, "recipe: %s: %d answers from an earlier run kept\n", partial, a->done);
-            return w;
+        for (char *line = nl ? nl + 1 : old + n;
+             was && !strcmp(was, settings) && line < old + n && (nl = memchr(line, '\n', old + n - line));
+             line = nl + 1) {
+            *nl = 0;
+            json_t *o = json_loads(line, 0, NULL);
+            json_int_t i = json_integer_value(json_object_get(o, "i"));
+            const char *t = json_string_value(json_object_get(o, "text"));
+            if (t && i >= 0 && i < a->total && !a->text[i]) a->text[i] = pd_strdup(t), a->done++;
+            json_decref(o);
         }
         json_decref(head), free(old);
     }
     FILE *w = fopen(partial, "wb");
     if (!w) die("%s: cannot write: %s", partial, strerror(errno));
-    json_t *h = json_pack("{s:s}", "settings", settings);
-    char *hs = json_dumps(h, JSON_COMPACT);
-    fprintf(w, "%s\n", hs);
-    free(hs), json_decref(h);
+    partial_line(w, partial, json_pack("{s:s}", "settings", settings));
+    for (int i = 0; i < a->total; i++)
+        if (a->text[i]) partial_line(w, partial, json_pack("{s:i,s:s}", "i", i, "text", a->text[i]));
+    if (a->done) fprintf(stderr, "recipe: %s: %d answers from an earlier run kept\n", partial, a->done);
     return w;
 }
 
@@ -377,14 +371,10 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
         tokens += nt - job_prompt_len(jobs[i]);
         char *clean = answer_text(&m, ptext[i], job_tokens(jobs[i]), job_prompt_len(jobs[i]), nt);
         job_release(e, jobs[i]);
-        json_t *o = clean ? json_pack("{s:i,s:s}", "i", i, "text", clean) : NULL;
-        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-        if (line) { /* else text JSON cannot hold: left out */
-            fprintf(pf, "%s\n", line);
-            if (fflush(pf)) die("%s: cannot write: %s", partial, strerror(errno));
+        /* text JSON cannot hold: left out */
+        if (clean && partial_line(pf, partial, json_pack("{s:i,s:s}", "i", i, "text", clean)))
             a.text[i] = clean, clean = NULL, a.done++;
-        }
-        free(line), json_decref(o), free(clean);
+        free(clean);
         progress_step(&pg, a.done - kept);
     }
     progress_end(&pg);

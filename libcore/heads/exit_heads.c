@@ -84,7 +84,9 @@ int heads_set_rest(ExitHeads *h, int k, const float *rb) {
     return linear_pack(&h->Rp[k], h->Rp[k].p, LINEAR_F32, h->rest[k], 1, h->dim);
 }
 
-int heads_set_vocab(ExitHeads *h, const Model *m, const int32_t *ids, int n) {
+/* start: the rest logits at their lower bound (reads every other row of E); else left for
+   the caller to set */
+static int set_vocab(ExitHeads *h, const Model *m, const int32_t *ids, int n, int start) {
     int V = m->c.vocab_size, d = h->dim, rc = 0;
     if (n < 1 || n >= V) return pd_error("exit heads: a check vocabulary of %d tokens (1 to %d)", n, V - 1);
     ExitHeads t = {.n_vocab = n, .vocab = pd_alloc(sizeof(int32_t) * n)};
@@ -103,10 +105,11 @@ int heads_set_vocab(ExitHeads *h, const Model *m, const int32_t *ids, int n) {
         else if (in[ids[i]]++) rc = pd_error("exit heads: check vocabulary id %d given twice", ids[i]);
     }
     for (int v = 0, i = 0; v < V && !rc; v++) { /* the ids in order, and the mean of the others */
-        model_lm_head_row(m, v, in[v] ? rows + (size_t)i * d : row);
-        if (in[v]) t.vocab[i++] = v;
-        else
+        if (in[v]) model_lm_head_row(m, v, rows + (size_t)i * d), t.vocab[i++] = v;
+        else if (start) {
+            model_lm_head_row(m, v, row);
             for (int j = 0; j < d; j++) mean[j] += row[j];
+        }
     }
     if (!rc) rc = linear_pack(&t.Ep, t.Ep.p, LINEAR_F32, rows, n, d);
     for (int k = 0; k < h->n && !rc; k++) {
@@ -124,6 +127,8 @@ int heads_set_vocab(ExitHeads *h, const Model *m, const int32_t *ids, int n) {
     return 0;
 }
 
+int heads_set_vocab(ExitHeads *h, const Model *m, const int32_t *ids, int n) { return set_vocab(h, m, ids, n, 1); }
+
 /* the file's check vocabulary and rest logits, when it has them */
 static int load_vocab(ExitHeads *h, const Model *m, const char *path) {
     const Tensor *v = tf_get(&h->tf, "exit.vocab");
@@ -137,7 +142,7 @@ static int load_vocab(ExitHeads *h, const Model *m, const char *path) {
     int rc = 0;
     for (int i = 1; i < n && !rc; i++)
         if (ids[i] <= ids[i - 1]) rc = pd_error("%s: tensor 'exit.vocab' must hold increasing ids", path);
-    rc = rc ? rc : heads_set_vocab(h, m, ids, n);
+    rc = rc ? rc : set_vocab(h, m, ids, n, 0);
     free(ids);
     if (rc) return pd_error_prefix(path), -1;
     for (int k = 0; k < h->n; k++) {

@@ -216,18 +216,18 @@ static int call(Runner *r, void (*fn)(const void *), const LayerCall *c) {
 /* The callers' hidden states are host memory. A device the host can read (the CPU)
    works on them in place; elsewhere they go to the workspace's copy (ws.hid, reserved for
    n rows) and back around the call: up (when the call reads them) and down. */
-static int host_visible(const Runner *r) { return dev_host(r->dev, r->w.embed_buf) != NULL; } /* always allocated */
 static DevBuf hid_buf(const Runner *r) {
     return dbuf_at(r->ws.acts, (size_t)((char *)r->ws.hid - (char *)dev_ptr(r->dev, r->ws.acts)));
 }
 static float *hid_up(Runner *r, const float *hidden, int n, int up) {
-    if (host_visible(r)) return (float *)hidden;
+    if (runner_host_visible(r)) return (float *)hidden;
     if (up && dev_upload(r->dev, hid_buf(r), hidden, sizeof(float) * (size_t)n * r->m->c.dim))
         return pd_error("forward: %s", dev_errmsg()), NULL;
     return r->ws.hid;
 }
 static int hid_down(Runner *r, float *hidden, int n) {
-    if (host_visible(r) || !dev_download(r->dev, hidden, hid_buf(r), sizeof(float) * (size_t)n * r->m->c.dim)) return 0;
+    if (runner_host_visible(r) || !dev_download(r->dev, hidden, hid_buf(r), sizeof(float) * (size_t)n * r->m->c.dim))
+        return 0;
     return pd_error("forward: %s", dev_errmsg());
 }
 
@@ -322,7 +322,7 @@ static int logits_of(Runner *r, const float *hidden, int n, float *logits) {
 
 static int rows_room(Runner *r, int n, int cols, size_t out);
 int final_logits(Runner *r, const float *hidden, int n, float *logits) {
-    if (host_visible(r)) return logits_of(r, hidden, n, logits);
+    if (runner_host_visible(r)) return logits_of(r, hidden, n, logits);
     size_t V = (size_t)r->m->c.vocab_size;
     if (rows_room(r, n, (int)V, 0) || logits_of(r, hidden, n, dev_ptr(r->dev, r->ws.lg))) return -1;
     return dev_download(r->dev, logits, r->ws.lg, sizeof(float) * V * n) ? pd_error("logits: %s", dev_errmsg()) : 0;

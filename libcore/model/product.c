@@ -5,14 +5,11 @@
 
 #include "backend.h"
 
-/* a host device multiplies the caller's memory; another reads what was copied in */
-static int on_host(const Runner *r) { return dev_host(r->dev, r->w.embed_buf) != NULL; }
-
 int mat_load(Runner *r, DevMat *M, const void *packed, WType t, int rows, int cols) {
     if (t != WT_F32 && t != WT_BF16) return pd_error("product: only f32 and bf16 matrices are trained through");
     size_t bytes = k_packed_bytes(t, rows, cols);
     M->t = t, M->rows = rows, M->cols = cols, M->host = packed;
-    if (on_host(r)) return 0;
+    if (runner_host_visible(r)) return 0;
     if (bytes > M->cap) {
         DevBuf b;
         if (dev_alloc(r->dev, bytes, &b)) return pd_error("product: %s", dev_errmsg());
@@ -53,7 +50,8 @@ static int room(Runner *r, DevBuf *b, size_t *cap, size_t floats) {
 static int mul(Runner *r, const void *w, WType t, int rows, int cols, float *y, const float *x, int n) {
     if (n < 1) return pd_error("product: no rows");
     MulCall c = {r->k, y, x, w, t, n, cols, rows};
-    if (on_host(r)) return dev_host_call(r->dev, run_mul, &c, sizeof c) ? pd_error("product: %s", dev_errmsg()) : 0;
+    if (runner_host_visible(r))
+        return dev_host_call(r->dev, run_mul, &c, sizeof c) ? pd_error("product: %s", dev_errmsg()) : 0;
     Workspace *ws = &r->ws;
     size_t nx = pd_mul((size_t)n, (size_t)cols), ny = pd_mul((size_t)n, (size_t)rows);
     if (room(r, &ws->mx, &ws->cap_mx, nx) || room(r, &ws->my, &ws->cap_my, ny)) return -1;
@@ -65,7 +63,7 @@ static int mul(Runner *r, const void *w, WType t, int rows, int cols, float *y, 
 }
 
 int mat_mul(Runner *r, const DevMat *M, float *y, const float *x, int n) {
-    return mul(r, on_host(r) ? M->host : dev_ptr(r->dev, M->buf), M->t, M->rows, M->cols, y, x, n);
+    return mul(r, runner_host_visible(r) ? M->host : dev_ptr(r->dev, M->buf), M->t, M->rows, M->cols, y, x, n);
 }
 
 int mat_mul_lm_head(Runner *r, float *y, const float *x, int n) {

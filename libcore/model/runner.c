@@ -219,6 +219,8 @@ int runner_after(Runner *a, Runner *b) {
     return 0;
 }
 
+int runner_host_visible(const Runner *r) { return dev_host(r->dev, r->w.embed_buf) != NULL; } /* always allocated */
+
 void runner_free(Runner *r) {
     if (!r) return;
     if (r->dev) {

@@ -103,6 +103,8 @@ Runner *runner_new(const Model *m);
 void runner_free(Runner *r); /* after what its stream still runs */
 /* the device kind the runner runs on ("cpu", "cuemu", "cuda") */
 const char *runner_kind(const Runner *r);
+/* can the host read the runner's buffers (the CPU), so its kernels work on host memory in place? */
+int runner_host_visible(const Runner *r);
 /* a's later calls wait for the calls queued on b so far (two runners are two streams:
    an event on b's, waited for on a's); -1 + message */
 int runner_after(Runner *a, Runner *b);

@@ -168,14 +168,19 @@ typedef struct {
 
 static int outer_grad(Distill *d, int n, float *grad);
 
+/* head k's input x (normed or not) and z = T x, for n hidden states h */
+static void head_input(Distill *d, int k, const float *h, int n) {
+    const Model *m = d->m;
+    if (d->h->norm) k_rmsnorm(d->x, h, m->final_norm, n, m->c.dim, m->c.norm_eps);
+    else memcpy(d->x, h, sizeof(float) * n * m->c.dim);
+    linear_apply(&d->h->Tp[k], d->z, d->x, n);
+}
+
 /* head k on n positions (targets already set): Σ KL into *loss; statistics into
    tally; Σ dKL/dT added into grad */
 static int head_pass(Distill *d, int k, const float *h, int n, double *loss, Tally *tally, float *grad) {
-    const Model *m = d->m;
-    int D = m->c.dim, V = m->c.vocab_size;
-    if (d->h->norm) k_rmsnorm(d->x, h, m->final_norm, n, D, m->c.norm_eps);
-    else memcpy(d->x, h, sizeof(float) * n * D);
-    linear_apply(&d->h->Tp[k], d->z, d->x, n);
+    int V = d->m->c.vocab_size;
+    head_input(d, k, h, n);
     if (mat_mul_lm_head(d->run, d->logits, d->z, n)) return -1;
     double sum = 0;
     for (int t = 0; t < n; t++) {
@@ -231,9 +236,7 @@ static int head_pass_vocab(Distill *d, int k, const float *h, int n, double *los
     const ExitHeads *H = d->h;
     int D = m->c.dim, V = m->c.vocab_size, K = H->n_vocab, W = K + 1;
     const float *r = H->rest[k];
-    if (H->norm) k_rmsnorm(d->x, h, m->final_norm, n, D, m->c.norm_eps);
-    else memcpy(d->x, h, sizeof(float) * n * D);
-    linear_apply(&H->Tp[k], d->z, d->x, n);
+    head_input(d, k, h, n);
     if (mat_mul(d->run, &d->Ec_dev, d->logits, d->z, n)) return -1;
     for (int t = n - 1; t >= 0; t--) { /* rows K + 1 apart, the rest's logit last */
         float *row = d->logits + (size_t)t * W;
