@@ -167,12 +167,15 @@ models:
 # Without the TinyStories sample (a clone without ../shared) there are none: make test
 # says so once and the tests of trained heads skip.
 TINYSTORIES = $(firstword $(wildcard $(PARADEC_DATA)/datasets/tinystories/*.gz data/datasets/tinystories/*.gz ../shared/data/datasets/tinystories/*.gz))
-TEST_HEADS := $(BUILD)/test-heads.safetensors.zst $(BUILD)/test-medusa.safetensors.zst
+TEST_HEADS := $(BUILD)/test-heads.safetensors.zst $(BUILD)/test-medusa.safetensors.zst \
+              $(BUILD)/test-eagle.safetensors.zst
 ifneq ($(TINYSTORIES),)
 $(BUILD)/test-heads.safetensors.zst: $(BIN)/distill-heads $(DEFAULT_MODEL)
 	$(BIN)/distill-heads -m $(DEFAULT_MODEL) --data $(TINYSTORIES) --layers 1,2,3,4 --steps 300 --seq-len 128 -o $@ 2>/dev/null
 $(BUILD)/test-medusa.safetensors.zst: $(BIN)/train-medusa $(DEFAULT_MODEL)
 	$(BIN)/train-medusa -m $(DEFAULT_MODEL) --data $(TINYSTORIES) --heads 4 --own-lm-head --generate 8 --seq-len 72 --steps 400 -o $@ 2>/dev/null
+$(BUILD)/test-eagle.safetensors.zst: $(BIN)/train-medusa $(DEFAULT_MODEL)
+	$(BIN)/train-medusa -m $(DEFAULT_MODEL) --data $(TINYSTORIES) --eagle --generate 8 --seq-len 72 --steps 400 -o $@ 2>/dev/null
 else
 TEST_HEADS := test-heads-skipped
 .PHONY: test-heads-skipped

@@ -66,6 +66,7 @@ static uint64_t seed_of(uint64_t i) {
 typedef struct {
     const ExitHeads *heads;
     const MedusaHeads *medusa;
+    const EagleHead *eagle;
     Model *draft;
     float oracle_rate;
     const int32_t *oracle;
@@ -73,14 +74,22 @@ typedef struct {
     float gamma;
     int max_pending, streams, exit_layer, draft_min, draft_max, draft_fixed;
     const char *tree;
-    int ngram_max, window, ngram, guess, adaptive;
+    int ngram_max, window, ngram, guess, adaptive, depth, width;
 } TestOptions;
 
 /* o's knobs that the method has, set by name as decode and bench set them; -1 + the
    parser's message */
 static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShared *sh, void *opts) {
-    *sh = (MethodShared){o->heads,      o->medusa,  o->draft,  o->oracle_rate, o->oracle,
-                         o->fixed_tree, o->shadows, o->graphs, o->fast_prefill};
+    *sh = (MethodShared){.heads = o->heads,
+                         .medusa = o->medusa,
+                         .eagle = o->eagle,
+                         .draft = o->draft,
+                         .oracle_rate = o->oracle_rate,
+                         .oracle = o->oracle,
+                         .fixed_tree = o->fixed_tree,
+                         .shadows = o->shadows,
+                         .graphs = o->graphs,
+                         .fast_prefill = o->fast_prefill};
     char v[64];
     struct {
         const char *name;
@@ -100,9 +109,11 @@ static int test_options(const DecodeMethod *dm, const TestOptions *o, MethodShar
         {"ngram", o->ngram != 0, NULL},
         {"guess", o->guess != 0, NULL},
         {"adaptive", o->adaptive != 0, NULL},
+        {"depth", o->depth != 0, NULL},
+        {"width", o->width != 0, NULL},
     };
     const int ints[] = {0, o->max_pending, o->streams, o->exit_layer, o->draft_min, o->draft_max, o->draft_fixed,
-                        0, o->ngram_max,   o->window,  o->ngram,      o->guess,     o->adaptive};
+                        0, o->ngram_max,   o->window,  o->ngram,      o->guess,     o->adaptive, o->depth, o->width};
     for (int i = 0; i < (int)(sizeof k / sizeof k[0]); i++) {
         if (!k[i].set || !decode_option_find(dm, k[i].name)) continue; /* a knob the method lacks is not its */
         char num[32];

@@ -372,9 +372,9 @@ def module_cycle(c):  # one folder, no header includes the other: a .c each way
     return 'include cycle between modules: formats/gguf → formats/tensorfile (libcore/formats/gguf.c:%d); formats/tensorfile → formats/gguf (libcore/formats/tensorfile.c:%d)' % (n2, n1)
 
 
-def folder_cycle(c):  # decode/method.h includes heads/exit_heads.h
+def folder_cycle(c):  # decode/method.h includes heads/medusa_heads.h (the edge the search reports)
     n = append(c, 'libcore/heads/bundle.c', '#include "decode/engine.h"\n')
-    return 'include cycle between folders: decode/ → heads/ (libcore/decode/method.h:%d); heads/ → decode/ (libcore/heads/bundle.c:%d)' % (line_of(c, 'libcore/decode/method.h', 'heads/exit_heads.h'), n)
+    return 'include cycle between folders: decode/ → heads/ (libcore/decode/method.h:%d); heads/ → decode/ (libcore/heads/bundle.c:%d)' % (line_of(c, 'libcore/decode/method.h', 'heads/medusa_heads.h'), n)
 
 
 def kernels_up(c):

@@ -1,6 +1,6 @@
 /* bench — a recipe's table: every method on every dataset's prompts, in one process.
    bin/bench --recipe FILE [--methods a,b] [--samples N] [--out DIR] [-t N]
-             [--model M] [--exit-heads H] [--medusa H] [--draft D] [--no-oracle]
+             [--model M] [--exit-heads H] [--medusa H] [--eagle H] [--draft D] [--no-oracle]
    The model (and the heads or draft the methods need) is loaded once, from the recipe's
    out folder (out/NAME/, what `make recipe=NAME` builds) unless named. For each prompt
    every method runs once, greedy, in an order that turns with the prompt, so noise hits
@@ -22,7 +22,7 @@
 
 #define USAGE                                                                                                          \
     "--recipe FILE [--methods A,B] [--samples N] [--out DIR] [-t N] [-m MODEL] [--exit-heads H] "                      \
-    "[--medusa H] [--draft D] [--no-oracle]"
+    "[--medusa H] [--eagle H] [--draft D] [--no-oracle]"
 
 #define MEMORY                                                                                                            \
     "memory: about " MEMORY_MODEL                                                                                         \
@@ -33,7 +33,7 @@
                                   "the datasets' prompts.\n"
 
 typedef struct {
-    const char *recipe, *methods, *out, *model, *exit, *medusa, *draft, *kv_type;
+    const char *recipe, *methods, *out, *model, *exit, *medusa, *eagle, *draft, *kv_type;
     int samples, threads, no_oracle;
     const char *device;
     KVType kvt;
@@ -52,7 +52,8 @@ typedef struct {
     Model m, draft;
     ExitHeads heads;
     MedusaHeads medusa;
-    int has_exit, has_medusa, has_draft;
+    EagleHead eagle;
+    int has_exit, has_medusa, has_eagle, has_draft;
     KVCache kv;
     int n_methods;
     const char *methods[RECIPE_MAX_METHODS];
@@ -80,6 +81,7 @@ static Args parse(int argc, char **argv) {
         {"-m, --model", "FILE", "the recipe's", "the model", F_STR(&a.model)},
         MODEL_FLAGS{"--exit-heads", "FILE", "the recipe's", "exit heads (adadecode, self-speculative)", F_STR(&a.exit)},
         {"--medusa", "FILE", "the recipe's", "Medusa heads", F_STR(&a.medusa)},
+        {"--eagle", "FILE", "the recipe's", "an EAGLE head", F_STR(&a.eagle)},
         {"--draft", "FILE", "the recipe's", "the draft model (speculative)", F_STR(&a.draft)},
         {"--no-oracle", NULL, NULL, "leave out the oracle table", F_SWITCH(&a.no_oracle)},
     };
@@ -129,6 +131,8 @@ static void pick_methods(Bench *b, const Args *a) {
             die("--methods: %s needs exit heads (the recipe trains none; give --exit-heads)", s);
         if ((need & RECIPE_NEEDS_MEDUSA) && !b->r->medusa.on && !a->medusa)
             die("--methods: %s needs Medusa heads (the recipe trains none; give --medusa)", s);
+        if ((need & RECIPE_NEEDS_EAGLE) && !b->r->eagle.on && !a->eagle)
+            die("--methods: %s needs an EAGLE head (the recipe trains none; give --eagle)", s);
         if ((need & RECIPE_NEEDS_DRAFT) && !b->r->draft.on && !a->draft)
             die("--methods: %s needs a draft model (the recipe makes none; give --draft)", s);
         if (b->n_methods == RECIPE_MAX_METHODS) die("--methods: more than %d methods", RECIPE_MAX_METHODS);
@@ -152,6 +156,11 @@ static void load(Bench *b, const Args *a, const char *out) {
         if (medusa_load(&b->medusa, path, &b->m)) die_lib();
         medusa_use_int8(&b->medusa);
         b->has_medusa = 1, free(path);
+    }
+    if (need & RECIPE_NEEDS_EAGLE) {
+        path = file_of(b->r, a->eagle, out, RECIPE_EAGLE, "--eagle");
+        if (eagle_load(&b->eagle, path, &b->m)) die_lib();
+        b->has_eagle = 1, free(path);
     }
     if (need & RECIPE_NEEDS_DRAFT) {
         char why[160];
@@ -187,6 +196,7 @@ static MethodRun options(Bench *b, const char *method, const RecipeDataset *ds) 
     int need = recipe_method_needs(method);
     if (need & RECIPE_NEEDS_EXIT) o.sh.heads = &b->heads;
     if (need & RECIPE_NEEDS_MEDUSA) o.sh.medusa = &b->medusa;
+    if (need & RECIPE_NEEDS_EAGLE) o.sh.eagle = &b->eagle;
     if (need & RECIPE_NEEDS_DRAFT) o.sh.draft = &b->draft;
     for (int i = 0; i < dm->n_options; i++) {
         char key[64], g[32];
@@ -699,6 +709,7 @@ int main(int argc, char **argv) {
     kv_free(&b.kv);
     if (b.has_exit) heads_free(&b.heads);
     if (b.has_medusa) medusa_free(&b.medusa);
+    if (b.has_eagle) eagle_free(&b.eagle);
     if (b.has_draft) model_free(&b.draft);
     model_free(&b.m);
     recipe_free(&r);

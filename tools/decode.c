@@ -138,7 +138,7 @@ static void parse(Args *a, int argc, char **argv) {
         {"-cnv, --conversation, --interactive", NULL, NULL,
          "a conversation on the terminal, turn by turn, the KV cache kept (implies --chat)",
          F_SWITCH(&a->conversation)},
-        {"--heads", "FILE", "the bundle's", "exit heads or Medusa heads, for the methods that take them",
+        {"--heads", "FILE", "the bundle's", "exit heads, Medusa heads or an EAGLE head, for the methods that take them",
          F_STR(&a->heads)},
         {"--draft", "FILE", NULL, "the draft model (the target's vocabulary), for the methods that take one",
          F_STR(&a->draft)},
@@ -174,7 +174,7 @@ static void parse(Args *a, int argc, char **argv) {
     static const struct {
         const char *flag;
         int needs, oracle;
-    } SHARED[] = {{"--heads", NEEDS_EXIT_HEADS | NEEDS_MEDUSA, 0},
+    } SHARED[] = {{"--heads", NEEDS_EXIT_HEADS | NEEDS_MEDUSA | NEEDS_EAGLE, 0},
                   {"--draft", NEEDS_DRAFT, 0},
                   {"--oracle-exit", 0, 1},
                   {"--oracle-acceptance", 0, 1}};
@@ -461,27 +461,34 @@ static void summary(const Args *a, const DecodeCtx *d, int n_prompt, const char 
     fputc('\n', stderr);
 }
 
-/* --heads FILE (exit heads, Medusa heads, or a bundle's set for the method), or the
-   model's own when it is a bundle and the method takes heads; 2 = Medusa, 1 = exit, 0 */
-static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh) {
+/* --heads FILE (exit heads, Medusa heads, an EAGLE head, or a bundle's set for the
+   method), or the model's own when it is a bundle and the method takes heads; what was
+   loaded: 0 nothing, 1 exit heads, 2 Medusa, 3 EAGLE */
+static int load_heads(Args *a, Model *m, ExitHeads *eh, MedusaHeads *mh, EagleHead *eg) {
     const DecodeMethod *dm = decode_method(a->method);
-    int medusa = (dm->needs & NEEDS_MEDUSA) != 0, rc;
+    int kind = dm->needs & NEEDS_MEDUSA ? 2 : dm->needs & NEEDS_EAGLE ? 3 : 1, rc;
+    TensorFile tf, *from = &m->tf; /* --heads opened once: "-" is read once */
+    const char *what = a->model;
     if (a->heads) {
-        TensorFile tf; /* opened once: "-" is read once */
         if (tf_open(&tf, a->heads)) die_lib();
-        const char *kind = tf_meta(&tf, "paradec.kind");
-        if (kind && strcmp(kind, "bundle")) medusa = !strcmp(kind, "medusa-heads");
-        rc = medusa ? medusa_load_tf(mh, &tf, m, a->heads) : heads_load_tf(eh, &tf, m, a->heads);
-        tf_close(&tf);
+        const char *k = tf_meta(&tf, "paradec.kind");
+        if (k && strcmp(k, "bundle")) kind = !strcmp(k, "medusa-heads") ? 2 : !strcmp(k, "eagle-head") ? 3 : 1;
+        from = &tf, what = a->heads;
     } else {
-        const char *kind = tf_meta(&m->tf, "paradec.kind");
-        if (!kind || strcmp(kind, "bundle") || !(dm->needs & (NEEDS_EXIT_HEADS | NEEDS_MEDUSA))) return 0;
-        rc = medusa ? medusa_load_tf(mh, &m->tf, m, a->model) : heads_load_tf(eh, &m->tf, m, a->model);
+        const char *k = tf_meta(&m->tf, "paradec.kind");
+        if (!k || strcmp(k, "bundle") || !(dm->needs & (NEEDS_EXIT_HEADS | NEEDS_MEDUSA | NEEDS_EAGLE))) return 0;
+    }
+    rc = kind == 2 ? medusa_load_tf(mh, from, m, what) : kind == 3 ? eagle_load_tf(eg, from, m, what)
+                                                               : heads_load_tf(eh, from, m, what);
+    if (a->heads) {
+        if (kind == 3 && !rc) eg->file = tf, eg->own_file = 1; /* its layer's tensors lie in tf */
+        else tf_close(&tf);
     }
     if (rc) die_lib();
-    if (medusa) medusa_use_int8(mh), a->opt.medusa = mh;
+    if (kind == 2) medusa_use_int8(mh), a->opt.medusa = mh;
+    else if (kind == 3) a->opt.eagle = eg;
     else a->opt.heads = eh;
-    return medusa ? 2 : 1;
+    return kind;
 }
 
 /* --oracle-exit: the standard continuation, which the oracle then knows */
@@ -605,10 +612,11 @@ int main(int argc, char **argv) {
     Model m;
     ExitHeads heads;
     MedusaHeads medusa;
+    EagleHead eagle;
     tool_model_load(&m, a.model);
     if (a.ctx > m.c.seq_len) die("-c: %d tokens is above the model's context of %d", a.ctx, m.c.seq_len);
     if (a.ctx) m.c.seq_len = a.ctx;
-    int loaded = load_heads(&a, &m, &heads, &medusa);
+    int loaded = load_heads(&a, &m, &heads, &medusa, &eagle);
     Model draft;
     if (a.draft) { /* speculative: a smaller model with the target's vocabulary */
         char why[160];
@@ -679,6 +687,7 @@ int main(int argc, char **argv) {
     sampler_free(&s);
     kv_free(&kv);
     if (loaded == 2) medusa_free(&medusa);
+    else if (loaded == 3) eagle_free(&eagle);
     else if (loaded == 1) heads_free(&heads);
     if (a.draft) model_free(&draft);
     model_free(&m);

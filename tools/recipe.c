@@ -148,7 +148,8 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
     cmd.n = deps.n = 0;
     /* 2. the model's own answers */
     if (r->answers.on) {
-        put(&cmd, "$(BIN)/recipe answers %s -m %s/%s -t %d -o $@", r->file, out, RECIPE_MODEL, r->threads);
+        put(&cmd, "$(BIN)/recipe answers %s -m %s/%s -t %d -o $@", r->file, out, RECIPE_MODEL,
+            r->answers.threads ? r->answers.threads : r->threads);
         put(&deps, "%s/%s", out, RECIPE_MODEL);
         put(&extra, "parallel %d temp %g seed %d\n", r->answers.parallel, r->answers.temp, r->answers.seed);
         for (int i = 0; i < r->answers.n; i++)
@@ -197,11 +198,31 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
         stage(&g, RECIPE_MEDUSA, deps.s, "train-medusa", cmd.s, NULL);
     }
     cmd.n = deps.n = 0;
+    /* 5b. the EAGLE head */
+    if (r->eagle.on) {
+        const RecipeEagle *e = &r->eagle;
+        put(&deps, "%s/%s", out, RECIPE_MODEL);
+        put(&cmd, "$(BIN)/train-medusa -m %s/%s --eagle --data ", out, RECIPE_MODEL);
+        if (e->from_answers) put(&cmd, "%s/%s", out, RECIPE_ANSWERS), put(&deps, " %s/%s", out, RECIPE_ANSWERS);
+        else put(&cmd, "%s", e->data), put(&deps, " %s", e->data);
+        if (e->fields) put(&cmd, " --fields %s", e->fields);
+        if (e->special) put(&cmd, " --special");
+        if (e->draft_vocab) put(&cmd, " --draft-vocab %d", e->draft_vocab);
+        if (e->steps) put(&cmd, " --steps %d", e->steps);
+        if (e->lr) put(&cmd, " --lr %g", e->lr);
+        if (e->batch) put(&cmd, " --batch %d", e->batch);
+        if (e->seq_len) put(&cmd, " --seq-len %d", e->seq_len);
+        if (e->seed) put(&cmd, " --seed %d", e->seed);
+        put(&cmd, " -t %d -o $@", r->threads);
+        stage(&g, RECIPE_EAGLE, deps.s, "train-medusa", cmd.s, NULL);
+    }
+    cmd.n = deps.n = 0;
     /* the files the bench reads, which the bundle packs */
     Str files = {0}, heads = {0};
     put(&files, "%s/%s", out, RECIPE_MODEL);
     if (r->exit.on) put(&heads, " %s/%s", out, RECIPE_EXIT);
     if (r->medusa.on) put(&heads, " %s/%s", out, RECIPE_MEDUSA);
+    if (r->eagle.on) put(&heads, " %s/%s", out, RECIPE_EAGLE);
     if (heads.s) put(&files, "%s", heads.s);
     /* 6. the bundle: only once bin/pack exists (the bench takes the files themselves) */
     put(&g.mk, "ifneq ($(wildcard tools/pack.c),)\n");
@@ -447,10 +468,10 @@ int main(int argc, char **argv) {
     snprintf(dflt_out, sizeof dflt_out, "out/%s", r.name);
     snprintf(dflt_stamps, sizeof dflt_stamps, "build/recipe/%s", r.name);
     if (!strcmp(cmd, "check")) {
-        printf("%s: model %s, %s%s%s%s%d methods on %d datasets\n", file,
+        printf("%s: model %s, %s%s%s%s%s%d methods on %d datasets\n", file,
                r.model.source ? r.model.source : "(random weights)", r.answers.on ? "answers, " : "",
                r.exit.on ? "exit heads, " : "", r.draft.on ? "draft, " : "", r.medusa.on ? "medusa heads, " : "",
-               r.dec.n_methods, r.n_datasets);
+               r.eagle.on ? "eagle head, " : "", r.dec.n_methods, r.n_datasets);
     } else if (!strcmp(cmd, "rules")) {
         if (!o) usage("-o FILE");
         rules(&r, out ? out : dflt_out, stamps ? stamps : dflt_stamps, o);

@@ -535,6 +535,11 @@ static void load_methods(EngineOptions *o, const char *path, const char *draft) 
         medusa_use_int8(&mh);
         o->opt.medusa = &mh;
     }
+    if (bundle_has(&S.m.tf, "eagle-head")) {
+        static EagleHead ea;
+        if (eagle_load_tf(&ea, &S.m.tf, &S.m, path)) die_lib();
+        o->opt.eagle = &ea;
+    }
     if (draft) {
         char why[160];
         tool_model_load(&dm, draft);

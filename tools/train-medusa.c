@@ -1,9 +1,14 @@
 /* train-medusa — train Medusa heads (Cai et al. 2024) on a frozen model: K ResBlocks
-   on the last hidden state, head k predicting the token k + 2 positions on.
+   on the last hidden state, head k predicting the token k + 2 positions on; or, with
+   --eagle, an EAGLE draft head (Li et al. 2024): one decoder layer on the model's
+   features and the next token's embedding (heads/eagle_head.h, docs/eagle.md).
    bin/train-medusa -m MODEL --data FILE --heads K [--loss-weights W1,W2,...] [--own-lm-head]
                     [--targets self|data] [--generate N] [--init HEADS] [--steps N] [--lr X] [--lm-lr X]
                     [--batch B] [--seq-len S] [--seed S] [--heldout F] [--cache-mb M] [-t N]
                     [--fields F] [--special] -o HEADS
+   bin/train-medusa -m MODEL --data FILE --eagle [--draft-vocab K] [--reg-weight X] [--ce-weight X]
+                    [--clip X] [--init HEAD] [--generate N] [--steps N] [--lr X] [--batch B] [--seq-len S]
+                    [--seed S] [--heldout F] [--cache-mb M] [-t N] [--fields F] [--special] -o HEAD
    FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
    --special: control tokens written in the text are tokens. --generate N: every
    sequence is cut to its first N tokens and the model continues it greedily, so the
@@ -11,15 +16,21 @@
    defaults are what they are.
    stderr: a progress bar on a terminal (one summary line otherwise), then per head the
    held-out cross-entropy, top-1 and top-5 accuracy against the model's own greedy
-   token before (W = 0, b = 0: the model's next-token logits) and after training. */
+   token before (W = 0, b = 0: the model's next-token logits) and after training; with
+   --eagle the head's held-out CE, feature loss and top-1 before and after (its draft
+   vocabulary: the K most frequent tokens of the training text, K = min(vocab, 4096)
+   unless --draft-vocab says). */
 #include <math.h>
 #include <unistd.h>
 
 #include "train/distill.h" /* SeqOrder, distill_lr */
+#include "train/eagle_train.h"
 #include "train/medusa_train.h"
 #include "tool.h"
 
-#define USAGE "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS"
+#define USAGE                                                                                                          \
+    "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS\n"                         \
+    "       train-medusa -m MODEL --data FILE --eagle [--draft-vocab K] [--steps N] ... -o HEAD"
 
 #define MEMORY                                                                                                         \
     "memory: about " MEMORY_MODEL "\n"                                                                                 \
@@ -27,7 +38,11 @@
     "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"     \
     "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"      \
     "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"    \
-    "        kept for reuse, at most --cache-mb MiB (default 1024) + the data: its text twice and 4 bytes a token.\n"
+    "        kept for reuse, at most --cache-mb MiB (default 1024) + the data: its text twice and 4 bytes a token.\n" \
+    "        --eagle: instead of the lm_head's copies and the heads, 24 bytes a weight of the layer and W_fc\n"        \
+    "        (dim × (6 dim + 3 hidden) weights with full attention: the head, its gradient, Adam's moments, each\n"    \
+    "        packed both ways) + 12 × K × dim bytes (E_K, packed both ways) + seq-len × (24 × dim + 10 × hidden\n"     \
+    "        + K) × 4 bytes of activations and their gradients + heads × seq-len² × 2 bytes of attention weights.\n"
 
 /* "1,0.8,0.5": exactly K positive numbers */
 static void parse_weights(const char *s, int K, float *w) {
@@ -70,10 +85,10 @@ static void print_table(int K, const MedusaStats *before, const MedusaStats *aft
 
 typedef struct {
     const char *model, *data, *out, *fields, *weights, *init;
-    long K, generate, steps, batch, seq_len, seed, threads, cache_mb;
+    long K, generate, steps, batch, seq_len, seed, threads, cache_mb, draft_vocab;
     const char *device;
-    int special, own_lm;
-    double lr, lm_lr, heldout;
+    int special, own_lm, eagle;
+    double lr, lm_lr, heldout, reg_weight, ce_weight, clip;
     int seq_len_given;
     MedusaTargets targets;
 } Args;
@@ -86,6 +101,9 @@ static Args parse(int argc, char **argv) {
               .threads = 1,
               .cache_mb = 1024,
               .heldout = 0.1,
+              .reg_weight = EAGLE_W_REG,
+              .ce_weight = EAGLE_W_CE,
+              .clip = EAGLE_CLIP,
               .targets = MEDUSA_TARGETS_SELF};
     const char *targets = NULL;
     Flag t[] = {
@@ -98,7 +116,14 @@ static Args parse(int argc, char **argv) {
         {"--heads", "K", "required without --init", "Medusa heads to train", F_LONG(&a.K, 1, MAX_MEDUSA)},
         {"--loss-weights", "W1,W2,...", "1, 0.8, 0.6, ...", "each head's weight in the loss", F_STR(&a.weights)},
         {"--own-lm-head", NULL, NULL, "each head trains its own LM head (from the model's)", F_SWITCH(&a.own_lm)},
-        {"--init", "HEADS", NULL, "go on from trained heads", F_STR(&a.init)},
+        {"--init", "HEADS", NULL, "go on from trained heads (with --eagle: a trained EAGLE head)", F_STR(&a.init)},
+        {"--eagle", NULL, NULL, "train an EAGLE draft head instead of Medusa heads", F_SWITCH(&a.eagle)},
+        {"--draft-vocab", "K", "min(vocab, 4096)", "--eagle: the draft vocabulary, the text's K most frequent tokens",
+         F_LONG(&a.draft_vocab, 1, 1 << 24)},
+        {"--reg-weight", "X", "1", "--eagle: the feature regression's (smooth L1) weight in the loss",
+         F_NUM(&a.reg_weight, 0, 1e6)},
+        {"--ce-weight", "X", "1", "--eagle: the cross-entropy's weight in the loss", F_NUM(&a.ce_weight, 0, 1e6)},
+        {"--clip", "X", "0.5", "--eagle: clip the gradient's global norm to X (0: off)", F_NUM(&a.clip, 0, 1e9)},
         {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's",
          F_STR(&targets)},
         {"--generate", "N", "0: off", "cut each sequence to N tokens and let the model continue it greedily",
@@ -124,6 +149,19 @@ static Args parse(int argc, char **argv) {
     if (!a.model) usage("-m MODEL");
     if (!a.data) usage("--data FILE");
     if (!a.out) usage("-o HEADS");
+    const char *medusa_only[] = {"--heads", "--loss-weights", "--own-lm-head", "--targets", "--lm-lr"};
+    const char *eagle_only[] = {"--draft-vocab", "--reg-weight", "--ce-weight", "--clip"};
+    for (int i = 0; i < 5 && a.eagle; i++)
+        if (flag_given(t, n_t, medusa_only[i]))
+            die("%s: Medusa heads only; --eagle trains one EAGLE head", medusa_only[i]);
+    for (int i = 0; i < 4 && !a.eagle; i++)
+        if (flag_given(t, n_t, eagle_only[i])) die("%s: only with --eagle", eagle_only[i]);
+    if (a.eagle) {
+        if (a.init && a.draft_vocab) die("--init: the head sets its draft vocabulary; drop --draft-vocab");
+        if (a.reg_weight == 0 && a.ce_weight == 0) die("--reg-weight and --ce-weight: both 0 leaves nothing to learn");
+        if (!strcmp(a.model, "-") && !strcmp(a.data, "-")) die("-m and --data cannot both be stdin");
+        return a;
+    }
     if (a.init && (a.K || a.own_lm))
         die("--init: the heads file sets the heads and their LM heads; drop --heads and --own-lm-head");
     if (!a.K && !a.init) die("--heads K is needed (1..%d)", MAX_MEDUSA);
@@ -146,6 +184,112 @@ static void rank_acc_into(MedusaHeads *h, const MedusaStats *st) {
     h->has_acc = 1;
 }
 
+/* ---- --eagle ---- */
+
+/* the model's outputs kept for all of s when they fit in the budget */
+static int eagle_maybe_cache(EagleTrain *t, const Sequences *s, long mb, MedusaCache *c) {
+    double bytes = (double)seqs_tokens(s) * (t->dim + 1) * 4;
+    memset(c, 0, sizeof *c);
+    if (bytes > (double)mb * (1 << 20)) return 0;
+    Progress pg;
+    return eagle_cache_build(t, s, c, &pg);
+}
+
+static void eagle_table(const EagleStats *before, const EagleStats *after, int K, int from) {
+    fprintf(stderr,
+            "train-medusa: EAGLE head, held-out%s, target = the model's own greedy token (%lld positions, %.1f%% of "
+            "them in the draft vocabulary of %d tokens; CE over those, top-1 over all):\n",
+            from ? ", the generated text" : "", (long long)after->positions, 100 * after->coverage, K);
+    fprintf(stderr, "  CE before  CE after  feature loss before  feature loss after  top-1 before  top-1 after\n");
+    fprintf(stderr, "  %9.4f  %8.4f  %19.4f  %18.4f  %12.4f  %11.4f\n", before->ce, after->ce, before->reg, after->reg,
+            before->top1, after->top1);
+}
+
+/* trains an EAGLE head (from init, or fresh over the training text's most frequent
+   tokens) and writes it to a->out */
+static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSet *text, const Sequences *train,
+                        const Sequences *held) {
+    EagleParams p;
+    if (init) p = *init;
+    else {
+        int V = m->c.vocab_size, K = a->draft_vocab ? (int)a->draft_vocab : V < 4096 ? V : 4096;
+        int32_t *vocab = malloc(sizeof(int32_t) * K);
+        if (!vocab) die("out of memory");
+        if (eagle_vocab_from_counts(m, train->tok, seqs_tokens(train), K, vocab) || eagle_params_init(&p, m, vocab, K))
+            die_lib();
+        free(vocab);
+    }
+    EagleTrain t;
+    SeqOrder order;
+    MedusaCache ctrain, cheld;
+    if (eagle_train_init(&t, m, &p, (int)a->seq_len, (float)a->lr) || order_init(&order, train->n, (uint64_t)a->seed) ||
+        eagle_maybe_cache(&t, train, a->cache_mb, &ctrain) || eagle_maybe_cache(&t, held, a->cache_mb, &cheld))
+        die_lib();
+    t.w_reg = (float)a->reg_weight, t.w_ce = (float)a->ce_weight, t.clip = (float)a->clip;
+    /* generated text: judge the head where decoding uses it, from the first generated token on */
+    t.eval_from = a->generate ? (int)a->generate - 1 : 0;
+    EagleStats before, after;
+    if (eagle_train_eval(&t, held, &cheld, &before)) die_lib();
+    int *idx = malloc(sizeof(int) * a->batch), tty = isatty(2);
+    if (!idx) die("out of memory");
+    double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
+    int64_t positions = 0;
+    for (long s = 0; s < a->steps; s++) {
+        EagleSums sum;
+        order_next(&order, idx, (int)a->batch);
+        t.lr = (float)a->lr * distill_lr(1, s, a->steps); /* cosine decay */
+        if (eagle_train_step(&t, train, &ctrain, idx, (int)a->batch, &sum)) die_lib();
+        positions += sum.positions;
+        double loss = sum.loss / sum.positions;
+        if (isnan(first)) first = loss;
+        ema = isnan(ema) ? loss : 0.95 * ema + 0.05 * loss;
+        double now = pd_now();
+        if (tty && (now - last > 0.1 || s + 1 == a->steps)) {
+            last = now;
+            bar(s + 1, a->steps, ema, positions / (now - t0 + 1e-9), (a->steps - s - 1) * (now - t0) / (s + 1));
+        }
+    }
+    double dt = pd_now() - t0;
+    if (tty) fprintf(stderr, "\r\033[K");
+    if (a->steps)
+        fprintf(stderr,
+                "train-medusa: %ld steps of %ld sequences, %lld positions in %.1fs (%.1fk positions/s, an EAGLE "
+                "head), loss %.4f -> %.4f\n",
+                a->steps, a->batch, (long long)positions, dt, positions / (dt + 1e-9) / 1e3, first, ema);
+    else fprintf(stderr, "train-medusa: no training steps: the head as it starts\n");
+    if (eagle_train_eval(&t, held, &cheld, &after)) die_lib();
+    eagle_table(&before, &after, p.c.vocab_size, t.eval_from);
+    p.acc = (float)after.top1;
+
+    Meta meta = {0};
+    meta_add(&meta, "paradec.eagle.steps", "%ld", a->steps);
+    meta_add(&meta, "paradec.eagle.lr", "%g", a->lr);
+    meta_add(&meta, "paradec.eagle.batch", "%ld", a->batch);
+    meta_add(&meta, "paradec.eagle.seq_len", "%ld", a->seq_len);
+    meta_add(&meta, "paradec.eagle.seed", "%ld", a->seed);
+    meta_add(&meta, "paradec.eagle.reg_weight", "%g", a->reg_weight);
+    meta_add(&meta, "paradec.eagle.ce_weight", "%g", a->ce_weight);
+    meta_add(&meta, "paradec.eagle.clip", "%g", a->clip);
+    meta_add(&meta, "paradec.eagle.generate", "%ld", a->generate);
+    meta_add(&meta, "paradec.eagle.positions", "%lld", (long long)positions);
+    meta_add(&meta, "paradec.eagle.data_digest", "%s", text->digest);
+    meta_add(&meta, "paradec.eagle.data_bytes", "%zu", text->bytes);
+    meta_add(&meta, "paradec.eagle.heldout_positions", "%lld", (long long)after.positions);
+    meta_add(&meta, "paradec.eagle.coverage", "%.6f", after.coverage);
+    meta_add(&meta, "paradec.eagle.ce_before", "%.6f", before.ce);
+    meta_add(&meta, "paradec.eagle.top1_before", "%.6f", before.top1);
+    meta_add(&meta, "paradec.eagle.ce", "%.6f", after.ce);
+    meta_add(&meta, "paradec.eagle.reg", "%.6f", after.reg);
+    if (eagle_params_save(&p, a->out, meta.kv, meta.n)) die_lib();
+
+    free(idx);
+    medusa_cache_free(&ctrain);
+    medusa_cache_free(&cheld);
+    order_free(&order);
+    eagle_train_free(&t);
+    eagle_params_free(&p);
+}
+
 int main(int argc, char **argv) {
     tool_name = "train-medusa";
     Args a = parse(argc, argv);
@@ -157,13 +301,21 @@ int main(int argc, char **argv) {
 
     Model m;
     tool_model_load(&m, a.model);
-    if (m.lm_head.t != WT_F32 && m.lm_head.t != WT_BF16) /* the trainers transpose it as floats */
+    if (!a.eagle && m.lm_head.t != WT_F32 && m.lm_head.t != WT_BF16) /* the trainers transpose it as floats */
         die("%s: the lm_head is %s: training heads needs an F32 or BF16 one (convert --dtype f32)", a.model,
             mat_type_name(&m.lm_head));
     if (model_threads((int)a.threads)) die("cannot start %ld threads", a.threads);
     device_arg(a.device);
+    if (!a.seq_len_given && a.seq_len > m.c.seq_len) a.seq_len = m.c.seq_len;
+    if (a.seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", a.seq_len, m.c.seq_len);
+    if (a.generate >= a.seq_len)
+        die("--generate: a prefix of %ld tokens leaves nothing to generate in --seq-len %ld", a.generate, a.seq_len);
+    if (a.draft_vocab > m.c.vocab_size)
+        die("--draft-vocab: %ld tokens; the model has %d", a.draft_vocab, m.c.vocab_size);
+    EagleParams ep;
+    if (a.eagle && a.init && eagle_params_load(&ep, a.init, &m)) die_lib();
     MedusaHeads h;
-    if (a.init) { /* go on from trained heads (with --steps 0: evaluate them) */
+    if (!a.eagle && a.init) { /* go on from trained heads (with --steps 0: evaluate them) */
         if (medusa_load(&h, a.init, &m)) die_lib();
         a.K = h.n;
         for (int k = 0; k < h.n; k++) a.own_lm |= h.lm[k] != NULL;
@@ -171,11 +323,7 @@ int main(int argc, char **argv) {
     float weights[MAX_MEDUSA];
     if (a.weights) parse_weights(a.weights, (int)a.K, weights);
     else medusa_default_weights((int)a.K, weights);
-    if (!a.seq_len_given && a.seq_len > m.c.seq_len) a.seq_len = m.c.seq_len;
-    if (a.seq_len > m.c.seq_len) die("--seq-len: %ld is longer than the model's context (%d)", a.seq_len, m.c.seq_len);
-    if (a.generate >= a.seq_len)
-        die("--generate: a prefix of %ld tokens leaves nothing to generate in --seq-len %ld", a.generate, a.seq_len);
-    if (a.lr == 0) a.lr = 1.0 / m.c.dim; /* docs/medusa.md */
+    if (a.lr == 0) a.lr = 1.0 / m.c.dim; /* docs/medusa.md, docs/eagle.md */
     if (a.lm_lr == 0) a.lm_lr = a.lr;
 
     TextSet text;
@@ -192,6 +340,14 @@ int main(int argc, char **argv) {
         seqs_free(&train);
         seqs_free(&held);
         train = gt, held = gh;
+    }
+    if (a.eagle) {
+        train_eagle(&a, &m, a.init ? &ep : NULL, &text, &train, &held);
+        seqs_free(&train);
+        seqs_free(&held);
+        dataset_free(&text);
+        model_free(&m);
+        return 0;
     }
     MedusaTrain t;
     SeqOrder order;

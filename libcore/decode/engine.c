@@ -438,6 +438,9 @@ int engine_method_ok(const Engine *e, const char *name) {
                         name);
     if ((dm->needs & NEEDS_DRAFT) && !o->draft)
         return pd_error("method '%s' needs a draft model (serve --draft MODEL)", name);
+    if ((dm->needs & NEEDS_EAGLE) && !o->eagle)
+        return pd_error("method '%s' needs an EAGLE head, and the loaded model has none (serve a bundle with one)",
+                        name);
     return 0;
 }
 

@@ -15,6 +15,7 @@
     X(adadecode)                                                                                                       \
     X(selfspec)                                                                                                        \
     X(medusa)                                                                                                          \
+    X(eagle)                                                                                                           \
     X(speculative)
 #define DECLARE(name) extern const DecodeMethod method_##name;
 #define ENTRY(name) &method_##name,
@@ -166,6 +167,8 @@ int decode_method_ready(const DecodeMethod *dm, const MethodShared *sh) {
     if ((dm->needs & NEEDS_MEDUSA) && !sh->medusa)
         return pd_error("%s needs Medusa heads (--heads FILE from train-medusa)", dm->name);
     if ((dm->needs & NEEDS_DRAFT) && !sh->draft) return pd_error("%s needs a draft model (--draft MODEL)", dm->name);
+    if ((dm->needs & NEEDS_EAGLE) && !sh->eagle)
+        return pd_error("%s needs an EAGLE head (--heads FILE from train-medusa --eagle)", dm->name);
     return 0;
 }
 
@@ -184,9 +187,11 @@ void decode_methods_help(FILE *f) {
     fprintf(f, "Methods (--method NAME) and their options:\n");
     for (int i = 0; i < N_METHODS; i++) {
         const DecodeMethod *dm = METHOD(i);
-        fprintf(
-            f, "  %-18s %s%s%s%s\n", dm->name, dm->summary, dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
-            dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "", dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
+        fprintf(f, "  %-18s %s%s%s%s%s\n", dm->name, dm->summary,
+                dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
+                dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "",
+                dm->needs & NEEDS_EAGLE ? " (needs an EAGLE head)" : "",
+                dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
         for (int k = 0; k < dm->n_options; k++) {
             const MethodOption *o = &dm->options[k];
             char flag[64], range[64] = "";
@@ -353,6 +358,7 @@ int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n) {
         for (int i = 0; i < take; i++) seq[i] = d->seq;
         Batch b = {take, prompt + at, seq, pos, NULL, NULL};
         rc = decode_forward(d, &b, 0, d->m->c.n_layers, d->hidden);
+        if (!rc && d->on_prefill) rc = d->on_prefill(d->on_prefill_ctx, prompt + at, pos, take, d->hidden);
     }
     d->run->fast = 0;
     if (rc) return -1;

@@ -5,6 +5,7 @@
 #define PD_DECODE_H
 #include <stdio.h>
 
+#include "heads/eagle_head.h"
 #include "heads/exit_heads.h"
 #include "heads/medusa_heads.h"
 #include "model/forward.h"
@@ -18,6 +19,7 @@
 typedef struct {
     const ExitHeads *heads;    /* adadecode, self-speculative */
     const MedusaHeads *medusa; /* medusa */
+    const EagleHead *eagle;    /* eagle */
     Model *draft;              /* speculative: the draft model (same vocabulary) */
     float oracle_rate;         /* benchmarks: an oracle that knows the standard continuation
                                   (oracle[]) exits / drafts correctly with this probability */
@@ -68,6 +70,11 @@ typedef struct DecodeCtx {
     void (*emit_logits)(void *ctx, int token, const float *logits);
     float **kept; /* [kept_rows] decode_keep's copies, a [vocab] row each */
     int kept_rows;
+    /* a method that reads the prompt's states (EAGLE's head runs over them) sets this
+       before its prefill: called after each chunk of it with its tokens, positions and
+       states after the last layer; non-zero fails the prefill */
+    int (*on_prefill)(void *ctx, const int32_t *tok, const int32_t *pos, int n, const float *hidden);
+    void *on_prefill_ctx;
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */
     int cap;
@@ -93,7 +100,7 @@ typedef struct {
     const char *recipe;  /* the recipe's key where it is not the name ("confidence"), or NULL */
 } MethodOption;
 
-enum { NEEDS_EXIT_HEADS = 1, NEEDS_MEDUSA = 2, NEEDS_DRAFT = 4 };
+enum { NEEDS_EXIT_HEADS = 1, NEEDS_MEDUSA = 2, NEEDS_DRAFT = 4, NEEDS_EAGLE = 8 };
 
 typedef struct {
     const char *name;

@@ -9,9 +9,11 @@
 #include "base/util.h"
 #include "model/model.h"
 
-#define HEAD_KINDS "exit-heads, medusa-heads"
+#define HEAD_KINDS "exit-heads, medusa-heads, eagle-head"
 
-static int is_head_kind(const char *k) { return k && (!strcmp(k, "exit-heads") || !strcmp(k, "medusa-heads")); }
+static int is_head_kind(const char *k) {
+    return k && (!strcmp(k, "exit-heads") || !strcmp(k, "medusa-heads") || !strcmp(k, "eagle-head"));
+}
 
 /* paradec.bundle, parsed; NULL (and a message) when it is malformed */
 static json_t *bundle_sets(const TensorFile *tf, const char *what) {

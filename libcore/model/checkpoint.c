@@ -295,10 +295,10 @@ int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t
     XXH128_hash_t d = XXH3_128bits_digest(mw->hash);
     char digest[40], *cfg = config_to_json(c);
     snprintf(digest, sizeof digest, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
-    int rc = !cfg || tfw_add(mw->w, "tokenizer.bytes", DT_U8, 1, &tn, tok) ||
-             tfw_meta(mw->w, "paradec.kind", "model") || tfw_meta(mw->w, "paradec.version", "1") ||
-             tfw_meta(mw->w, "paradec.config", cfg) || tfw_meta(mw->w, "paradec.digest", digest) ||
-             tfw_meta(mw->w, "paradec.tokenizer", tok_kind) ||
+    int rc = !cfg || (tok && tfw_add(mw->w, "tokenizer.bytes", DT_U8, 1, &tn, tok)) ||
+             tfw_meta(mw->w, "paradec.kind", mw->kind ? mw->kind : "model") ||
+             tfw_meta(mw->w, "paradec.version", "1") || tfw_meta(mw->w, "paradec.config", cfg) ||
+             tfw_meta(mw->w, "paradec.digest", digest) || (tok && tfw_meta(mw->w, "paradec.tokenizer", tok_kind)) ||
              (mw->chat_template && tfw_meta(mw->w, "paradec.chat_template", mw->chat_template));
     for (int i = 0; i < mw->n_meta && !rc; i++) rc = tfw_meta(mw->w, mw->meta[2 * i], mw->meta[2 * i + 1]);
     free(cfg);

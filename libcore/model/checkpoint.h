@@ -65,12 +65,13 @@ typedef struct {
     const char *const *meta;   /* set before commit: n_meta more key/value pairs
                                   (meta[2i], meta[2i+1]), e.g. paradec.draft_of */
     int n_meta;
+    const char *kind; /* paradec.kind, NULL: model (a head made of layers: eagle-head) */
 } ModelWriter;
 int mw_begin(ModelWriter *mw, const char *path, DType dt);
 int mw_add(ModelWriter *mw, const char *name, int ndim, const int64_t shape[2], const float *data);
 /* a matrix of raw blocks of block type bt, shape [rows, cols] */
 int mw_add_raw(ModelWriter *mw, const char *name, DType bt, const int64_t shape[2], const void *bytes);
-/* the tokenizer and the metadata, then the atomic rename; frees mw either way */
+/* the tokenizer (tok NULL: none) and the metadata, then the atomic rename; frees mw either way */
 int mw_commit(ModelWriter *mw, const Config *c, const unsigned char *tok, size_t tok_len, const char *tok_kind);
 void mw_abort(ModelWriter *mw);
 

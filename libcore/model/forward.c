@@ -21,8 +21,9 @@ static int visible(const Batch *b, int i, int j) {
     return 0;
 }
 
-static int check_batch(const Model *m, KVCache *kv, const Batch *b, int lb, int le) {
-    const Config *c = &m->c;
+static int check_batch(const Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
+    const Config *c = &r->m->c;
+    int given = r->given;
     if (b->n < 1) return pd_error("forward: empty batch");
     if (lb < 0 || le > c->n_layers || lb >= le) return pd_error("forward: bad layer range [%d, %d)", lb, le);
     for (int i = 0; i < b->n; i++) {
@@ -30,7 +31,7 @@ static int check_batch(const Model *m, KVCache *kv, const Batch *b, int lb, int 
         if (s < 0 || s >= kv->max_seqs || !kv->live[s]) return pd_error("forward: sequence %d is not live", s);
         if (b->pos[i] < 0 || b->pos[i] >= c->seq_len)
             return pd_error("context full: position %d is past the model's %d", b->pos[i], c->seq_len);
-        if (lb == 0 && (b->token[i] < 0 || b->token[i] >= c->vocab_size))
+        if (lb == 0 && !given && (b->token[i] < 0 || b->token[i] >= c->vocab_size))
             return pd_error("forward: token %d outside the vocabulary (%d)", b->token[i], c->vocab_size);
         if (b->parent && (b->parent[i] >= i || b->parent[i] < -1))
             return pd_error("forward: token %d's parent %d does not come before it", i, b->parent[i]);
@@ -66,7 +67,7 @@ static int build_desc(Runner *r, KVCache *kv, const Batch *b, int lb, int le) {
     for (int i = 0; i < n; i++) {
         int s = seq_of(b, i), rank = 0;
         for (int j = 0; j < i; j++) rank += seq_of(b, j) == s;
-        d->token[i] = b->token ? b->token[i] : 0;
+        d->token[i] = b->token && !r->given ? b->token[i] : 0;
         d->pos[i] = b->pos[i];
         d->seq[i] = s;
         d->rank[i] = rank;
@@ -232,9 +233,9 @@ static int hid_down(Runner *r, float *hidden, int n) {
 }
 
 int forward_submit(Runner *r, KVCache *kv, const Batch *b, int lb, int le, float *hidden) {
-    if (check_batch(r->m, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
-    float *x = hid_up(r, hidden, b->n, lb > 0);
-    if (!x || (lb == 0 && call(r, run_embed, &(LayerCall){r, kv, 0, 0, x}))) return -1;
+    if (check_batch(r, kv, b, lb, le) || reserve_slots(kv, b, lb, le) || build_desc(r, kv, b, lb, le)) return -1;
+    float *x = hid_up(r, hidden, b->n, lb > 0 || r->given);
+    if (!x || (lb == 0 && !r->given && call(r, run_embed, &(LayerCall){r, kv, 0, 0, x}))) return -1;
     for (int l = lb; l < le; l++)
         if (call(r, run_layer, &(LayerCall){r, kv, l, l - lb, x})) return -1;
     set_lengths(kv, &r->ws.desc, lb, le);
@@ -266,7 +267,7 @@ ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le) {
     *g = (ForwardGraph){NULL, kv, lb, le, r->ws.gen, r->ws.split_chunks > 1 ? r->ws.split_chunks : 1};
     if (dev_graph_begin(r->dev)) return free(g), pd_error("forward: %s", dev_errmsg()), NULL;
     int rc = 0; /* on the workspace's hidden states (x NULL), whichever buffer a replay is given */
-    if (lb == 0) rc = call(r, run_embed, &(LayerCall){r, kv, 0, 0, NULL});
+    if (lb == 0 && !r->given) rc = call(r, run_embed, &(LayerCall){r, kv, 0, 0, NULL});
     for (int l = lb; l < le && !rc; l++) rc = call(r, run_layer, &(LayerCall){r, kv, l, l - lb, NULL});
     if (dev_graph_end(r->dev, &g->g) || rc) {
         if (!rc) pd_error("forward: %s", dev_errmsg());
@@ -277,7 +278,7 @@ ForwardGraph *forward_capture(Runner *r, KVCache *kv, int lb, int le) {
 }
 
 int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b, float *hidden) {
-    if (check_batch(r->m, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
+    if (check_batch(r, g->kv, b, g->lb, g->le) || reserve_slots(g->kv, b, g->lb, g->le) ||
         build_desc(r, g->kv, b, g->lb, g->le))
         return -1;
     if (r->ws.gen != g->gen || (r->ws.split_chunks > 1 ? r->ws.split_chunks : 1) != g->chunks) {
@@ -286,7 +287,7 @@ int forward_replay(Runner *r, const ForwardGraph *g, const Batch *b, float *hidd
         return -2;
     }
     size_t bytes = sizeof(float) * (size_t)b->n * r->m->c.dim;
-    if ((g->lb > 0 && dev_upload(r->dev, hid_buf(r), hidden, bytes)) || dev_graph_replay(r->dev, g->g) ||
+    if (((g->lb > 0 || r->given) && dev_upload(r->dev, hid_buf(r), hidden, bytes)) || dev_graph_replay(r->dev, g->g) ||
         dev_download(r->dev, hidden, hid_buf(r), bytes))
         return pd_error("forward: %s", dev_errmsg());
     set_lengths(g->kv, &r->ws.desc, g->lb, g->le);

@@ -10,7 +10,7 @@
    earlier tokens of its own sequence in the batch (a chain: prefill, drafts). */
 typedef struct {
     int n;
-    const int32_t *token;  /* [n] (read only when the call starts at layer 0) */
+    const int32_t *token;  /* [n] (read only when the call starts at layer 0 and the runner's given is 0) */
     const int32_t *seq;    /* [n] KV sequence each token extends; NULL = all 0 */
     const int32_t *pos;    /* [n] its position (RoPE) */
     const int32_t *parent; /* [n] index of its parent in this batch, -1 = none; parents
@@ -19,7 +19,8 @@ typedef struct {
 } Batch;
 
 /* runs layers [layer_begin, layer_end) for the batch. hidden[n][dim] is the input
-   (ignored and filled from the embedding when layer_begin is 0) and the output.
+   (ignored and filled from the embedding when layer_begin is 0, unless the runner's
+   `given` is set) and the output.
    Each token's K/V goes to the slots after those already filled in each layer. */
 int forward_layers(Runner *r, KVCache *kv, const Batch *b, int layer_begin, int layer_end, float *hidden);
 /* forward_layers in two halves, so that the host can queue other work (another runner's

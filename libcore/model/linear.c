@@ -46,6 +46,8 @@ void model_lm_head_row(const Model *m, int v, float *out) {
     k_row_to_f32(out, m->lm_head.w, m->lm_head.t, (size_t)v, m->c.dim);
 }
 
+void mat_row_f32(const Mat *w, int r, float *out) { k_row_to_f32(out, w->w, w->t, (size_t)r, w->cols); }
+
 void vec_add(float *y, const float *x, size_t n) { k_add(y, x, n); }
 void vec_silu(float *y, const float *x, size_t n) { k_silu(y, x, n); }
 

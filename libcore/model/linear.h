@@ -36,6 +36,8 @@ void model_final_norm(const Model *m, float *y, const float *x, int n);
 void model_lm_head(const Model *m, float *logits, const float *x, int n);
 /* row v of the LM head as f32 (whatever the model stores): dim floats */
 void model_lm_head_row(const Model *m, int v, float *out);
+/* row r of any of the model's matrices as f32 (whatever it stores): w->cols floats */
+void mat_row_f32(const Mat *w, int r, float *out);
 
 /* y[i] += x[i];  y[i] = silu(x[i]) = x[i] / (1 + e^-x[i]): the backend's bits */
 void vec_add(float *y, const float *x, size_t n);

@@ -505,17 +505,10 @@ int model_verify(const TensorFile *tf) {
     return rc;
 }
 
-int model_load(Model *m, const char *path) {
-    memset(m, 0, sizeof *m);
-    if (tf_open(&m->tf, path)) return -1;
-    const char *kind = tf_meta(&m->tf, "paradec.kind"), *cfg = tf_meta(&m->tf, "paradec.config");
+/* the weights of m->tf (its config read), packed; with_tok: the tokenizer too */
+static int model_setup(Model *m, const char *cfg, int with_tok, int drop) {
     const char *dig = tf_meta(&m->tf, "paradec.digest");
-    int rc = 0;
-    if (!kind || (strcmp(kind, "model") && strcmp(kind, "bundle")))
-        rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", path, kind ? kind : "missing");
-    else if (!cfg) rc = pd_error("%s: paradec.config is missing", path);
-    rc = rc ? rc : model_verify(&m->tf);
-    rc = rc ? rc : config_from_json(&m->c, cfg, path);
+    int rc = config_from_json(&m->c, cfg, m->tf.path);
     if (!rc) snprintf(m->digest, sizeof m->digest, "%s", dig ? dig : "");
     size_t rope = pd_mul(pd_mul((size_t)m->c.seq_len, m->c.head_dim), sizeof(float));
     rc = rc ? rc
@@ -532,12 +525,33 @@ int model_load(Model *m, const char *path) {
         else rc = load_mat(m, NAME_LM_HEAD, m->c.vocab_size, m->c.dim, &m->lm_head);
     }
     rc = rc ? rc : build_rope(m);
-    rc = rc ? rc : load_tokenizer(m);
+    rc = rc || !with_tok ? rc : load_tokenizer(m);
     if (!rc) m->chat_template = tf_meta(&m->tf, "paradec.chat_template");
     size_t page = page_size();
-    int drop = !rc && m->tf.file_backed;
     rc = rc ? rc : pack_weights(m, drop, page);
     if (!rc && drop) release_embedding(m, page);
+    return rc;
+}
+
+int model_load(Model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    if (tf_open(&m->tf, path)) return -1;
+    const char *kind = tf_meta(&m->tf, "paradec.kind"), *cfg = tf_meta(&m->tf, "paradec.config");
+    int rc = 0;
+    if (!kind || (strcmp(kind, "model") && strcmp(kind, "bundle")))
+        rc = pd_error("%s: not a paradec model (paradec.kind is '%s')", path, kind ? kind : "missing");
+    else if (!cfg) rc = pd_error("%s: paradec.config is missing", path);
+    rc = rc ? rc : model_verify(&m->tf);
+    rc = rc ? rc : model_setup(m, cfg, 1, m->tf.file_backed);
+    if (rc) model_free(m);
+    return rc;
+}
+
+int model_load_layers(Model *m, const TensorFile *tf) {
+    memset(m, 0, sizeof *m);
+    m->tf = *tf;
+    const char *cfg = tf_meta(&m->tf, "paradec.config");
+    int rc = cfg ? model_setup(m, cfg, 0, 0) : pd_error("%s: paradec.config is missing", tf->path);
     if (rc) model_free(m);
     return rc;
 }

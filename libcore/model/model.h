@@ -71,6 +71,9 @@ typedef struct {
    dtype and shape, tokenizer vocabulary = model vocabulary; the weights checked
    against their digests, model_verify, unless pd_verify_weights is 0) */
 int model_load(Model *m, const char *path);
+/* a model without a tokenizer from a file already open (a draft head's layers:
+   heads/eagle_head.h); m takes tf over (model_free closes it); not verified */
+int model_load_layers(Model *m, const TensorFile *tf);
 /* a model file's (or a bundle's) weights against paradec.digest, the whole-model
    digest, and the per-tensor paradec.digests when the file records them (those name a
    damaged tensor; an older file without them is refused naming only the file) */

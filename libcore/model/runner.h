@@ -91,6 +91,8 @@ typedef struct Runner {
     Device *dev;
     const KernelSet *k;    /* the device's kernels */
     int fast;              /* the products by the device's matmul_fast (--fast-prefill) where it has one */
+    int given;             /* layer 0's input is the hidden states given, never embedding rows (the
+                              runner of an EAGLE head's layer, which runs on its own inputs) */
     DevWeights w;          /* the shared copy's addresses */
     struct Shared *shared; /* that copy (runner.c), counted */
     Workspace ws;

@@ -667,12 +667,14 @@ static int answers_chat(const Recipe *r) {
 }
 
 static int read_answers(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"datasets", "samples", "max_new", "chat", "parallel", "temp", "seed", NULL};
+    static const char *const keys[] = {"datasets", "samples", "max_new", "chat",    "parallel",
+                                       "temp",     "seed",    "threads", NULL};
     RecipeDataset def = {.samples = 60, .max_new = 128, .chat = 1, .part = RECIPE_TRAIN, .eval_pct = r->split};
     yaml_node_t *x;
     if (want_map(p, v, "answers") || check_keys(p, v, "answers", keys)) return -1;
     r->answers.parallel = 16;
     if ((x = get(p, v, "parallel")) && as_int(p, x, "parallel", 1, 256, &r->answers.parallel)) return -1;
+    if ((x = get(p, v, "threads")) && as_int(p, x, "threads", 1, 64, &r->answers.threads)) return -1;
     if ((x = get(p, v, "temp")) && as_float(p, x, "temp", 0, 2, &r->answers.temp)) return -1;
     if ((x = get(p, v, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &r->answers.seed)) return -1;
     if ((x = get(p, v, "samples")) && as_int(p, x, "samples", 1, 100000, &def.samples)) return -1;
@@ -768,6 +770,27 @@ static int read_medusa(P *p, yaml_node_t *v, Recipe *r) {
     return 0;
 }
 
+static int read_eagle(P *p, yaml_node_t *v, Recipe *r) {
+    static const char *const keys[] = {"data", "fields", "special", "draft_vocab", "steps",
+                                       "lr",   "batch",  "seq_len", "seed",        NULL};
+    RecipeEagle *e = &r->eagle;
+    yaml_node_t *x;
+    if (want_map(p, v, "eagle") || check_keys(p, v, "eagle", keys)) return -1;
+    if (!(x = get(p, v, "data"))) return bad(p, v, "eagle", "needs 'data' (a text or jsonl file, or 'answers')");
+    if (read_data(p, x, r, &e->data, &e->from_answers)) return -1;
+    e->special = e->from_answers && answers_chat(r);
+    if ((x = get(p, v, "fields")) && as_list(p, x, "fields", 16, item_field, &e->fields, NULL)) return -1;
+    if ((x = get(p, v, "special")) && as_bool(p, x, "special", &e->special)) return -1;
+    if ((x = get(p, v, "draft_vocab")) && as_int(p, x, "draft_vocab", 1, 1 << 20, &e->draft_vocab)) return -1;
+    if ((x = get(p, v, "steps")) && as_int(p, x, "steps", 1, 10000000, &e->steps)) return -1;
+    if ((x = get(p, v, "lr")) && as_num(p, x, "lr", 1e-9, 100, &e->lr)) return -1;
+    if ((x = get(p, v, "batch")) && as_int(p, x, "batch", 1, 4096, &e->batch)) return -1;
+    if ((x = get(p, v, "seq_len")) && as_int(p, x, "seq_len", 2, 1 << 20, &e->seq_len)) return -1;
+    if ((x = get(p, v, "seed")) && as_int(p, x, "seed", 0, 0x7fffffff, &e->seed)) return -1;
+    e->on = 1;
+    return 0;
+}
+
 static int has_layer(const char *layers, int l) {
     int found = 0;
     if (!strcmp(layers, "auto")) return 0;
@@ -830,7 +853,7 @@ int recipe_method_needs(const char *m) {
     const DecodeMethod *dm = decode_method(m);
     int n = dm ? dm->needs : 0;
     return (n & NEEDS_EXIT_HEADS ? RECIPE_NEEDS_EXIT : 0) | (n & NEEDS_MEDUSA ? RECIPE_NEEDS_MEDUSA : 0) |
-           (n & NEEDS_DRAFT ? RECIPE_NEEDS_DRAFT : 0);
+           (n & NEEDS_DRAFT ? RECIPE_NEEDS_DRAFT : 0) | (n & NEEDS_EAGLE ? RECIPE_NEEDS_EAGLE : 0);
 }
 
 int recipe_method_has_oracle(const char *m) {
@@ -893,6 +916,7 @@ static int add_method(P *p, yaml_node_t *at, Recipe *r, const char *name) {
     if ((need & RECIPE_NEEDS_MEDUSA) && !r->medusa.on)
         return bad(p, at, "methods", "'%s' needs a 'medusa' section", name);
     if ((need & RECIPE_NEEDS_DRAFT) && !r->draft.on) return bad(p, at, "methods", "'%s' needs a 'draft' section", name);
+    if ((need & RECIPE_NEEDS_EAGLE) && !r->eagle.on) return bad(p, at, "methods", "'%s' needs an 'eagle' section", name);
     if (d->n_methods == RECIPE_MAX_METHODS) return bad(p, at, "methods", "more than %d methods", RECIPE_MAX_METHODS);
     return (d->methods[d->n_methods++] = pd_strdup(name)) ? 0 : -1;
 }
@@ -930,7 +954,8 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
             const char *name = decode_method_at(i)->name;
             int need = recipe_method_needs(name);
             if ((!(need & RECIPE_NEEDS_EXIT) || r->exit.on) && (!(need & RECIPE_NEEDS_MEDUSA) || r->medusa.on) &&
-                (!(need & RECIPE_NEEDS_DRAFT) || r->draft.on) && add_method(p, v, r, name))
+                (!(need & RECIPE_NEEDS_DRAFT) || r->draft.on) && (!(need & RECIPE_NEEDS_EAGLE) || r->eagle.on) &&
+                add_method(p, v, r, name))
                 return -1;
         }
     if (!v) return 0;
@@ -959,7 +984,7 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
 
 static int read_root(P *p, yaml_node_t *root, Recipe *r) {
     static const char *const keys[] = {"about",  "threads", "split",    "model",    "answers", "exit_heads",
-                                       "medusa", "draft",   "decoding", "datasets", NULL};
+                                       "medusa", "eagle",   "draft",    "decoding", "datasets", NULL};
     yaml_node_t *x;
     if (root->type != YAML_MAPPING_NODE)
         return bad(p, root, "(top)", "a recipe is a mapping of sections (model:, datasets:, ...)");
@@ -975,6 +1000,7 @@ static int read_root(P *p, yaml_node_t *root, Recipe *r) {
     if ((x = get(p, root, "answers")) && read_answers(p, x, r)) return -1;
     if ((x = get(p, root, "exit_heads")) && read_exit(p, x, r)) return -1;
     if ((x = get(p, root, "medusa")) && read_medusa(p, x, r)) return -1;
+    if ((x = get(p, root, "eagle")) && read_eagle(p, x, r)) return -1;
     if ((x = get(p, root, "draft")) && read_draft(p, x, r)) return -1;
     if (read_decoding(p, get(p, root, "decoding"), r)) return -1;
     if (!(x = get(p, root, "datasets"))) return bad(p, root, "datasets", "missing: whose prompts the bench decodes");
@@ -1053,6 +1079,7 @@ void recipe_free(Recipe *r) {
     for (int i = 0; i < r->answers.n; i++) dataset_free(&r->answers.ds[i]);
     free(r->exit.layers), free(r->exit.data), free(r->exit.fields);
     free(r->medusa.data), free(r->medusa.fields), free(r->medusa.targets), free(r->medusa.loss_weights);
+    free(r->eagle.data), free(r->eagle.fields);
     free(r->draft.source), free(r->draft.tokenizer);
     free(r->draft.heads.layers), free(r->draft.heads.data), free(r->draft.heads.fields);
     for (int i = 0; i < r->dec.n_methods; i++) free(r->dec.methods[i]);

@@ -62,6 +62,7 @@ typedef struct {
     int n;
     RecipeDataset ds[RECIPE_MAX_DATASETS];
     int parallel; /* requests in the running batch (16) */
+    int threads;  /* its threads; 0: the recipe's (generation is no benchmark: all cores may work) */
     float temp;   /* 0: greedy; else sampled at this temperature, seed + the prompt's index */
     int seed;
 } RecipeAnswers;
@@ -91,6 +92,18 @@ typedef struct {
     int steps, batch, seq_len, seed;
     double lr, lm_lr;
 } RecipeMedusa;
+
+/* the EAGLE head (train-medusa --eagle) */
+typedef struct {
+    int on;
+    char *data;
+    int from_answers;
+    char *fields;
+    int special;
+    int draft_vocab; /* 0 = the tool's default */
+    int steps, batch, seq_len, seed;
+    double lr;
+} RecipeEagle;
 
 /* speculative's draft model: the model's first `layer` layers plus an exit head there
    trained with the final norm (folded into an lm_head: draftmodel.h), or another model
@@ -130,6 +143,7 @@ typedef struct {
     RecipeAnswers answers;
     RecipeExitHeads exit;
     RecipeMedusa medusa;
+    RecipeEagle eagle;
     RecipeDraft draft;
     RecipeDecoding dec;
     int n_datasets;
@@ -143,7 +157,7 @@ int recipe_load(Recipe *r, const char *path);
 void recipe_free(Recipe *r);
 
 /* what a method needs beyond the model */
-enum { RECIPE_NEEDS_EXIT = 1, RECIPE_NEEDS_MEDUSA = 2, RECIPE_NEEDS_DRAFT = 4 };
+enum { RECIPE_NEEDS_EXIT = 1, RECIPE_NEEDS_MEDUSA = 2, RECIPE_NEEDS_DRAFT = 4, RECIPE_NEEDS_EAGLE = 8 };
 int recipe_method_needs(const char *method);
 /* a method option's value as the recipe wrote it (key as in decode_option_key), or NULL */
 const char *recipe_option(const RecipeDecoding *d, const char *key);
@@ -156,6 +170,7 @@ int recipe_method_has_oracle(const char *method);
 #define RECIPE_ANSWERS "answers.jsonl.zst"
 #define RECIPE_EXIT "exit-heads.safetensors.zst"
 #define RECIPE_MEDUSA "medusa-heads.safetensors.zst"
+#define RECIPE_EAGLE "eagle-head.safetensors.zst"
 #define RECIPE_DRAFT "draft.safetensors"
 #define RECIPE_DRAFT_HEADS "draft-heads.safetensors.zst"
 #define RECIPE_BUNDLE "bundle.safetensors.zst"

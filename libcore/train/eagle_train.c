@@ -1,0 +1,570 @@
+/* eagle_train.c — see eagle_train.h. Per sequence: the draft's forward over all its
+   positions (rows), the two losses, then the backward pass layer by layer in reverse.
+   Every product over the rows is one mat_mul on the runner's device: W for the
+   forward, Wᵀ (packed once a step) for the inputs' gradients, and for a weight's
+   gradient dW = dYᵀ X the rows' activations transposed and packed as the matrix. */
+#include "train/eagle_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward.h"
+#include "train/distill.h" /* adam_update */
+
+const char *const eagle_tensor_name[EAGLE_TENSORS] = {"fc", "attn_norm", "wq", "wk", "wv",
+                                                      "wo", "ffn_norm",  "w1", "w3", "w2"};
+
+size_t eagle_tensor_size(const Config *c, int k) {
+    size_t D = c->dim, F = c->hidden_dim, Q = (size_t)c->n_heads * c->head_dim,
+           KV = (size_t)c->n_kv_heads * c->head_dim;
+    switch (k) {
+    case EAGLE_FC:
+        return D * 2 * D;
+    case EAGLE_ATTN_NORM:
+    case EAGLE_FFN_NORM:
+        return D;
+    case EAGLE_WQ:
+        return Q * D;
+    case EAGLE_WK:
+    case EAGLE_WV:
+        return KV * D;
+    case EAGLE_WO:
+        return D * Q;
+    case EAGLE_W1:
+    case EAGLE_W3:
+    case EAGLE_W2:
+        return F * D;
+    }
+    return 0;
+}
+
+float *eagle_tensor(EagleParams *p, int k) {
+    float *const all[EAGLE_TENSORS] = {p->fc, p->attn_norm, p->wq, p->wk, p->wv,
+                                       p->wo, p->ffn_norm,  p->w1, p->w3, p->w2};
+    return k >= 0 && k < EAGLE_TENSORS ? all[k] : NULL;
+}
+
+int eagle_grad_init(EagleGrad *g, const Config *c) {
+    memset(g, 0, sizeof *g);
+    size_t total = 0;
+    for (int k = 0; k < EAGLE_TENSORS; k++) total += (g->n[k] = eagle_tensor_size(c, k));
+    if (!(g->mem = pd_alloc(pd_mul(total, sizeof(float))))) return -1;
+    size_t at = 0;
+    for (int k = 0; k < EAGLE_TENSORS; at += g->n[k], k++) g->t[k] = g->mem + at;
+    return 0;
+}
+
+void eagle_grad_zero(EagleGrad *g) {
+    for (int k = 0; k < EAGLE_TENSORS; k++) memset(g->t[k], 0, sizeof(float) * g->n[k]);
+}
+
+void eagle_grad_free(EagleGrad *g) {
+    free(g->mem);
+    memset(g, 0, sizeof *g);
+}
+
+static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* [rows][cols] → [cols][rows] */
+static void transpose(float *dst, const float *src, int rows, int cols) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
+}
+
+/* a dot product in 16 partial sums (the compiler keeps them in one vector) */
+static float dot(const float *restrict a, const float *restrict b, int n) {
+    float acc[16] = {0}, s = 0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int l = 0; l < 16; l++) s += acc[l];
+    return s;
+}
+
+/* y += a x, in blocks of 16 the compiler keeps in one vector */
+static void axpy(float *restrict y, float a, const float *restrict x, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) y[i + l] += a * x[i + l];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* ---- packed matrices ---- */
+
+static int packed_alloc(EaglePacked *P, int rows, int cols) {
+    if (!(P->buf = pd_alloc(k_packed_bytes(WT_F32, rows, cols) + 64))) return -1;
+    P->pk = align64(P->buf);
+    return 0;
+}
+
+static void packed_free(Runner *r, EaglePacked *P) {
+    if (r) mat_free(r, &P->dev);
+    free(P->buf);
+    memset(P, 0, sizeof *P);
+}
+
+/* P = the sources' rows stacked, [Σ rows][cols] */
+static int packed_set(EagleTrain *t, EaglePacked *P, int n_src, const float *const *src, const int *rows, int cols) {
+    const void *s[3];
+    int total = 0;
+    for (int i = 0; i < n_src; i++) s[i] = src[i], total += rows[i];
+    k_pack(P->pk, WT_F32, cols, n_src, s, rows);
+    return mat_load(t->run, &P->dev, P->pk, WT_F32, total, cols);
+}
+
+/* P = (the sources' rows stacked)ᵀ, [cols][Σ rows] */
+static int packed_set_T(EagleTrain *t, EaglePacked *P, int n_src, const float *const *src, const int *rows, int cols) {
+    int total = 0;
+    for (int i = 0; i < n_src; i++) total += rows[i];
+    for (int i = 0, r0 = 0; i < n_src; r0 += rows[i], i++)
+        for (int r = 0; r < rows[i]; r++)
+            for (int c = 0; c < cols; c++) t->wtmp[(size_t)c * total + r0 + r] = src[i][(size_t)r * cols + c];
+    const float *one[1] = {t->wtmp};
+    return packed_set(t, P, 1, one, &cols, total);
+}
+
+/* the trainable weights as they are now, both ways */
+static int pack_weights(EagleTrain *t) {
+    const EagleParams *p = t->p;
+    int D = t->dim, F = t->hidden, Q = t->qd, KV = t->kvd;
+    const float *qkv[3] = {p->wq, p->wk, p->wv}, *w13[2] = {p->w1, p->w3}, *fc[1] = {p->fc}, *wo[1] = {p->wo},
+                *w2[1] = {p->w2};
+    int rq[3] = {Q, KV, KV}, r13[2] = {F, F};
+    if (packed_set(t, &t->fc, 1, fc, &D, 2 * D) || packed_set(t, &t->qkv, 3, qkv, rq, D) ||
+        packed_set(t, &t->wo, 1, wo, &D, Q) || packed_set(t, &t->w13, 2, w13, r13, D) ||
+        packed_set(t, &t->w2, 1, w2, &D, F))
+        return -1;
+    return packed_set_T(t, &t->qkvT, 3, qkv, rq, D) || packed_set_T(t, &t->woT, 1, wo, &D, Q) ||
+                   packed_set_T(t, &t->w13T, 2, w13, r13, D) || packed_set_T(t, &t->w2T, 1, w2, &D, F)
+               ? -1
+               : 0;
+}
+
+/* g[out][in] += Σ_i dY[i][out] X[i][in] over n rows: dYᵀ [out][n] times the packed Xᵀ [in][n] */
+static int weight_grad(EagleTrain *t, const float *dY, int out, const float *X, int in, int n, float *const *g,
+                       const int *g_rows, int n_g) {
+    transpose(t->wtmp, X, n, in);
+    const float *one[1] = {t->wtmp};
+    if (packed_set(t, &t->act, 1, one, &in, n)) return -1;
+    transpose(t->dT, dY, n, out);
+    if (mat_mul(t->run, &t->act.dev, t->dW, t->dT, out)) return -1;
+    for (int i = 0, r0 = 0; i < n_g; r0 += g_rows[i], i++) k_add(g[i], t->dW + (size_t)r0 * in, (size_t)g_rows[i] * in);
+    return 0;
+}
+
+/* ---- RMSNorm ---- */
+
+/* y = g ⊙ x s row by row, s = 1 / sqrt(mean x² + eps) kept in rs[n] */
+static void rms_forward(float *y, float *rs, const float *x, const float *g, int n, int D, float eps) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * D;
+        double ss = 0;
+        for (int d = 0; d < D; d++) ss += (double)xi[d] * xi[d];
+        float s = (float)(1.0 / sqrt(ss / D + eps));
+        rs[i] = s;
+        for (int d = 0; d < D; d++) y[(size_t)i * D + d] = g[d] * (s * xi[d]);
+    }
+}
+
+/* dx += s (g ⊙ dy) - (s³ / D) x Σ_d g_d dy_d x_d; dg (may be NULL) += Σ_rows dy ⊙ x s */
+static void rms_backward(float *dx, float *dg, const float *dy, const float *x, const float *rs, const float *g, int n,
+                         int D) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * D, *dyi = dy + (size_t)i * D;
+        float *dxi = dx + (size_t)i * D, s = rs[i];
+        double c = 0;
+        for (int d = 0; d < D; d++) c += (double)g[d] * dyi[d] * xi[d];
+        float k = (float)(c * s * s * s / D);
+        for (int d = 0; d < D; d++) dxi[d] += s * (g[d] * dyi[d]) - k * xi[d];
+        if (dg)
+            for (int d = 0; d < D; d++) dg[d] += dyi[d] * (xi[d] * s);
+    }
+}
+
+static float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+/* ---- init ---- */
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+static int alloc_all(EagleTrain *t) {
+    size_t N = t->cap, D = t->dim, F = t->hidden, Q = t->qd, QKV = t->qkvd, K = t->K, H = t->n_heads;
+    int rc = eagle_grad_init(&t->g, &t->p->c) || eagle_grad_init(&t->am, &t->p->c) || eagle_grad_init(&t->av, &t->p->c);
+    size_t in = maxz(maxz(2 * D, Q), F), out = maxz(maxz(D, QKV), 2 * F);
+    size_t wmax = 0;
+    for (int k = 0; k < EAGLE_TENSORS; k++) wmax = maxz(wmax, eagle_tensor_size(&t->p->c, k));
+    wmax = maxz(maxz(wmax, 2 * F * D), QKV * D); /* the stacked ones */
+    rc = rc || packed_alloc(&t->fc, (int)D, (int)(2 * D)) || packed_alloc(&t->qkv, (int)QKV, (int)D) ||
+         packed_alloc(&t->wo, (int)D, (int)Q) || packed_alloc(&t->w13, (int)(2 * F), (int)D) ||
+         packed_alloc(&t->w2, (int)D, (int)F) || packed_alloc(&t->E, (int)K, (int)D) ||
+         packed_alloc(&t->qkvT, (int)D, (int)QKV) || packed_alloc(&t->woT, (int)Q, (int)D) ||
+         packed_alloc(&t->w13T, (int)D, (int)(2 * F)) || packed_alloc(&t->w2T, (int)F, (int)D) ||
+         packed_alloc(&t->ET, (int)D, (int)K) || packed_alloc(&t->act, (int)in, (int)N);
+    if (rc) return -1;
+#define A(p, n) ((p) = pd_alloc(pd_mul((n), sizeof *(p))))
+    if (!A(t->wtmp, maxz(maxz(wmax, in * N), K * D)) || !A(t->dT, out * N) || !A(t->dW, wmax) ||
+        !A(t->nsin, (size_t)t->m->c.seq_len * (t->hd / 2)) || !A(t->u, N * 2 * D) || !A(t->x, N * D) ||
+        !A(t->xa, N * D) || !A(t->qkvb, N * QKV) || !A(t->att, N * Q) || !A(t->r1, N * D) || !A(t->xf, N * D) ||
+        !A(t->g13, N * 2 * F) || !A(t->hact, N * F) || !A(t->h, N * D) || !A(t->fp, N * D) || !A(t->logits, N * K) ||
+        !A(t->rs_a, N) || !A(t->rs_f, N) || !A(t->rs_h, N) || !A(t->P, H * (N * (N + 1) / 2)) || !A(t->dfp, N * D) ||
+        !A(t->dh, N * D) || !A(t->dhact, N * F) || !A(t->dg13, N * 2 * F) || !A(t->dxf, N * D) || !A(t->dr1, N * D) ||
+        !A(t->datt, N * Q) || !A(t->dqkv, N * QKV) || !A(t->dxa, N * D) || !A(t->dx, N * D) || !A(t->fx, N * D) ||
+        !A(t->hid, N * D) || !A(t->dp, N) || !A(t->arg, N) || !A(t->pos, N) ||
+        !A(t->draft_of, (size_t)t->m->c.vocab_size))
+        return -1;
+#undef A
+    return 0;
+}
+
+int eagle_train_init(EagleTrain *t, Model *m, EagleParams *p, int max_len, float lr) {
+    memset(t, 0, sizeof *t);
+    const Config *c = &m->c, *pc = &p->c;
+    if (max_len < 2 || max_len > c->seq_len)
+        return pd_error("eagle: sequences of %d tokens; 2 to the model's context (%d) fit", max_len, c->seq_len);
+    if (pc->dim != c->dim || pc->hidden_dim != c->hidden_dim || pc->n_heads != c->n_heads ||
+        pc->n_kv_heads != c->n_kv_heads || pc->head_dim != c->head_dim)
+        return pd_error("eagle: a head of dim %d, hidden %d, heads %d/%d for a model of %d, %d, %d/%d", pc->dim,
+                        pc->hidden_dim, pc->n_heads, pc->n_kv_heads, c->dim, c->hidden_dim, c->n_heads, c->n_kv_heads);
+    if (pc->qkv_bias) return pd_error("eagle: training a layer with q/k/v biases is not supported");
+    if (pc->vocab_size < 1 || pc->vocab_size > c->vocab_size)
+        return pd_error("eagle: a draft vocabulary of %d for a model of %d tokens", pc->vocab_size, c->vocab_size);
+    t->m = m, t->p = p, t->lr = lr, t->cap = max_len;
+    t->w_reg = EAGLE_W_REG, t->w_ce = EAGLE_W_CE, t->clip = EAGLE_CLIP;
+    t->dim = c->dim, t->hidden = c->hidden_dim, t->n_heads = c->n_heads, t->n_kv = c->n_kv_heads;
+    t->hd = c->head_dim, t->K = pc->vocab_size;
+    t->qd = t->n_heads * t->hd, t->kvd = t->n_kv * t->hd, t->qkvd = t->qd + 2 * t->kvd;
+    if (!(t->run = runner_new(m)) || kv_init(&t->kv, c, 1, max_len, 16) || alloc_all(t)) {
+        eagle_train_free(t);
+        return -1;
+    }
+    for (int v = 0; v < c->vocab_size; v++) t->draft_of[v] = -1;
+    for (int k = 0; k < t->K; k++) {
+        int32_t v = p->vocab[k];
+        if (v < 0 || v >= c->vocab_size || t->draft_of[v] >= 0) {
+            eagle_train_free(t);
+            return pd_error("eagle: draft token %d is target id %d: not a token, or twice", k, v);
+        }
+        t->draft_of[v] = k;
+    }
+    for (size_t i = 0; i < (size_t)c->seq_len * (t->hd / 2); i++) t->nsin[i] = -m->rope_sin[i];
+    for (int i = 0; i < max_len; i++) t->pos[i] = i;
+    const float *E[1] = {p->emb};
+    if (packed_set(t, &t->E, 1, E, &t->K, t->dim) || packed_set_T(t, &t->ET, 1, E, &t->K, t->dim)) {
+        eagle_train_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+void eagle_train_free(EagleTrain *t) {
+    Runner *r = t->run;
+    EaglePacked *all[] = {&t->fc,   &t->qkv, &t->wo,   &t->w13, &t->w2, &t->E,
+                          &t->qkvT, &t->woT, &t->w13T, &t->w2T, &t->ET, &t->act};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) packed_free(r, all[i]);
+    eagle_grad_free(&t->g);
+    eagle_grad_free(&t->am);
+    eagle_grad_free(&t->av);
+    float *f[] = {t->wtmp, t->nsin, t->u,      t->x,    t->xa,   t->qkvb, t->att, t->r1,  t->xf, t->g13,   t->hact,
+                  t->h,    t->fp,   t->logits, t->rs_a, t->rs_f, t->rs_h, t->P,   t->dfp, t->dh, t->dhact, t->dg13,
+                  t->dxf,  t->dr1,  t->datt,   t->dqkv, t->dxa,  t->dx,   t->dT,  t->dW,  t->fx, t->hid,   t->dp};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+    free(t->arg);
+    free(t->pos);
+    free(t->draft_of);
+    if (t->kv.arena.base) kv_free(&t->kv);
+    runner_free(r);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- one sequence ---- */
+
+/* the forward over n rows (inputs in_tok[n], feat[n][dim] at positions 0..n-1): every
+   activation the backward pass reads, f' in t->fp and the logits in t->logits */
+static int forward(EagleTrain *t, const int32_t *in_tok, const float *feat, int n) {
+    const Model *m = t->m;
+    const EagleParams *p = t->p;
+    int D = t->dim, F = t->hidden, H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd, R = t->qkvd;
+    int per_kv = H / t->n_kv;
+    float eps = m->c.norm_eps, scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < n; i++) {
+        if (in_tok[i] < 0 || in_tok[i] >= m->c.vocab_size) return pd_error("eagle: token %d is not a token", in_tok[i]);
+        k_row_to_f32(t->u + (size_t)i * 2 * D, m->embed.w, m->embed.t, in_tok[i], D);
+        memcpy(t->u + (size_t)i * 2 * D + D, feat + (size_t)i * D, sizeof(float) * D);
+    }
+    if (mat_mul(t->run, &t->fc.dev, t->x, t->u, n)) return -1;
+    rms_forward(t->xa, t->rs_a, t->x, p->attn_norm, n, D, eps);
+    if (mat_mul(t->run, &t->qkv.dev, t->qkvb, t->xa, n)) return -1;
+    k_rope(t->qkvb, R, t->pos, n, H + t->n_kv, hd, m->rope_cos, m->rope_sin); /* q and k heads, as decoding does */
+    /* causal attention, head by head: P keeps the weights for the backward pass */
+    size_t tri = (size_t)t->cap * (t->cap + 1) / 2;
+    memset(t->att, 0, sizeof(float) * n * Q);
+    for (int hh = 0; hh < H; hh++) {
+        int g = hh / per_kv;
+        for (int i = 0; i < n; i++) {
+            const float *q = t->qkvb + (size_t)i * R + hh * hd;
+            float *pr = t->P + hh * tri + (size_t)i * (i + 1) / 2, mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= i; j++) {
+                pr[j] = dot(q, t->qkvb + (size_t)j * R + Q + g * hd, hd) * scale;
+                mx = pr[j] > mx ? pr[j] : mx;
+            }
+            for (int j = 0; j <= i; j++) sum += (pr[j] = expf(pr[j] - mx));
+            float inv = 1.0f / sum, *o = t->att + (size_t)i * Q + hh * hd;
+            for (int j = 0; j <= i; j++) {
+                pr[j] *= inv;
+                axpy(o, pr[j], t->qkvb + (size_t)j * R + Q + KV + g * hd, hd);
+            }
+        }
+    }
+    if (mat_mul(t->run, &t->wo.dev, t->r1, t->att, n)) return -1;
+    k_add(t->r1, t->x, (size_t)n * D);
+    rms_forward(t->xf, t->rs_f, t->r1, p->ffn_norm, n, D, eps);
+    if (mat_mul(t->run, &t->w13.dev, t->g13, t->xf, n)) return -1;
+    for (int i = 0; i < n; i++) {
+        const float *g1 = t->g13 + (size_t)i * 2 * F, *g3 = g1 + F;
+        float *a = t->hact + (size_t)i * F;
+        for (int j = 0; j < F; j++) a[j] = g1[j] * sigmoid(g1[j]) * g3[j];
+    }
+    if (mat_mul(t->run, &t->w2.dev, t->h, t->hact, n)) return -1;
+    k_add(t->h, t->r1, (size_t)n * D);
+    rms_forward(t->fp, t->rs_h, t->h, p->norm, n, D, eps);
+    return mat_mul(t->run, &t->E.dev, t->logits, t->fp, n);
+}
+
+/* attention's backward: dqkv (q and k after RoPE, v) from datt */
+static void attention_backward(EagleTrain *t, int n) {
+    int H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd, R = t->qkvd, per_kv = H / t->n_kv;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t tri = (size_t)t->cap * (t->cap + 1) / 2;
+    memset(t->dqkv, 0, sizeof(float) * n * R);
+    for (int hh = 0; hh < H; hh++) {
+        int g = hh / per_kv;
+        for (int i = 0; i < n; i++) {
+            const float *pr = t->P + hh * tri + (size_t)i * (i + 1) / 2, *q = t->qkvb + (size_t)i * R + hh * hd;
+            const float *dout = t->datt + (size_t)i * Q + hh * hd;
+            float *dq = t->dqkv + (size_t)i * R + hh * hd, sum = 0;
+            for (int j = 0; j <= i; j++) { /* dL/dp_j = dout · v_j; v_j += p_j dout */
+                t->dp[j] = dot(dout, t->qkvb + (size_t)j * R + Q + KV + g * hd, hd);
+                sum += pr[j] * t->dp[j];
+                axpy(t->dqkv + (size_t)j * R + Q + KV + g * hd, pr[j], dout, hd);
+            }
+            for (int j = 0; j <= i; j++) { /* through the softmax: ds_j = p_j (dp_j - Σ p dp) */
+                float ds = pr[j] * (t->dp[j] - sum) * scale;
+                axpy(dq, ds, t->qkvb + (size_t)j * R + Q + g * hd, hd);
+                axpy(t->dqkv + (size_t)j * R + Q + g * hd, ds, q, hd);
+            }
+        }
+    }
+}
+
+/* the backward pass from dlogits (in t->logits) and the regression's df' (in t->dfp,
+   already added): every trainable tensor's gradient into g */
+static int backward(EagleTrain *t, int n, EagleGrad *g) {
+    const EagleParams *p = t->p;
+    int D = t->dim, F = t->hidden, H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd, R = t->qkvd;
+    /* f' = E_K… frozen: only df' = dlogits · E_K, then the final norm (frozen gain) */
+    if (mat_mul(t->run, &t->ET.dev, t->dh, t->logits, n)) return -1;
+    k_add(t->dfp, t->dh, (size_t)n * D);
+    memset(t->dh, 0, sizeof(float) * n * D);
+    rms_backward(t->dh, NULL, t->dfp, t->h, t->rs_h, p->norm, n, D);
+    /* h = r1 + W2 (silu(W1 xf) ⊙ W3 xf) */
+    memcpy(t->dr1, t->dh, sizeof(float) * n * D);
+    float *g2[1] = {g->t[EAGLE_W2]};
+    if (weight_grad(t, t->dh, D, t->hact, F, n, g2, &D, 1) || mat_mul(t->run, &t->w2T.dev, t->dhact, t->dh, n))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const float *g1 = t->g13 + (size_t)i * 2 * F, *g3 = g1 + F, *da = t->dhact + (size_t)i * F;
+        float *d1 = t->dg13 + (size_t)i * 2 * F, *d3 = d1 + F;
+        for (int j = 0; j < F; j++) {
+            float sg = sigmoid(g1[j]), silu = g1[j] * sg;
+            d1[j] = da[j] * g3[j] * (sg * (1.0f + g1[j] * (1.0f - sg)));
+            d3[j] = da[j] * silu;
+        }
+    }
+    float *g13[2] = {g->t[EAGLE_W1], g->t[EAGLE_W3]};
+    int r13[2] = {F, F};
+    if (weight_grad(t, t->dg13, 2 * F, t->xf, D, n, g13, r13, 2) || mat_mul(t->run, &t->w13T.dev, t->dxf, t->dg13, n))
+        return -1;
+    rms_backward(t->dr1, g->t[EAGLE_FFN_NORM], t->dxf, t->r1, t->rs_f, p->ffn_norm, n, D);
+    /* r1 = x + Wo attention(rope(Wq xa), rope(Wk xa), Wv xa) */
+    memcpy(t->dx, t->dr1, sizeof(float) * n * D);
+    float *go[1] = {g->t[EAGLE_WO]};
+    if (weight_grad(t, t->dr1, D, t->att, Q, n, go, &D, 1) || mat_mul(t->run, &t->woT.dev, t->datt, t->dr1, n))
+        return -1;
+    attention_backward(t, n);
+    k_rope(t->dqkv, R, t->pos, n, H + t->n_kv, hd, t->m->rope_cos, t->nsin); /* Rᵀ: the inverse rotation */
+    float *gqkv[3] = {g->t[EAGLE_WQ], g->t[EAGLE_WK], g->t[EAGLE_WV]};
+    int rq[3] = {Q, KV, KV};
+    if (weight_grad(t, t->dqkv, R, t->xa, D, n, gqkv, rq, 3) || mat_mul(t->run, &t->qkvT.dev, t->dxa, t->dqkv, n))
+        return -1;
+    rms_backward(t->dx, g->t[EAGLE_ATTN_NORM], t->dxa, t->x, t->rs_a, p->attn_norm, n, D);
+    /* x = W_fc u */
+    float *gf[1] = {g->t[EAGLE_FC]};
+    return weight_grad(t, t->dx, D, t->u, 2 * D, n, gf, &D, 1);
+}
+
+static float smooth_l1(float e) { return fabsf(e) < 1 ? 0.5f * e * e : fabsf(e) - 0.5f; }
+
+/* the losses and (g not NULL) the backward pass of one sequence; the weights packed */
+static int seq_pass(EagleTrain *t, const int32_t *tok, const float *feat, const int32_t *arg, int T, int from,
+                    EagleSums *s, EagleGrad *g) {
+    int n = T - 1, D = t->dim, K = t->K;
+    if (T > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", T, t->cap);
+    if (n < 1) return 0;
+    if (forward(t, tok + 1, feat, n)) return -1;
+    EagleSums add = {0};
+    for (int i = 0; i < n; i++) {
+        float *row = t->logits + (size_t)i * K, *df = t->dfp + (size_t)i * D;
+        const float *fp = t->fp + (size_t)i * D, *next = feat + (size_t)(i + 1) * D;
+        int y = arg[i + 1] >= 0 && arg[i + 1] < t->m->c.vocab_size ? t->draft_of[arg[i + 1]] : -1;
+        if (i < from) {
+            if (g) memset(row, 0, sizeof(float) * K), memset(df, 0, sizeof(float) * D);
+            continue;
+        }
+        add.positions++;
+        double reg = 0;
+        for (int d = 0; d < D; d++) {
+            float e = fp[d] - next[d];
+            reg += smooth_l1(e);
+            if (g) df[d] = t->w_reg * (e > 1 ? 1 : e < -1 ? -1 : e) / D;
+        }
+        add.reg += reg / D;
+        int best = k_argmax(row, K);
+        if (y < 0) {
+            if (g) memset(row, 0, sizeof(float) * K);
+            continue;
+        }
+        add.labelled++;
+        add.hits += best == y;
+        float ly = row[y], mx, se = k_exp_sum(row, K, &mx);
+        add.ce += mx + log((double)se) - ly; /* log Σ e^l - l_y */
+        if (!g) continue;
+        float w = t->w_ce / se; /* dCE/dl = softmax - onehot, weighted */
+        for (int k = 0; k < K; k++) row[k] *= w;
+        row[y] -= t->w_ce;
+    }
+    add.loss = t->w_reg * add.reg + t->w_ce * add.ce;
+    if (s) {
+        s->loss += add.loss, s->reg += add.reg, s->ce += add.ce;
+        s->positions += add.positions, s->labelled += add.labelled, s->hits += add.hits;
+    }
+    return g ? backward(t, n, g) : 0;
+}
+
+int eagle_seq_forward(EagleTrain *t, const int32_t *in_tok, const float *feat, int n, float *fprime, float *logits) {
+    if (n < 1 || n > t->cap) return pd_error("eagle: %d positions; 1 to %d fit", n, t->cap);
+    if (pack_weights(t) || forward(t, in_tok, feat, n)) return -1;
+    if (fprime) memcpy(fprime, t->fp, sizeof(float) * n * t->dim);
+    if (logits) memcpy(logits, t->logits, sizeof(float) * n * t->K);
+    return 0;
+}
+
+int eagle_seq_loss(EagleTrain *t, const int32_t *tok, const float *feat, const int32_t *arg, int T, int from,
+                   EagleSums *s, EagleGrad *g) {
+    if (T < 2 || T > t->cap) return pd_error("eagle: a sequence of %d tokens; 2 to %d fit", T, t->cap);
+    return pack_weights(t) || seq_pass(t, tok, feat, arg, T, from, s, g) ? -1 : 0;
+}
+
+/* ---- the frozen model's side ---- */
+
+/* one sequence through all the model's layers: x = norm(h_L) [n][dim], arg = its argmax
+   (what medusa_cache_build computes, the same calls) */
+static int model_features(EagleTrain *t, const int32_t *tok, int n, float *x, int32_t *arg) {
+    Model *m = t->m;
+    if (n > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", n, t->cap);
+    int s = kv_seq_new(&t->kv);
+    if (s < 0) return -1;
+    Batch b = {n, tok, NULL, t->pos, NULL, NULL};
+    int rc = forward_layers(t->run, &t->kv, &b, 0, m->c.n_layers, t->hid);
+    kv_seq_free(&t->kv, s);
+    if (rc) return -1;
+    k_rmsnorm(x, t->hid, m->final_norm, n, m->c.dim, m->c.norm_eps);
+    return logits_argmax(t->run, t->hid, n, arg);
+}
+
+static int features(EagleTrain *t, const Sequences *s, const MedusaCache *c, int i, const float **x,
+                    const int32_t **arg) {
+    if (c && c->s == s) {
+        *x = c->x + (size_t)s->off[i] * t->dim;
+        *arg = c->arg + s->off[i];
+        return 0;
+    }
+    *x = t->fx;
+    *arg = t->arg;
+    return model_features(t, s->tok + s->off[i], seq_len_of(s, i), t->fx, t->arg);
+}
+
+int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, Progress *pg) {
+    memset(c, 0, sizeof *c);
+    size_t tokens = (size_t)seqs_tokens(s);
+    c->x = pd_alloc(pd_mul(pd_mul(tokens, t->dim), sizeof(float)));
+    c->arg = pd_alloc(pd_mul(tokens, sizeof(int32_t)));
+    if (!c->x || !c->arg) {
+        medusa_cache_free(c);
+        return -1;
+    }
+    if (pg) progress_begin(pg, "eagle: the model's outputs", (int64_t)tokens);
+    for (int i = 0; i < s->n; i++) {
+        if (model_features(t, s->tok + s->off[i], seq_len_of(s, i), c->x + (size_t)s->off[i] * t->dim,
+                           c->arg + s->off[i])) {
+            medusa_cache_free(c);
+            return -1;
+        }
+        if (pg) progress_step(pg, s->off[i + 1]);
+    }
+    if (pg) progress_end(pg);
+    c->s = s;
+    return 0;
+}
+
+/* ---- steps and evaluation ---- */
+
+int eagle_train_step(EagleTrain *t, const Sequences *s, const MedusaCache *c, const int *idx, int b, EagleSums *out) {
+    EagleSums sum = {0};
+    for (int i = 0; i < b; i++)
+        if (idx[i] < 0 || idx[i] >= s->n) return pd_error("eagle: no sequence %d", idx[i]);
+    if (pack_weights(t)) return -1;
+    eagle_grad_zero(&t->g);
+    for (int i = 0; i < b; i++) {
+        const float *x;
+        const int32_t *arg;
+        if (features(t, s, c, idx[i], &x, &arg) ||
+            seq_pass(t, s->tok + s->off[idx[i]], x, arg, seq_len_of(s, idx[i]), 0, &sum, &t->g))
+            return -1;
+    }
+    if (!sum.positions) return pd_error("eagle: no position in the batch (every sequence is one token)");
+    double norm2 = 0;
+    for (int k = 0; k < EAGLE_TENSORS; k++)
+        for (size_t j = 0; j < t->g.n[k]; j++) norm2 += (double)t->g.t[k][j] * t->g.t[k][j];
+    double norm = sqrt(norm2) / sum.positions, f = 1.0 / sum.positions;
+    if (t->clip > 0 && norm > t->clip) f *= t->clip / norm;
+    t->t++;
+    for (int k = 0; k < EAGLE_TENSORS; k++) {
+        for (size_t j = 0; j < t->g.n[k]; j++) t->g.t[k][j] *= (float)f;
+        adam_update(eagle_tensor(t->p, k), t->g.t[k], t->am.t[k], t->av.t[k], t->g.n[k], t->t, t->lr);
+    }
+    if (out) *out = sum;
+    return 0;
+}
+
+int eagle_train_eval(EagleTrain *t, const Sequences *s, const MedusaCache *c, EagleStats *out) {
+    EagleSums sum = {0};
+    memset(out, 0, sizeof *out);
+    if (pack_weights(t)) return -1;
+    for (int i = 0; i < s->n; i++) {
+        const float *x;
+        const int32_t *arg;
+        if (seq_len_of(s, i) < 2) continue;
+        if (features(t, s, c, i, &x, &arg) ||
+            seq_pass(t, s->tok + s->off[i], x, arg, seq_len_of(s, i), t->eval_from, &sum, NULL))
+            return -1;
+    }
+    if (!sum.positions) return pd_error("eagle: nothing to evaluate (every sequence is too short)");
+    out->positions = sum.positions;
+    out->reg = sum.reg / sum.positions;
+    out->ce = sum.labelled ? sum.ce / sum.labelled : 0;
+    out->top1 = (double)sum.hits / sum.positions;
+    out->coverage = (double)sum.labelled / sum.positions;
+    return 0;
+}
