@@ -12,9 +12,11 @@ H=$TMP/exit.safetensors.zst MH=$TMP/medusa.safetensors.zst DR=$TMP/draft.safeten
 SMALL="--steps 3 --batch 2 --seq-len 64"
 $BIN/distill-heads -m "$MODEL" --data "$TMP/small.txt" --layers 2,4 --norm 1 $SMALL -o "$H" 2>/dev/null
 $BIN/train-medusa -m "$MODEL" --data "$TMP/small.txt" --heads 2 $SMALL -o "$MH" 2>/dev/null
+EH=$TMP/eagle.safetensors.zst
+$BIN/train-medusa -m "$MODEL" --data "$TMP/small.txt" --eagle $SMALL -o "$EH" 2>/dev/null
 $BIN/convert "$MODEL" --layers 2 --heads "$H" -o "$DR" 2>/dev/null
-FILES="--model $MODEL --exit-heads $H --medusa $MH --draft $DR"
-METHODS="standard adadecode self-speculative medusa speculative prompt-lookup lookahead"
+FILES="--model $MODEL --exit-heads $H --medusa $MH --eagle $EH --draft $DR"
+METHODS="standard adadecode self-speculative medusa eagle speculative prompt-lookup lookahead"
 
 cat >"$TMP/r.yaml" <<EOF
 about: test_bench_tool's recipe
@@ -22,8 +24,10 @@ model: {source: models/stories260K/stories260K.bin, tokenizer: models/stories260
 exit_heads: {layers: [2, 4], data: $TMP/small.txt, norm: 1}
 draft: {layer: 2}
 medusa: {heads: 2, data: $TMP/small.txt}
+eagle: {data: $TMP/small.txt}
 decoding:
   methods: [$(echo $METHODS | tr ' ' ',')]
+  temp: 1
   oracle: [0.5, 1]
   oracle_samples: 1
 datasets:
@@ -38,9 +42,13 @@ check "stdout is table.md" cmp -s "$TMP/stdout" "$TMP/out/table.md"
 for m in $METHODS; do
     check "csv: $m on 2 prompts, parity 2/2" grep -q "^speed,tinystories,$m,[0-9.]*,,2,.*,2,2,real$" "$TMP/out/table.csv"
 done
-for m in adadecode medusa speculative prompt-lookup lookahead; do
+for m in adadecode medusa eagle speculative prompt-lookup lookahead; do
     check "md: $m parity 100 %" grep -q "^| $m | 100 % (2/2) |" "$TMP/out/table.md"
 done
+for m in $METHODS; do
+    check "csv: $m sampled on 2 prompts" grep -q "^sampled,tinystories,$m,[0-9.]*,,2," "$TMP/out/table.csv"
+done
+check "md: the sampled table" grep -q "^## Sampled at temperature 1:" "$TMP/out/table.md"
 check "md: no mismatch" sh -c "! grep -q 'NO' '$TMP/out/table.md'"
 check "csv: 12 oracle rows (6 methods × 2 rates), parity 1/1" \
     test "$(grep -c '^oracle,tinystories,.*,1,1,oracle$' "$TMP/out/table.csv")" = 12
@@ -101,7 +109,7 @@ refuses "bench: unknown key" "$TMP/outbad" $BIN/bench --recipe "$TMP/bad.yaml" $
 check "the line names file, line and key" grep -q "^bench: $TMP/bad.yaml:3: key 'stepz': unknown key in exit_heads" "$TMP/stderr"
 sed 's/samples: 2,/samples: two,/' "$TMP/r.yaml" >"$TMP/bad2.yaml"
 refuses "bench: wrong type" "$TMP/outbad" $BIN/bench --recipe "$TMP/bad2.yaml" $FILES --out "$TMP/outbad"
-check "wrong type: file:line:key" grep -q "bad2.yaml:11: key 'samples': 'two' is not a whole number" "$TMP/stderr"
+check "wrong type: file:line:key" grep -q "bad2.yaml:13: key 'samples': 'two' is not a whole number" "$TMP/stderr"
 sed 's/name: tinystories/name: squad/' "$TMP/r.yaml" >"$TMP/bad3.yaml"
 refuses "bench: unknown dataset" "$TMP/outbad" $BIN/bench --recipe "$TMP/bad3.yaml" $FILES --out "$TMP/outbad"
 sed "s|data: $TMP/small.txt, norm|data: $TMP/nope.txt, norm|" "$TMP/r.yaml" >"$TMP/bad4.yaml"

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "stories.h"
 #include "model/forward.h"
 #include "model/linear.h"
 #include "train/distill.h" /* SeqOrder, distill_lr */
@@ -327,22 +328,6 @@ static void test_gradient(int from, float w_reg, float w_ce) {
 }
 
 /* ---------------- training ---------------- */
-
-/* text for training: the first 60 kB of the TinyStories sample */
-static int story_text(TextSet *ts, const char *what) {
-    const char *path = test_data(what, "datasets/tinystories/tinystories_val_sample.txt.gz");
-    char *bytes;
-    size_t n;
-    if (!path) return -1;
-    if (pd_read_file_gz(path, &bytes, &n)) {
-        CHECK(0, "%s", pd_errmsg());
-        return -1;
-    }
-    int rc = dataset_parse(ts, bytes, n < 60000 ? n : 60000, NULL, "tinystories");
-    free(bytes);
-    CHECK(rc == 0, "%s", pd_errmsg());
-    return rc;
-}
 
 static void test_training(void) {
     TextSet ts;

@@ -207,7 +207,7 @@ static MethodRun options(Bench *b, const char *method, const RecipeDataset *ds) 
     return o;
 }
 
-/* one greedy generation: its tokens, decode time and counters */
+/* one generation (greedy, or sampled at temp with this seed): its tokens, decode time and counters */
 typedef struct {
     Seq seq;
     double t;
@@ -215,10 +215,10 @@ typedef struct {
 } Run;
 
 static void run(Bench *b, const char *method, const MethodRun *o, const int32_t *ids, int n_ids, int max_new,
-                uint64_t seed, Run *out) {
+                float temp, uint64_t seed, Run *out) {
     Sampler s;
     DecodeCtx d;
-    if (sampler_init(&s, b->m.c.vocab_size, 0, 0, 1, seed) || decode_init(&d, &b->m, &b->kv, &s, max_new)) die_lib();
+    if (sampler_init(&s, b->m.c.vocab_size, temp, 0, 1, seed) || decode_init(&d, &b->m, &b->kv, &s, max_new)) die_lib();
     d.opt = o->sh;
     d.mopt = o->opts;
     if (decode_generate(decode_method(method), &d, ids, n_ids)) die("%s: %s", method, pd_errmsg());
@@ -297,6 +297,7 @@ typedef struct {
     const RecipeDataset *ds[RECIPE_MAX_DATASETS];
     int prompts[RECIPE_MAX_DATASETS], skipped[RECIPE_MAX_DATASETS];
     Stats st[RECIPE_MAX_DATASETS][RECIPE_MAX_METHODS];
+    Stats sst[RECIPE_MAX_DATASETS][RECIPE_MAX_METHODS]; /* sampled at decoding.temp (when > 0) */
     /* the oracle sweep: methods × rates on the first dataset, standard beside them */
     int n_om, n_rates, oracle_prompts;
     const char *om[RECIPE_MAX_METHODS];
@@ -375,6 +376,24 @@ static void table_md(const Results *R, const char *model_path, Str *md) {
         }
         put(md, "\n");
     }
+    if (r->dec.temp > 0) { /* sampled */
+        put(md, "\n## Sampled at temperature %g: tok/s (speedup over standard sampled, same seeds), τ\n\n| method |",
+            r->dec.temp);
+        columns(md, R);
+        for (int k = 0; k < b->n_methods; k++) {
+            put(md, "| %s |", b->methods[k]);
+            for (int i = 0; i < R->n_ds; i++) {
+                char v[32], e[64];
+                const Stats *s = &R->sst[i][k];
+                fmt_rate(v, sizeof v, tok_s(s));
+                fmt_effort(e, sizeof e, b->methods[k], s);
+                put(md, " %s (%.2f×), %s |", v, tok_s(s) / (tok_s(&R->sst[i][0]) + 1e-12), e);
+            }
+            put(md, "\n");
+        }
+        put(md, "\nEvery method keeps the model's distribution when sampling (tests: a chi-square test per method); "
+                "the outputs differ from standard's draw by draw, so no parity is asked of them.\n");
+    }
     /* parity */
     put(md, "\n## Greedy parity with standard (the same tokens; must be 100 %%)\n\n| method |");
     columns(md, R);
@@ -432,6 +451,10 @@ static void table_csv(const Results *R, Str *c) {
         for (int k = 0; k < b->n_methods; k++)
             csv_row(c, "speed", R->ds[i]->name, b->methods[k], dataset_gamma(b->methods[k]) ? R->ds[i]->gamma : 0, -1,
                     &R->st[i][k], &R->st[i][0], fig);
+    for (int i = 0; i < R->n_ds && b->r->dec.temp > 0; i++)
+        for (int k = 0; k < b->n_methods; k++)
+            csv_row(c, "sampled", R->ds[i]->name, b->methods[k], dataset_gamma(b->methods[k]) ? R->ds[i]->gamma : 0, -1,
+                    &R->sst[i][k], &R->sst[i][0], fig);
     char ofig[64];
     snprintf(ofig, sizeof ofig, "oracle%s", strcmp(fig, "real") ? "+random-weights" : "");
     for (int k = 0; k < R->n_om; k++)
@@ -558,13 +581,25 @@ static void bench_dataset(Bench *b, Results *R, int i, Prompt *ps, int n) {
             for (int j = 0; j < M; j++) { /* the order turns with the prompt and the repeat */
                 int k = (j + p + rep) % M;
                 MethodRun o = options(b, b->methods[k], ds);
-                run(b, b->methods[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x);
+                run(b, b->methods[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, 0, p + 1, &x);
                 free(o.opts);
                 keep(&best[k], &x, rep == 0);
             }
         for (int k = 0; k < M; k++) add(&R->st[i][k], &best[k]);
         for (int k = 1; k < M; k++) parity(b->methods[k], ds->name, p, &best[0].seq, &best[k].seq, &R->st[i][k]);
         for (int k = 0; k < M; k++) free(best[k].seq.tok);
+        if (b->r->dec.temp <= 0) continue;
+        /* sampled: the same seed for every method (each keeps the model's distribution, so
+           only the speed is compared; the tests check the distribution) */
+        for (int rep = 0; rep < R->repeat; rep++)
+            for (int j = 0; j < M; j++) {
+                int k = (j + p + rep) % M;
+                MethodRun o = options(b, b->methods[k], ds);
+                run(b, b->methods[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, b->r->dec.temp, p + 1, &x);
+                free(o.opts);
+                keep(&best[k], &x, rep == 0);
+            }
+        for (int k = 0; k < M; k++) add(&R->sst[i][k], &best[k]), free(best[k].seq.tok);
     }
 }
 
@@ -574,19 +609,20 @@ static void bench_oracle(Bench *b, Results *R, Prompt *ps, int n) {
     Run ref, x, best[RECIPE_MAX_METHODS * RECIPE_MAX_ORACLE];
     for (int p = 0; p < n; p++) {
         MethodRun o0 = options(b, decode_reference()->name, ds);
-        run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &ref);
+        run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, 0, p + 1, &ref);
         int32_t *oracle = malloc(sizeof(int32_t) * (ps[p].max_new + 1));
         if (!oracle) die("out of memory");
         memset(oracle, 0xff, sizeof(int32_t) * (ps[p].max_new + 1));
         memcpy(oracle, ref.seq.tok, sizeof(int32_t) * ref.seq.n);
         for (int rep = 0; rep < R->repeat; rep++) {
             if (rep)
-                run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x), keep(&ref, &x, 0);
+                run(b, decode_reference()->name, &o0, ps[p].ids, ps[p].n, ps[p].max_new, 0, p + 1, &x),
+                    keep(&ref, &x, 0);
             for (int c = 0; c < cells; c++) {
                 int cell = (c + p + rep) % cells, k = cell / R->n_rates, j = cell % R->n_rates;
                 MethodRun o = options(b, R->om[k], ds);
                 o.sh.oracle = oracle, o.sh.oracle_rate = b->r->dec.oracle[j];
-                run(b, R->om[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, p + 1, &x);
+                run(b, R->om[k], &o, ps[p].ids, ps[p].n, ps[p].max_new, 0, p + 1, &x);
                 free(o.opts);
                 keep(&best[cell], &x, rep == 0);
             }
@@ -656,7 +692,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < R.n_ds; i++) {
         R.ds[i] = &r.ds[i];
         ps[i] = prompts_of(&b, &r.ds[i], a.samples, &R.prompts[i], &R.skipped[i]);
-        total += (int64_t)R.prompts[i] * b.n_methods * R.repeat;
+        total += (int64_t)R.prompts[i] * b.n_methods * R.repeat * (r.dec.temp > 0 ? 2 : 1);
     }
     if (!a.no_oracle)
         for (int k = 1; k < b.n_methods && r.dec.n_oracle; k++)
@@ -670,7 +706,7 @@ int main(int argc, char **argv) {
     { /* a warm-up: the first run grows the workspaces and faults the weights in */
         Run w;
         MethodRun o = options(&b, decode_reference()->name, R.ds[0]);
-        run(&b, decode_reference()->name, &o, ps[0][0].ids, ps[0][0].n, ps[0][0].max_new, 1, &w);
+        run(&b, decode_reference()->name, &o, ps[0][0].ids, ps[0][0].n, ps[0][0].max_new, 0, 1, &w);
         free(w.seq.tok), free(o.opts);
     }
     for (int i = 0; i < R.n_ds; i++) bench_dataset(&b, &R, i, ps[i], R.prompts[i]);

@@ -238,7 +238,7 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
     for (int i = 0; i < d->n_methods; i++) put(&extra, " %s", d->methods[i]);
     put(&extra, "\ngamma %g", d->gamma);
     for (int i = 0; i < d->n_opts; i++) put(&extra, " %s %s", d->opt_key[i], d->opt_val[i]); /* the methods' options */
-    put(&extra, "\nrepeat %d oracle_samples %d oracle", d->repeat, d->oracle_samples);
+    put(&extra, "\nrepeat %d temp %g oracle_samples %d oracle", d->repeat, d->temp, d->oracle_samples);
     for (int i = 0; i < d->n_oracle; i++) put(&extra, " %g", d->oracle[i]);
     put(&extra, "\nabout %s\nmodel %s\n", r->about ? r->about : "-", r->model.about ? r->model.about : "-");
     for (int i = 0; i < r->n_datasets; i++) dataset_settings(&extra, &r->ds[i]), put(&files, " %s", r->ds[i].file);

@@ -38,7 +38,7 @@
     "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"     \
     "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"      \
     "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"    \
-    "        kept for reuse, at most --cache-mb MiB (default 1024) + the data: its text twice and 4 bytes a token.\n" \
+    "        kept for reuse, at most --cache-mb MiB (default 4096) + the data: its text twice and 4 bytes a token.\n" \
     "        --eagle: instead of the lm_head's copies and the heads, 24 bytes a weight of the layer and W_fc\n"        \
     "        (dim × (6 dim + 3 hidden) weights with full attention: the head, its gradient, Adam's moments, each\n"    \
     "        packed both ways) + 12 × K × dim bytes (E_K, packed both ways) + seq-len × (24 × dim + 10 × hidden\n"     \
@@ -99,7 +99,7 @@ static Args parse(int argc, char **argv) {
               .seq_len = 256,
               .seed = 1,
               .threads = 1,
-              .cache_mb = 1024,
+              .cache_mb = 4096,
               .heldout = 0.1,
               .reg_weight = EAGLE_W_REG,
               .ce_weight = EAGLE_W_CE,
@@ -135,7 +135,7 @@ static Args parse(int argc, char **argv) {
         {"--seq-len", "S", "256", "tokens a sequence (at most the model's context)", F_LONG(&a.seq_len, 2, 1 << 20)},
         {"-s, --seed", "S", "1", "the order of the sequences", F_LONG(&a.seed, 0, 1e19)},
         {"--heldout", "F", "0.1", "the share of sequences held out for the report", F_NUM(&a.heldout, 1e-6, 0.5)},
-        {"--cache-mb", "M", "1024", "keep the model's outputs in memory when they fit in M MiB",
+        {"--cache-mb", "M", "4096", "keep the model's outputs in memory when they fit in M MiB",
          F_LONG(&a.cache_mb, 0, 1 << 30)},
         {"-t, --threads", "N", "1", "threads", F_LONG(&a.threads, 1, 64)},
         DEVICE_FLAG(&a.device),

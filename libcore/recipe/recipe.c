@@ -924,8 +924,8 @@ static int add_method(P *p, yaml_node_t *at, Recipe *r, const char *name) {
 static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
     /* the section's own keys, then every method option's (the registry's) */
     static char names[RECIPE_MAX_OPTS][64];
-    const char *keys[6 + RECIPE_MAX_OPTS + 1] = {"methods", "gamma", "oracle", "oracle_samples", "repeat"};
-    int n_keys = 5, n_names = 0;
+    const char *keys[6 + RECIPE_MAX_OPTS + 1] = {"methods", "gamma", "oracle", "oracle_samples", "repeat", "temp"};
+    int n_keys = 6, n_names = 0;
     for (int i = 0; i < decode_method_count(); i++) {
         const DecodeMethod *dm = decode_method_at(i);
         for (int j = 0; j < dm->n_options && n_names < RECIPE_MAX_OPTS; j++) {
@@ -960,8 +960,9 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
         }
     if (!v) return 0;
     if ((x = get(p, v, "gamma")) && as_float(p, x, "gamma", 1e-6, 1, &d->gamma)) return -1;
-    for (int i = 5; i < n_keys; i++)
+    for (int i = 6; i < n_keys; i++)
         if ((x = get(p, v, keys[i])) && read_method_option(p, x, d, keys[i])) return -1;
+    if ((x = get(p, v, "temp")) && as_float(p, x, "temp", 0, 2, &d->temp)) return -1;
     if ((x = get(p, v, "repeat")) && as_int(p, x, "repeat", 1, 100, &d->repeat)) return -1;
     if ((x = get(p, v, "oracle_samples")) && as_int(p, x, "oracle_samples", 1, 100000, &d->oracle_samples)) return -1;
     if ((x = get(p, v, "oracle"))) {

@@ -131,6 +131,7 @@ typedef struct {
     float oracle[RECIPE_MAX_ORACLE]; /* oracle acceptance rates for the headroom plot */
     int oracle_samples;              /* prompts of the first dataset the sweep runs */
     int repeat;                      /* runs of each method on each prompt; the shortest time is kept (1) */
+    float temp;                      /* > 0: every method also runs sampled at this temperature (speed, τ) */
 } RecipeDecoding;
 
 typedef struct {

@@ -468,19 +468,9 @@ int eagle_seq_loss(EagleTrain *t, const int32_t *tok, const float *feat, const i
 
 /* ---- the frozen model's side ---- */
 
-/* one sequence through all the model's layers: x = norm(h_L) [n][dim], arg = its argmax
-   (what medusa_cache_build computes, the same calls) */
 static int model_features(EagleTrain *t, const int32_t *tok, int n, float *x, int32_t *arg) {
-    Model *m = t->m;
     if (n > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", n, t->cap);
-    int s = kv_seq_new(&t->kv);
-    if (s < 0) return -1;
-    Batch b = {n, tok, NULL, t->pos, NULL, NULL};
-    int rc = forward_layers(t->run, &t->kv, &b, 0, m->c.n_layers, t->hid);
-    kv_seq_free(&t->kv, s);
-    if (rc) return -1;
-    k_rmsnorm(x, t->hid, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    return logits_argmax(t->run, t->hid, n, arg);
+    return model_seq_outputs(t->run, &t->kv, tok, t->pos, n, t->hid, x, arg);
 }
 
 static int features(EagleTrain *t, const Sequences *s, const MedusaCache *c, int i, const float **x,
@@ -496,26 +486,8 @@ static int features(EagleTrain *t, const Sequences *s, const MedusaCache *c, int
 }
 
 int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, Progress *pg) {
-    memset(c, 0, sizeof *c);
-    size_t tokens = (size_t)seqs_tokens(s);
-    c->x = pd_alloc(pd_mul(pd_mul(tokens, t->dim), sizeof(float)));
-    c->arg = pd_alloc(pd_mul(tokens, sizeof(int32_t)));
-    if (!c->x || !c->arg) {
-        medusa_cache_free(c);
-        return -1;
-    }
-    if (pg) progress_begin(pg, "eagle: the model's outputs", (int64_t)tokens);
-    for (int i = 0; i < s->n; i++) {
-        if (model_features(t, s->tok + s->off[i], seq_len_of(s, i), c->x + (size_t)s->off[i] * t->dim,
-                           c->arg + s->off[i])) {
-            medusa_cache_free(c);
-            return -1;
-        }
-        if (pg) progress_step(pg, s->off[i + 1]);
-    }
-    if (pg) progress_end(pg);
-    c->s = s;
-    return 0;
+    if (s->max_len > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", s->max_len, t->cap);
+    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, "eagle: the model's outputs", pg);
 }
 
 /* ---- steps and evaluation ---- */

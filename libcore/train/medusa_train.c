@@ -239,19 +239,23 @@ int medusa_head_loss(MedusaTrain *t, int k, const float *hidden, const int32_t *
 
 /* ---- the frozen model's side ---- */
 
-/* one sequence through all layers: x = norm(h_L) [n][dim], arg = the model's argmax */
-static int forward_seq(MedusaTrain *t, const int32_t *tok, int n, float *x, int32_t *arg) {
-    Model *m = t->m;
-    if (n > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", n, t->cap);
-    int s = kv_seq_new(&t->kv);
+int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_t *pos, int n, float *hid, float *x,
+                      int32_t *arg) {
+    const Model *m = run->m;
+    int s = kv_seq_new(kv);
     if (s < 0) return -1;
-    Batch b = {n, tok, NULL, t->pos, NULL, NULL};
-    int rc = forward_layers(t->run, &t->kv, &b, 0, m->c.n_layers, t->hid);
-    kv_seq_free(&t->kv, s);
+    Batch b = {n, tok, NULL, pos, NULL, NULL}; /* seq NULL: 0, the cache's only one */
+    int rc = forward_layers(run, kv, &b, 0, m->c.n_layers, hid);
+    kv_seq_free(kv, s);
     if (rc) return -1;
     /* decoding's own argmax (exact on every device); x by the same norm it applies */
-    k_rmsnorm(x, t->hid, m->final_norm, n, m->c.dim, m->c.norm_eps);
-    return logits_argmax(t->run, t->hid, n, arg);
+    k_rmsnorm(x, hid, m->final_norm, n, m->c.dim, m->c.norm_eps);
+    return logits_argmax(run, hid, n, arg);
+}
+
+static int forward_seq(MedusaTrain *t, const int32_t *tok, int n, float *x, int32_t *arg) {
+    if (n > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", n, t->cap);
+    return model_seq_outputs(t->run, &t->kv, tok, t->pos, n, t->hid, x, arg);
 }
 
 /* sequence i's x and arg: the cache's, or computed into t->x and t->arg */
@@ -276,19 +280,20 @@ static int targets(MedusaTrain *t, int k, MedusaTargets which, const int32_t *to
     return rows > 0 ? rows : 0;
 }
 
-int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, Progress *pg) {
+int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
+                        const char *what, Progress *pg) {
     memset(c, 0, sizeof *c);
-    size_t tokens = (size_t)seqs_tokens(s);
-    c->x = pd_alloc(pd_mul(pd_mul(tokens, t->h->dim), sizeof(float)));
+    size_t tokens = (size_t)seqs_tokens(s), dim = (size_t)run->m->c.dim;
+    c->x = pd_alloc(pd_mul(pd_mul(tokens, dim), sizeof(float)));
     c->arg = pd_alloc(pd_mul(tokens, sizeof(int32_t)));
     if (!c->x || !c->arg) {
         medusa_cache_free(c);
         return -1;
     }
-    if (pg) progress_begin(pg, "medusa: the model's outputs", (int64_t)tokens);
+    if (pg) progress_begin(pg, what, (int64_t)tokens);
     for (int i = 0; i < s->n; i++) {
-        if (forward_seq(t, s->tok + s->off[i], seq_len_of(s, i), c->x + (size_t)s->off[i] * t->h->dim,
-                        c->arg + s->off[i])) {
+        if (model_seq_outputs(run, kv, s->tok + s->off[i], pos, seq_len_of(s, i), hid, c->x + (size_t)s->off[i] * dim,
+                              c->arg + s->off[i])) {
             medusa_cache_free(c);
             return -1;
         }
@@ -297,6 +302,11 @@ int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, Progr
     if (pg) progress_end(pg);
     c->s = s;
     return 0;
+}
+
+int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, Progress *pg) {
+    if (s->max_len > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", s->max_len, t->cap);
+    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, "medusa: the model's outputs", pg);
 }
 
 void medusa_cache_free(MedusaCache *c) {

@@ -90,6 +90,15 @@ void medusa_default_weights(int K, float *w);
 int medusa_head_loss(MedusaTrain *t, int k, const float *hidden, const int32_t *tgt, int n, double *loss, float *gW,
                      float *gb, float *gE);
 
+/* the frozen model over one sequence of n tokens at positions pos[n] (0..n-1), in kv's
+   sequence 0 (taken and given back): x[n][dim] = norm(h_L), arg[n] its argmax; hid[n][dim]
+   scratch. What Medusa's and EAGLE's training read */
+int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_t *pos, int n, float *hid, float *x,
+                      int32_t *arg);
+/* model_seq_outputs over all of s into c (pos and hid for s->max_len tokens); `what`
+   names the progress; pg may be NULL */
+int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
+                        const char *what, Progress *pg);
 /* the model's outputs for all of s (memory: tokens × (dim + 1) × 4 bytes); pg may be NULL */
 int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, Progress *pg);
 void medusa_cache_free(MedusaCache *c);
