@@ -13,8 +13,8 @@
 
 static char tmp_dir[] = "/tmp/pd_eagle_XXXXXX";
 
-/* an untrained head over the K most frequent tokens of the prompts, saved and loaded */
-static int fresh_head(EagleHead *h, int K, const char *name) {
+/* an untrained head over the K most frequent tokens of the prompts, saved (as dt) and loaded */
+static int fresh_head(EagleHead *h, int K, DType dt, const char *name) {
     int64_t n = 0;
     for (int i = 0; i < n_prompts; i++) n += PROMPT_N[i];
     int32_t *all = malloc(sizeof(int32_t) * n), *vocab = malloc(sizeof(int32_t) * K);
@@ -24,9 +24,22 @@ static int fresh_head(EagleHead *h, int K, const char *name) {
     EagleParams p;
     char path[256];
     snprintf(path, sizeof path, "%s/%s.safetensors", tmp_dir, name);
-    int rc = eagle_vocab_from_counts(&M, all, n, K, vocab) || eagle_params_init(&p, &M, vocab, K) ||
-             eagle_params_save(&p, path, NULL, 0);
-    if (!rc) eagle_params_free(&p);
+    int rc = eagle_vocab_from_counts(&M, all, n, K, vocab) || eagle_params_init(&p, &M, vocab, K);
+    if (!rc) {
+        p.dt = dt;
+        rc = eagle_params_save(&p, path, NULL, 0);
+        EagleParams back; /* read back: every weight as stored (bf16: rounded to its 8 bits of mantissa) */
+        if (!rc && !(rc = eagle_params_load(&back, path, &M))) {
+            double worst = 0;
+            for (int i = 0; i < M.c.dim * M.c.hidden_dim; i++)
+                worst = fmax(worst, fabs(back.w1[i] - p.w1[i]) / (fabs(p.w1[i]) + 1e-30));
+            CHECK(back.dt == dt && (dt == DT_F32 ? worst == 0 : worst > 0 && worst <= 1.0 / 256),
+                  "%s read back: dt %d, worst relative change %g", name, back.dt, worst);
+            CHECK(!memcmp(back.fc, p.fc, sizeof(float) * 2 * M.c.dim * M.c.dim), "%s: W_fc stays f32", name);
+            eagle_params_free(&back);
+        }
+        eagle_params_free(&p);
+    }
     rc = rc || eagle_load(h, path, &M);
     free(all);
     free(vocab);
@@ -68,6 +81,20 @@ static void refusals(void) {
           pd_errmsg());
     CHECK(eagle_load(&h, test_model_path(), &M) < 0 && strstr(pd_errmsg(), "EAGLE"), "a model as a head: %s",
           pd_errmsg());
+    /* a vocabulary the loader must check itself: an id past the model's, then one twice */
+    for (int bad = 0; bad < 2; bad++) {
+        CHECK(!eagle_params_init(&p, &M, vocab, 4), "init: %s", pd_errmsg());
+        p.vocab[3] = bad ? p.vocab[0] : M.c.vocab_size;
+        CHECK(!eagle_params_save(&p, path, NULL, 0), "save: %s", pd_errmsg());
+        eagle_params_free(&p);
+        CHECK(eagle_load(&h, path, &M) < 0 && strstr(pd_errmsg(), "eagle.vocab[3]"), "a bad vocabulary loaded: %s",
+              pd_errmsg());
+    }
+    /* a file cut short */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && !ftruncate(fileno(f), 200), "truncate");
+    if (f) fclose(f);
+    CHECK(eagle_load(&h, path, &M) < 0, "a truncated head loaded");
     int32_t twice[2] = {5, 5};
     CHECK(eagle_params_init(&p, &M, twice, 2) < 0 && strstr(pd_errmsg(), "twice"), "a vocabulary with a repeat: %s",
           pd_errmsg());
@@ -83,7 +110,7 @@ int main(void) {
     }
     int n_small = n_prompts / 4;
     EagleHead start, small, trained;
-    if (fresh_head(&start, M.c.vocab_size, "start") || fresh_head(&small, 64, "small")) {
+    if (fresh_head(&start, M.c.vocab_size, DT_F32, "start") || fresh_head(&small, 64, DT_BF16, "small")) {
         CHECK(0, "eagle heads: %s", pd_errmsg());
         return check_done("eagle_decode");
     }
@@ -97,7 +124,7 @@ int main(void) {
 
     printf("greedy parity with standard (%d new tokens):\n", N_NEW);
     parity_eagle(&start, "untrained head", n_small / 2);
-    parity_eagle(&small, "64-token vocabulary", n_small / 2);
+    parity_eagle(&small, "64-token vocabulary, bf16", n_small / 2);
     if (have_trained) {
         parity_eagle(&trained, "trained head", n_small);
         TestOptions o = {.eagle = &trained, .fixed_tree = 1};

@@ -280,6 +280,8 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
     meta_add(&meta, "paradec.eagle.top1_before", "%.6f", before.top1);
     meta_add(&meta, "paradec.eagle.ce", "%.6f", after.ce);
     meta_add(&meta, "paradec.eagle.reg", "%.6f", after.reg);
+    /* stored as the model's layers are (bf16 halves what a draft step reads; f32 otherwise) */
+    p.dt = m->layers[0].wq.t == WT_BF16 ? DT_BF16 : DT_F32;
     if (eagle_params_save(&p, a->out, meta.kv, meta.n)) die_lib();
 
     free(idx);

@@ -127,7 +127,8 @@ int eagle_params_save(const EagleParams *p, const char *path, const char *const 
     const Config *c = &p->c;
     int64_t D = c->dim, K = c->vocab_size;
     ModelWriter mw;
-    if (mw_begin(&mw, path, DT_F32)) return -1;
+    if (p->dt != DT_F32 && p->dt != DT_BF16) return pd_error("%s: an EAGLE head is stored F32 or BF16", path);
+    if (mw_begin(&mw, path, p->dt)) return -1;
     char name[128], k_str[32], acc[32];
     int64_t emb[2] = {K, D}, fc[2] = {D, 2 * D}, vec[2] = {D, 1}, voc[1] = {K};
     int rc = mw_add(&mw, NAME_EMBED, 2, emb, p->emb);
@@ -136,10 +137,10 @@ int eagle_params_save(const EagleParams *p, const char *path, const char *const 
         int64_t shape[2] = {rows_of(c, i) ? rows_of(c, i) : cols_of(c, i), cols_of(c, i)};
         rc = mw_add(&mw, name, rows_of(c, i) ? 2 : 1, shape, *field((EagleParams *)p, i));
     }
-    rc = rc || mw_add(&mw, "eagle.fc", 2, fc, p->fc);
-    if (!rc) { /* the vocabulary is I32: written and hashed as mw_add would a weight */
+    if (!rc) { /* W_fc stays F32 whatever dt, the vocabulary is I32: written and hashed as mw_add would */
+        model_digest_update(mw.hash, "eagle.fc", DT_F32, fc, p->fc, sizeof(float) * 2 * D * D);
         model_digest_update(mw.hash, "eagle.vocab", DT_I32, (int64_t[2]){K, 1}, p->vocab, sizeof(int32_t) * K);
-        rc = tfw_add(mw.w, "eagle.vocab", DT_I32, 1, voc, p->vocab);
+        rc = tfw_add(mw.w, "eagle.fc", DT_F32, 2, fc, p->fc) || tfw_add(mw.w, "eagle.vocab", DT_I32, 1, voc, p->vocab);
     }
     rc = rc || mw_add(&mw, NAME_NORM, 1, vec, p->norm);
     if (rc) return mw_abort(&mw), -1;
@@ -229,8 +230,19 @@ int eagle_params_load(EagleParams *p, const char *path, const Model *m) {
         } else if (i == N_LAYER) nm = NAME_EMBED, dst = p->emb, shape[0] = K, shape[1] = D;
         else if (i == N_LAYER + 1) nm = "eagle.fc", dst = p->fc, shape[0] = D, shape[1] = 2 * D;
         else nm = NAME_NORM, dst = p->norm, nd = 1, shape[0] = D;
-        rc = tf_expect(&view, nm, DT_F32, nd, shape, &t);
-        if (!rc) memcpy(dst, t->data, t->nbytes);
+        t = tf_get(&view, nm);
+        DType dt = t && t->dtype == DT_BF16 && i != N_LAYER + 1 ? DT_BF16 : DT_F32;
+        rc = tf_expect(&view, nm, dt, nd, shape, &t);
+        if (rc) break;
+        if (dt == DT_F32) memcpy(dst, t->data, t->nbytes);
+        else { /* bf16: the high half of an f32 */
+            const uint16_t *b = t->data;
+            for (size_t e = 0; e < t->nbytes / 2; e++) {
+                uint32_t u = (uint32_t)b[e] << 16;
+                memcpy(dst + e, &u, sizeof u);
+            }
+            p->dt = DT_BF16;
+        }
     }
     rc = rc ? rc : read_vocab(&view, m, (int)K, p->vocab, path);
     if (!rc) {

@@ -45,6 +45,8 @@ typedef struct {
     int32_t *vocab;      /* [K] */
     char model_digest[40];
     float acc; /* held-out top-1 (-1: unknown) */
+    DType dt;  /* how saving stores the layer and E_K: DT_F32 (init's) or DT_BF16 (half the
+                  bytes a draft step reads; drafts only, so the output never changes) */
     Arena arena;
 } EagleParams;
 
@@ -55,9 +57,10 @@ int eagle_params_init(EagleParams *p, const Model *m, const int32_t *vocab, int 
 /* the K most frequent token ids among tokens[n] (ties: the lower id), into vocab[K]:
    K at most the vocabulary; ids that never occur fill the rest in id order */
 int eagle_vocab_from_counts(const Model *m, const int32_t *tokens, int64_t n, int K, int32_t *vocab);
-/* an `eagle-head` file (weights f32, plus n_meta more metadata pairs); atomic */
+/* an `eagle-head` file (the layer and E_K in p->dt, W_fc, norms and the vocabulary as
+   they are; plus n_meta more metadata pairs); atomic */
 int eagle_params_save(const EagleParams *p, const char *path, const char *const *meta, int n_meta);
-/* the parameters of a file (or a bundle's set) made for m */
+/* the parameters of a file (or a bundle's set) made for m, as f32 (dt: as stored) */
 int eagle_params_load(EagleParams *p, const char *path, const Model *m);
 void eagle_params_free(EagleParams *p);
 
