@@ -37,13 +37,14 @@ need() {
 decode_methods() { $BIN/decode --help | sed -n '/^Methods/,$p' | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p'; }
 
 # method_flags METHOD: what a method needs, from its help line (the test exit heads, the
-# test Medusa heads, a 2-layer draft folded from heads trained for a few steps, made
+# test Medusa heads, the test EAGLE head, a 2-layer draft folded from heads trained for a few steps, made
 # once per test); a need this helper does not know prints a word with NEED in it
 method_flags() {
     line=$($BIN/decode --help | sed -n "s/^  $1  *//p" | head -1)
     case $line in
     *"needs exit heads"*) echo "--heads ${TEST_HEADS:-$BUILD/test-heads.safetensors.zst}" ;;
     *"needs Medusa heads"*) echo "--heads ${TEST_MEDUSA:-$BUILD/test-medusa.safetensors.zst}" ;;
+    *"needs an EAGLE head"*) echo "--heads ${TEST_EAGLE:-$BUILD/test-eagle.safetensors.zst}" ;;
     *"needs --draft"*)
         [ -n "${TEST_DRAFT:-}" ] && { echo "--draft $TEST_DRAFT"; return; } # made beforehand (make gpu-pack)
         if [ ! -s "$TMP/draft.safetensors" ]; then

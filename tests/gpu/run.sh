@@ -15,7 +15,7 @@ BIN=$P/bin BUILD=$P MODEL=$P/stories260K.safetensors.zst
 LD_LIBRARY_PATH=$P/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 export BIN BUILD MODEL TEST_HEADS=$P/test-heads.safetensors.zst TEST_MEDUSA=$P/test-medusa.safetensors.zst \
-    TEST_DRAFT=$P/draft.safetensors
+    TEST_EAGLE=$P/test-eagle.safetensors.zst TEST_DRAFT=$P/draft.safetensors
 W=${GPU_TMP:-/tmp}/paradec-8b.safetensors
 fig() { echo "FIGURES $*"; }
 
@@ -28,7 +28,7 @@ fi
 fig "gpu: $(head -n 1 "$TMP/gpus")"
 missing=""
 for f in $BIN/decode $BIN/verifycost $BIN/widen $BIN/membw $BIN/distill-heads $BIN/train-medusa $P/tests/test_device \
-    "$MODEL" "$TEST_HEADS" "$TEST_MEDUSA" "$TEST_DRAFT" $P/data/datasets/tinystories/tinystories_val_sample.txt.gz; do
+    "$MODEL" "$TEST_HEADS" "$TEST_MEDUSA" "$TEST_EAGLE" "$TEST_DRAFT" $P/data/datasets/tinystories/tinystories_val_sample.txt.gz; do
     [ -e "$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ] || { bad "missing (make gpu-pack, then carry $P):$missing"; finish gpu; exit 1; }
