@@ -66,17 +66,17 @@ static void parity_selfspec(const ExitHeads *h, const char *heads_name, int n_sm
     /* every exit layer and draft length, drafting whatever the head's confidence */
     for (int k = 0; k < h->n; k++)
         for (int K = 1; K <= 6; K++) {
-            TestOptions a = {.heads = h, .exit_layer = h->layer[k], .draft_max = K, .gamma = 1e-6f};
+            TestOptions a = {.heads = h, .exit_layer = h->layer[k], .draft_max = K, .gamma = 1e-6f, .fixed_tree = 1};
             snprintf(what, sizeof what, "%s exit %d K=%d always draft", heads_name, h->layer[k], K);
             parity("self-speculative", &a, n_small, what);
         }
     static const float gammas[] = {0.3f, 0.5f, 0.75f, 0.9f};
     for (int g = 0; g < 4; g++) {
-        TestOptions a = {.heads = h, .gamma = gammas[g], .draft_max = 6};
+        TestOptions a = {.heads = h, .gamma = gammas[g], .draft_max = 6, .fixed_tree = 1};
         snprintf(what, sizeof what, "%s K=6 conf %.2f", heads_name, gammas[g]);
         parity("self-speculative", &a, n_small, what);
     }
-    TestOptions a = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f};
+    TestOptions a = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f, .fixed_tree = 1};
     snprintf(what, sizeof what, "%s K=6 oracle 0.8", heads_name);
     parity("self-speculative", &a, n_small, what);
     a.oracle_rate = 1;
@@ -172,7 +172,7 @@ static void test_sampling(const ExitHeads *h, const char *heads_name, int have_a
         snprintf(what, sizeof what, "%s default", heads_name);
         chi2_method("self-speculative", &a, what);
         for (int k = 0; k < h->n; k += h->n - 1) { /* the shallowest and the deepest head */
-            TestOptions b = {.heads = h, .exit_layer = h->layer[k], .draft_max = 4, .gamma = 1e-6f};
+            TestOptions b = {.heads = h, .exit_layer = h->layer[k], .draft_max = 4, .gamma = 1e-6f, .fixed_tree = 1};
             snprintf(what, sizeof what, "%s exit %d always draft", heads_name, h->layer[k]);
             chi2_method("self-speculative", &b, what);
         }
@@ -180,7 +180,7 @@ static void test_sampling(const ExitHeads *h, const char *heads_name, int have_a
     if (have_ss && h->norm == 1 && !strcmp(heads_name, "identity")) {
         /* drafts from an oracle that knows the greedy continuation: point-mass drafts,
            accepted with probability p(draft), long accepted runs and bonus tokens */
-        TestOptions c = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f, .oracle = SGREEDY};
+        TestOptions c = {.heads = h, .draft_max = 6, .oracle_rate = 0.8f, .oracle = SGREEDY, .fixed_tree = 1};
         chi2_method("self-speculative", &c, "oracle 0.8");
     }
     if (have_ada)

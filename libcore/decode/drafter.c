@@ -180,11 +180,14 @@ static void sizer_gains(Sizer *z, int b, const int *path, int n_path, int n) {
 
 /* a round of bucket b (0: plain) ran n nodes (side nodes included), kept n_path
    tokens, would have kept `best` with every draft right, and took sec seconds (what
-   it tells of each bucket's yield went in first: sizer_gains, or its shadows) */
-static void sizer_update(Sizer *z, int b, int n_path, int best, int n, double sec) {
+   it tells of each bucket's yield went in first: sizer_gains, or its shadows); plain:
+   it was standard's step (in a drafting bucket too, when the drafter had nothing and
+   ran nothing: one that ran a head to find no draft, as self-speculative may, spent
+   more than the unit of cost) */
+static void sizer_update(Sizer *z, int b, int n_path, int best, int n, int plain, double sec) {
     if (z->fixed) return;
     double u = 0; /* the round's cost in plain steps */
-    if (n == 1) { /* a plain step (in a drafting bucket too, when the drafter had nothing) */
+    if (plain) {
         if (z->plain > 0 && sec > OUTLIER * z->plain) sec = OUTLIER * z->plain;
         /* the first rounds run cold: the least of them, then the moving average */
         if (z->n_plain++ < PLAIN_FIRST) z->plain = z->plain > 0 && z->plain < sec ? z->plain : sec;
@@ -406,7 +409,7 @@ int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_
     *state = u;
     if (round_init(&u->r, d) || decode_prefill_hidden(d, prompt, n_prompt)) return -1;
     if (u->dr.start && u->dr.start(&u->dr, d, prompt, n_prompt, d->hidden)) return -1;
-    sizer_init(&u->z, d->opt.fixed_tree || u->dr.own_size);
+    sizer_init(&u->z, d->opt.fixed_tree);
     u->sh.n = 0;
     u->decided = u->z.fixed || !u->dr.cheap;
     const float *raw;
@@ -445,8 +448,8 @@ int drafter_step(DecodeCtx *d, void *state) {
         shadow_add(&u->sh, t, d->n_out);
         if (t->n > 1 << bucket) t->n = 1 << bucket;
     }
-    int n_path = 1;
-    if (t->n == 1 && !t->n_side && !t->run_to) { /* nothing drafted: standard's step, nothing to walk or cut */
+    int n_path = 1, plain = t->n == 1 && !t->n_side && !t->run_to;
+    if (plain) { /* nothing drafted: standard's step, nothing to walk or cut */
         if (decode_step(d, x, P, r->hid, NULL)) return -1;
         r->path[0] = 0;
         if (decode_choose(d, r->hid, &r->kept[0], &next)) return -1;
@@ -476,7 +479,7 @@ int drafter_step(DecodeCtx *d, void *state) {
     u->stop = stop;
     if (u->shadow) shadows_settle(&u->sh, z, d);
     else sizer_gains(z, bucket, r->path, n_path, t->n + t->n_side);
-    sizer_update(z, bucket, n_path, 1 + deep, t->n + t->n_side, pd_now() - t0);
+    sizer_update(z, bucket, n_path, 1 + deep, t->n + t->n_side, plain, pd_now() - t0);
     return u->stop || u->P >= d->m->c.seq_len;
 }
 

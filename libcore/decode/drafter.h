@@ -78,9 +78,6 @@ typedef struct Drafter {
        verifies the prefix it chose, and learns what the rest would have kept from the
        tokens that follow */
     int cheap;
-    /* the drafter sizes its own proposals (self-speculative stops at a weak head): the
-       loop asks for the whole budget every round, with no size controller */
-    int own_size;
     /* ≥ 0: kept drafts count as early exits at this exit head (d->early[exit_head]),
        not per depth */
     int exit_head;

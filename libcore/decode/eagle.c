@@ -226,7 +226,7 @@ static int eagle_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void *
     const EagleOptions *o = d->mopt ? d->mopt : &none;
     Eagle *e = pd_alloc(sizeof *e);
     if (!e) return -1;
-    Drafter dr = {e, eagle_start, eagle_propose, eagle_accepted, eagle_drafter_free, 0, 0, -1};
+    Drafter dr = {e, eagle_start, eagle_propose, eagle_accepted, eagle_drafter_free, 0, -1};
     e->m = d->m;
     e->h = d->opt.eagle;
     e->draft_max = o->draft_max ? o->draft_max : 32;

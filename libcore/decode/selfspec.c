@@ -13,9 +13,10 @@
    sampling, min(1, p/q), else a draw from norm(max(0, p − q)).
 
    How many drafts a round makes changes the speed only, never the output: drafting
-   stops at draft_max, or when the head's max probability falls below gamma (a weak
-   draft is likely rejected and costs Le layers for nothing); the loop's size
-   controller stays out of it (Drafter.own_size). */
+   stops at draft_max, at the loop's size controller's budget, or when the head's max
+   probability falls below gamma (a weak draft is likely rejected and costs Le layers
+   for nothing). The controller is what makes a drafter that does not pay rest: with
+   its budget at one node, a round is a plain step that never asks the head. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -144,7 +145,7 @@ static int selfspec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nod
 static int selfspec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     SelfSpec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
-    Drafter dr = {s, NULL, selfspec_propose, NULL, selfspec_free, 0, 1, -1};
+    Drafter dr = {s, NULL, selfspec_propose, NULL, selfspec_free, 0, -1};
     if (selfspec_init(s, d)) {
         selfspec_free(&dr);
         return -1;
