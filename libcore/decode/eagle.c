@@ -128,6 +128,9 @@ static int eagle_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nodes,
     int dim = e->m->c.dim, P = t->root_pos;
     int depth = e->depth < max_depth ? e->depth : max_depth, want = max_nodes - 1;
     if (want > e->draft_max) want = e->draft_max;
+    /* the best `want` nodes hold each one's ancestors, so none is deeper than want:
+       the levels below cost head calls and change nothing verified */
+    if (depth > want) depth = want;
     int base = kv_len(&e->kv, 0, 0);
     /* no feature before the root (a prompt whose prefill ran nowhere), or the head's context full: no drafts */
     if (!e->n_pend || base + e->n_pend + e->width * depth > e->h->layer.c.seq_len) return 0;
