@@ -62,6 +62,7 @@ static const MethodOption selfspec_options[] = {
      offsetof(SelfSpecOptions, exit_layer), 0, NULL},
     {"draft-max", OPT_INT, 1, SELFSPEC_MAX_DRAFT, "K", "4", "drafts per round at most",
      offsetof(SelfSpecOptions, draft_max), 0, NULL},
+    DRAFTER_OPTIONS,
 };
 
 static int selfspec_init(SelfSpec *s, DecodeCtx *d) {
