@@ -10,6 +10,27 @@
    heads with a check vocabulary (K + 1 logits) take both tests too. */
 #include "methods.h"
 
+#include "decode/drafter.h"
+
+/* every method the drafter loop steps lists its --fixed-tree: tests and benchmarks that
+   compare sampled outputs fix the draft sizes with it (a timed controller's are not
+   reproducible) */
+static void drafters_list_fixed_tree(void) {
+    int drafters = 0;
+    for (int i = 0; i < decode_method_count(); i++) {
+        const DecodeMethod *dm = decode_method_at(i);
+        if (dm->step != drafter_step) continue;
+        drafters++;
+        int listed = 0;
+        for (int j = 0; j < dm->n_options; j++) {
+            const MethodOption *o = &dm->options[j];
+            listed |= !strcmp(o->name, "fixed-tree") && o->shared && o->offset == offsetof(MethodShared, fixed_tree);
+        }
+        CHECK(listed, "%s: a drafter without --fixed-tree (DRAFTER_OPTIONS)", dm->name);
+    }
+    CHECK(drafters >= 6, "%d methods run on the drafter loop (6 expected at least)", drafters);
+}
+
 static void parity_adadecode(const ExitHeads *h, const char *heads_name, int n_small) {
     static const float gammas[] = {0.3f, 0.5f, 0.75f, 0.9f};
     char what[128];
@@ -215,6 +236,7 @@ int main(void) {
     double t0 = pd_now();
     if (methods_setup()) return check_done("methods");
     test_chi2_p();
+    drafters_list_fixed_tree();
 
     int have_ada = 0, have_ss = 0;
     {
