@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "model/linear.h"
 
 static const char *const TYPE_NAMES[KV_COUNT] = {"f32", "bf16", "q8_0"};
@@ -43,11 +45,14 @@ int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, in
     size_t block = pd_mul(pd_mul((size_t)kv->n_layers, block_size), pd_mul(kv->kv_dim, kv->elem));
     size_t data = pd_mul(block, kv->n_blocks);
     size_t scales = t == KV_Q8_0 ? pd_mul(pd_mul(kv_scale_stride(kv), sizeof(float)), kv->n_blocks) : 0;
-    size_t ints = sizeof(int) * ((size_t)kv->n_blocks + (size_t)max_seqs * (kv->max_blocks + 1 + kv->n_layers));
+    for (kv->map_cap = 2; kv->map_cap < 2 * kv->n_blocks; kv->map_cap *= 2) {}
+    size_t ints = sizeof(int) * ((size_t)7 * kv->n_blocks + kv->map_cap +
+                                 (size_t)max_seqs * (kv->max_blocks + 1 + kv->n_layers)) +
+                  sizeof(uint64_t) * kv->n_blocks + pd_mul(sizeof(int32_t) * kv->n_blocks, block_size);
     if (!(kv->dev = dev_open(model_device_kind()))) return pd_error("kv cache: %s", dev_errmsg());
     int host = !strcmp(dev_kind(kv->dev), "cpu"); /* the storage in the arena, wrapped */
     size_t store = host ? 2 * data + 2 * scales : 0;
-    if (data >= SIZE_MAX / 8 || scales >= SIZE_MAX / 8 || arena_init(&kv->arena, store + ints + max_seqs + 7 * 64)) {
+    if (data >= SIZE_MAX / 8 || scales >= SIZE_MAX / 8 || arena_init(&kv->arena, store + ints + max_seqs + 18 * 64)) {
         kv_free(kv);
         return pd_error_prefix("kv cache");
     }
@@ -64,8 +69,17 @@ int kv_init_typed(KVCache *kv, const Config *c, int max_seqs, int max_tokens, in
     kv->n_table = arena_push(&kv->arena, sizeof(int) * max_seqs);
     kv->len = arena_push(&kv->arena, sizeof(int) * (size_t)max_seqs * kv->n_layers);
     kv->live = arena_push(&kv->arena, max_seqs);
+    size_t nb = sizeof(int) * kv->n_blocks;
+    kv->ref = arena_push(&kv->arena, nb), kv->prev = arena_push(&kv->arena, nb);
+    kv->prev_gen = arena_push(&kv->arena, nb), kv->gen = arena_push(&kv->arena, nb);
+    kv->lru_prev = arena_push(&kv->arena, nb), kv->lru_next = arena_push(&kv->arena, nb);
+    kv->hash = arena_push(&kv->arena, sizeof(uint64_t) * kv->n_blocks);
+    kv->btok = arena_push(&kv->arena, nb * block_size);
+    kv->map = arena_push(&kv->arena, sizeof(int) * kv->map_cap);
     for (int i = 0; i < kv->n_blocks; i++) kv->free_blocks[i] = kv->n_blocks - 1 - i;
+    for (int i = 0; i < kv->map_cap; i++) kv->map[i] = -1;
     kv->n_free = kv->n_blocks;
+    kv->lru_head = kv->lru_tail = -1;
     /* on the CPU wrapped, not allocated: the arena maps its pages lazily, as a big pool
        needs; elsewhere device memory, and the block tables a copy kv_reserve keeps up */
     size_t tb = sizeof(int) * (size_t)max_seqs * kv->max_blocks;
@@ -104,6 +118,88 @@ void kv_free(KVCache *kv) {
     memset(kv, 0, sizeof *kv);
 }
 
+/* ---- blocks: taken, dropped, published ---- */
+
+static void lru_unlink(KVCache *kv, int b) {
+    int p = kv->lru_prev[b], n = kv->lru_next[b];
+    if (p >= 0) kv->lru_next[p] = n;
+    else kv->lru_head = n;
+    if (n >= 0) kv->lru_prev[n] = p;
+    else kv->lru_tail = p;
+    kv->n_idle--;
+}
+
+static void lru_append(KVCache *kv, int b) {
+    kv->lru_prev[b] = kv->lru_tail, kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+    kv->n_idle++;
+}
+
+static int map_slot(const KVCache *kv, uint64_t h) { return (int)(h & (uint64_t)(kv->map_cap - 1)); }
+
+static void map_insert(KVCache *kv, int b) {
+    int i = map_slot(kv, kv->hash[b]);
+    while (kv->map[i] >= 0) i = (i + 1) & (kv->map_cap - 1);
+    kv->map[i] = b;
+}
+
+/* linear probing's deletion: later entries of the run move back into the hole */
+static void map_remove(KVCache *kv, int b) {
+    int m = kv->map_cap - 1, i = map_slot(kv, kv->hash[b]);
+    while (kv->map[i] != b) i = (i + 1) & m;
+    for (int j = (i + 1) & m; kv->map[j] >= 0; j = (j + 1) & m) {
+        int home = map_slot(kv, kv->hash[kv->map[j]]);
+        if (((j - home) & m) >= ((j - i) & m)) kv->map[i] = kv->map[j], i = j; /* home at or before the hole */
+    }
+    kv->map[i] = -1;
+}
+
+/* the block's contents may change: it leaves the cache, and blocks published after it
+   no longer match its successors' predecessor */
+static void unpublish(KVCache *kv, int b) {
+    if (!kv->hash[b]) return;
+    map_remove(kv, b);
+    kv->hash[b] = 0;
+    kv->gen[b]++;
+}
+
+/* a block for a sequence: a free one, else the least recently used idle one */
+static int block_take(KVCache *kv) {
+    int b;
+    if (kv->n_free) b = kv->free_blocks[--kv->n_free];
+    else if ((b = kv->lru_head) >= 0) lru_unlink(kv, b), unpublish(kv, b);
+    else return -1;
+    kv->ref[b] = 1;
+    return b;
+}
+
+static void block_drop(KVCache *kv, int b) {
+    if (--kv->ref[b] > 0) return;
+    if (kv->hash[b]) lru_append(kv, b);
+    else kv->free_blocks[kv->n_free++] = b;
+}
+
+int kv_blocks_available(const KVCache *kv) { return kv->n_free + kv->n_idle; }
+
+/* block i's hash: its tokens after its predecessor's hash (never 0: 0 means none) */
+static uint64_t chain_hash(const KVCache *kv, uint64_t before, const int32_t *tok) {
+    uint64_t h = XXH64(tok, sizeof(int32_t) * kv->block_size, before);
+    return h ? h : 1;
+}
+
+/* the published block holding tok after block prev (generation prev_gen), or -1 */
+static int map_find(const KVCache *kv, uint64_t h, const int32_t *tok, int prev, int prev_gen) {
+    for (int i = map_slot(kv, h); kv->map[i] >= 0; i = (i + 1) & (kv->map_cap - 1)) {
+        int b = kv->map[i];
+        if (kv->hash[b] == h && kv->prev[b] == prev && (prev < 0 || kv->prev_gen[b] == prev_gen) &&
+            !memcmp(kv->btok + (size_t)b * kv->block_size, tok, sizeof(int32_t) * kv->block_size))
+            return b;
+    }
+    return -1;
+}
+
 int kv_seq_new(KVCache *kv) {
     for (int s = 0; s < kv->max_seqs; s++)
         if (!kv->live[s]) {
@@ -125,21 +221,31 @@ int kv_len(const KVCache *kv, int seq, int layer) { return kv->len[(size_t)seq *
 
 void kv_set_len(KVCache *kv, int seq, int layer, int len) { kv->len[(size_t)seq * kv->n_layers + layer] = len; }
 
+/* entries [from, to) of seq's block table, to where the kernels read them */
+static int table_upload(KVCache *kv, int seq, int from, int to) {
+    if (to <= from || dev_host(kv->dev, kv->tbuf)) return 0; /* the CPU's is the table itself */
+    size_t at = sizeof(int) * ((size_t)seq * kv->max_blocks + from);
+    if (dev_upload(kv->dev, dbuf_at(kv->tbuf, at), kv->table + (size_t)seq * kv->max_blocks + from,
+                   sizeof(int) * (to - from)) ||
+        dev_sync(kv->dev))
+        return pd_error("kv cache: %s", dev_errmsg());
+    return 0;
+}
+
 int kv_reserve(KVCache *kv, int seq, int slots) {
     int need = (slots + kv->block_size - 1) / kv->block_size;
     if (need > kv->max_blocks)
         return pd_error("context full: %d positions asked, the model holds %d", slots, kv->max_blocks * kv->block_size);
     int *tab = kv->table + (size_t)seq * kv->max_blocks, had = kv->n_table[seq];
     while (kv->n_table[seq] < need) {
-        if (!kv->n_free) return pd_error("kv cache: out of blocks (%d in the pool)", kv->n_blocks);
-        tab[kv->n_table[seq]++] = kv->free_blocks[--kv->n_free];
+        int b = block_take(kv);
+        if (b < 0) {
+            table_upload(kv, seq, had, kv->n_table[seq]);
+            return pd_error("kv cache: out of blocks (%d in the pool)", kv->n_blocks);
+        }
+        tab[kv->n_table[seq]++] = b;
     }
-    if (kv->n_table[seq] == had || dev_host(kv->dev, kv->tbuf)) return 0; /* the CPU's is the table itself */
-    size_t at = sizeof(int) * ((size_t)seq * kv->max_blocks + had);
-    if (dev_upload(kv->dev, dbuf_at(kv->tbuf, at), tab + had, sizeof(int) * (kv->n_table[seq] - had)) ||
-        dev_sync(kv->dev))
-        return pd_error("kv cache: %s", dev_errmsg());
-    return 0;
+    return table_upload(kv, seq, had, kv->n_table[seq]);
 }
 
 size_t kv_block_stride(const KVCache *kv) { return (size_t)kv->n_layers * kv->block_size * kv->kv_dim; }
@@ -234,6 +340,34 @@ void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v
     drop_host(&h);
 }
 
+static int run_moves(KVCache *kv, const int64_t *list, int n);
+static int moves_reserve(KVCache *kv, size_t n);
+
+/* seq goes on writing into its block i after its first `used` slots: a block another
+   sequence holds is copied first, and a published one leaves the cache */
+static int own_block(KVCache *kv, int seq, int i, int used) {
+    int *tab = kv->table + (size_t)seq * kv->max_blocks, old = tab[i];
+    if (kv->ref[old] == 1) return unpublish(kv, old), 0;
+    size_t most = (size_t)used * kv->n_layers;
+    int b = moves_reserve(kv, most) ? -1 : block_take(kv);
+    int64_t *list = b >= 0 ? malloc(sizeof(int64_t) * 2 * most) : NULL, *w = list;
+    if (!list) {
+        if (b >= 0) block_drop(kv, b);
+        return pd_error("kv cache: no block to copy a shared block into");
+    }
+    size_t stride = kv_block_stride(kv);
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int s = 0; s < used; s++)
+            *w++ = (int64_t)((size_t)old * stride + layer_off(kv, l) + s),
+            *w++ = (int64_t)((size_t)b * stride + layer_off(kv, l) + s);
+    int rc = run_moves(kv, list, (int)most);
+    free(list);
+    if (rc) return block_drop(kv, b), -1;
+    tab[i] = b;
+    block_drop(kv, old);
+    return table_upload(kv, seq, i, i + 1);
+}
+
 int kv_truncate(KVCache *kv, int seq, int len) {
     if (len < 0) return pd_error("kv cache: cannot truncate to %d", len);
     int *l = kv->len + (size_t)seq * kv->n_layers, hi = 0;
@@ -243,8 +377,8 @@ int kv_truncate(KVCache *kv, int seq, int len) {
     }
     int keep = (hi + kv->block_size - 1) / kv->block_size;
     int *tab = kv->table + (size_t)seq * kv->max_blocks;
-    while (kv->n_table[seq] > keep) kv->free_blocks[kv->n_free++] = tab[--kv->n_table[seq]];
-    return 0;
+    while (kv->n_table[seq] > keep) block_drop(kv, tab[--kv->n_table[seq]]);
+    return hi % kv->block_size ? own_block(kv, seq, keep - 1, hi % kv->block_size) : 0;
 }
 
 /* the list's room: a count (8 bytes, for alignment) then n {src, dst} pairs */
@@ -345,4 +479,48 @@ int kv_fork(KVCache *kv, int seq, int len) {
         return -1;
     }
     return s;
+}
+
+/* ---- the prefix cache ---- */
+
+int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n) {
+    if (kv->n_table[seq]) return 0; /* only an empty sequence starts from a prefix */
+    int bs = kv->block_size, *tab = kv->table + (size_t)seq * kv->max_blocks, prev = -1;
+    uint64_t h = 0;
+    for (int i = 0; i < n / bs && i < kv->max_blocks; i++) {
+        kv->prefix_queried++;
+        h = chain_hash(kv, h, tok + (size_t)i * bs);
+        int b = map_find(kv, h, tok + (size_t)i * bs, prev, prev >= 0 ? kv->gen[prev] : 0);
+        if (b < 0) break;
+        if (!kv->ref[b]++) lru_unlink(kv, b);
+        tab[kv->n_table[seq]++] = b;
+        kv->prefix_hits++;
+        prev = b;
+    }
+    int got = kv->n_table[seq] * bs;
+    for (int l = 0; l < kv->n_layers; l++) kv_set_len(kv, seq, l, got);
+    if (table_upload(kv, seq, 0, kv->n_table[seq])) {
+        kv_truncate(kv, seq, 0);
+        return 0; /* a failed upload: the sequence computes everything itself */
+    }
+    return got;
+}
+
+void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n) {
+    int bs = kv->block_size, prev = -1;
+    for (int l = 0; l < kv->n_layers; l++) n = kv_len(kv, seq, l) < n ? kv_len(kv, seq, l) : n;
+    const int *tab = kv_table(kv, seq);
+    uint64_t h = 0;
+    for (int i = 0; i < n / bs; i++) {
+        int b = tab[i];
+        const int32_t *t = tok + (size_t)i * bs;
+        h = chain_hash(kv, h, t);
+        if (!kv->hash[b]) {
+            if (map_find(kv, h, t, prev, prev >= 0 ? kv->gen[prev] : 0) >= 0) return; /* another block holds it */
+            kv->hash[b] = h, kv->prev[b] = prev, kv->prev_gen[b] = prev >= 0 ? kv->gen[prev] : 0;
+            memcpy(kv->btok + (size_t)b * bs, t, sizeof(int32_t) * bs);
+            map_insert(kv, b);
+        } else if (kv->hash[b] != h) return; /* published under other tokens (cannot be: its contents are these) */
+        prev = b;
+    }
 }

@@ -11,7 +11,18 @@
    way ([n_kv_heads][block_size]), and every slot move moves the scales with the values.
    The cache lives on a device of the runners' kind, on a stream of its own: its table
    uploads and slot moves have finished when the call returns, so a runner's next
-   forward pass sees them (and the caller has read the last pass's results first). */
+   forward pass sees them (and the caller has read the last pass's results first).
+
+   Prefix cache: a full block whose every layer is filled can be published under the
+   tokens it holds and the blocks before it; a new sequence whose tokens start the same
+   way attaches those blocks instead of computing them again (the forward pass is batch
+   invariant, so the attached keys and values are the bits a recomputation would give).
+   Blocks are reference-counted; one no sequence holds stays published, idle, until the
+   pool needs it (least recently used first). A hash only finds a candidate: attaching
+   compares the block's tokens and its predecessor (block id and generation, bumped
+   whenever a block's contents may change), so a collision is a miss, never a wrong
+   answer. A sequence cut inside a block it shares gets its own copy of that block first
+   (copy on write). */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
 #include "backend.h"
@@ -28,12 +39,24 @@ typedef struct {
     void *v;          /* [n_blocks][n_layers][kv_dim][block_size] */
     float *ks;        /* q8_0: [n_blocks][n_layers][n_kv_heads][block_size] key scales */
     float *vs;        /* q8_0: the values' */
-    int *free_blocks; /* [n_blocks] stack of free block ids */
+    int *free_blocks; /* [n_blocks] stack of free block ids (neither held nor published) */
     int n_free;
-    int *table;   /* [max_seqs][max_blocks] block ids */
-    int *n_table; /* [max_seqs] blocks held */
-    int *len;     /* [max_seqs][n_layers] filled slots per layer */
-    char *live;   /* [max_seqs] */
+    int *ref; /* [n_blocks] sequences holding the block */
+    /* the prefix cache (kv_prefix_*): a published block's hash (0: not published), its
+       tokens, its predecessor's id and generation; map: open addressing by hash, block
+       ids (-1: empty); lru: the published blocks nobody holds, oldest first */
+    uint64_t *hash;       /* [n_blocks] */
+    int32_t *btok;        /* [n_blocks][block_size] */
+    int *prev, *prev_gen; /* [n_blocks] -1: the first block of a sequence */
+    int *gen;             /* [n_blocks] */
+    int *map, map_cap;    /* [map_cap], a power of two ≥ 2 n_blocks */
+    int *lru_prev, *lru_next, lru_head, lru_tail;
+    int n_idle;                          /* published blocks nobody holds (in the lru) */
+    int64_t prefix_queried, prefix_hits; /* blocks looked up and found by kv_prefix_attach */
+    int *table;                          /* [max_seqs][max_blocks] block ids */
+    int *n_table;                        /* [max_seqs] blocks held */
+    int *len;                            /* [max_seqs][n_layers] filled slots per layer */
+    char *live;                          /* [max_seqs] */
     Arena arena;
     /* the storage as device buffers (on the CPU k and v wrapped in place) and the
        slot moves' list, {src, dst} element indices, grown on demand; the scales' list
@@ -83,5 +106,13 @@ int kv_keep_path(KVCache *kv, int seq, int base, const int *path, int n);
 /* a copy of seq's first len slots into a new sequence (prefix reuse, tests): device
    moves, as kv_keep_path's */
 int kv_fork(KVCache *kv, int seq, int len);
+/* blocks a sequence can still take: the free ones and the idle published ones */
+int kv_blocks_available(const KVCache *kv);
+/* an empty sequence takes the published blocks that hold tok's first full blocks, at
+   most n tokens' worth (whole blocks); returns the tokens it now holds in every layer */
+int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n);
+/* publishes seq's full blocks among its first n slots, which hold tok[0..n) in every
+   layer, from the start up to the first block published elsewhere already */
+void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n);
 
 #endif
