@@ -182,7 +182,7 @@ static void test_generation(const int32_t *p, int n) {
 /* every token of a job, once it ended; n of them, -1 on error */
 static int job_run(Engine *e, const char *method, const int32_t *p, int n, int max_new, int32_t *out) {
     JobOptions jo = {.max_new = max_new, .temp = 0, .top_p = 1, .method = method, .logprobs = -1};
-    Job *j = engine_submit(e, p, n, &jo);
+    Job *j = engine_submit(e, p, n, &jo, NULL);
     if (!j) return -1;
     const char *finish = NULL;
     int got = 0;
@@ -222,7 +222,7 @@ static void test_engine(const int32_t *p, int n) {
     if (!e) return;
     JobOptions jo = {.max_new = 20, .temp = 0, .top_p = 1, .method = "test-echo", .logprobs = -1};
     n_trace = 0;
-    Job *a = engine_submit(e, p, n, &jo), *b = engine_submit(e, p, n, &jo);
+    Job *a = engine_submit(e, p, n, &jo, NULL), *b = engine_submit(e, p, n, &jo, NULL);
     const char *fa = NULL, *fb = NULL;
     int ga = 0, gb = 0;
     for (int tries = 0; a && b && (!fa || !fb) && tries < 600; tries++) {

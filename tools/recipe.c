@@ -370,7 +370,7 @@ static void answers(const Recipe *r, const char *model, int threads, const char 
                          .seed = (uint64_t)ra->seed + i,
                          .method = "standard",
                          .logprobs = -1};
-        jobs[i] = a.text[i] || max_new[i] < 1 ? NULL : engine_submit(e, ids[i], n_ids[i], &jo);
+        jobs[i] = a.text[i] || max_new[i] < 1 ? NULL : engine_submit(e, ids[i], n_ids[i], &jo, NULL);
         if (!a.text[i] && !jobs[i]) skipped++; /* too long for the context: left out */
     }
     Progress pg;

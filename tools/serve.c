@@ -201,9 +201,13 @@ static char *metrics(void) {
         "# TYPE paradec_method_tokens_total counter\nparadec_method_tokens_total %lld\n",
         (long long)s.method_tokens);
     put(&b,
-        "# HELP paradec_steps_total Batched standard steps.\n# TYPE paradec_steps_total counter\n"
+        "# HELP paradec_steps_total Batched steps (one forward call each).\n# TYPE paradec_steps_total counter\n"
         "paradec_steps_total %lld\n",
         (long long)s.steps);
+    put(&b,
+        "# HELP paradec_spec_rounds_shared_total Drafted trees verified in a forward call with other requests' work.\n"
+        "# TYPE paradec_spec_rounds_shared_total counter\nparadec_spec_rounds_shared_total %lld\n",
+        (long long)s.rounds_shared);
     put(&b,
         "# HELP paradec_tokens_per_second Tokens generated a second over the last ten seconds.\n"
         "# TYPE paradec_tokens_per_second gauge\nparadec_tokens_per_second %.2f\n",
@@ -213,9 +217,29 @@ static char *metrics(void) {
         "paradec_kv_blocks_used %d\n",
         s.kv_used);
     put(&b,
-        "# HELP paradec_kv_blocks_free KV cache blocks free.\n# TYPE paradec_kv_blocks_free gauge\n"
-        "paradec_kv_blocks_free %d\n",
+        "# HELP paradec_kv_blocks_free KV cache blocks free, the idle cached ones included.\n"
+        "# TYPE paradec_kv_blocks_free gauge\nparadec_kv_blocks_free %d\n",
         s.kv_free);
+    put(&b,
+        "# HELP paradec_kv_blocks_cached Free KV blocks that hold a cached prefix until the pool needs them.\n"
+        "# TYPE paradec_kv_blocks_cached gauge\nparadec_kv_blocks_cached %d\n",
+        s.kv_cached);
+    put(&b,
+        "# HELP paradec_prefix_cache_queries_total Full prompt blocks looked up in the prefix cache.\n"
+        "# TYPE paradec_prefix_cache_queries_total counter\nparadec_prefix_cache_queries_total %lld\n",
+        (long long)s.prefix_queried);
+    put(&b,
+        "# HELP paradec_prefix_cache_hits_total Prompt blocks found in the prefix cache (not computed again).\n"
+        "# TYPE paradec_prefix_cache_hits_total counter\nparadec_prefix_cache_hits_total %lld\n",
+        (long long)s.prefix_hits);
+    put(&b,
+        "# HELP paradec_requests_preempted_total Times a running request gave its KV blocks back to wait again.\n"
+        "# TYPE paradec_requests_preempted_total counter\nparadec_requests_preempted_total %lld\n",
+        (long long)s.preempted);
+    put(&b,
+        "# HELP paradec_requests_rejected_total Requests answered 503: the queue was full (--max-queue).\n"
+        "# TYPE paradec_requests_rejected_total counter\nparadec_requests_rejected_total %lld\n",
+        (long long)s.rejected);
     pthread_mutex_lock(&S.mu);
     put(&b,
         "# HELP paradec_connections_open Open client connections.\n# TYPE paradec_connections_open gauge\n"
@@ -270,7 +294,7 @@ static enum MHD_Result complete(struct MHD_Connection *c, Conn *k, RequestKind k
     k->gm = (GenModel){&S.m, S.e, S.chat_format, S.chat_why, S.name};
     if (gen_start(&k->g, &k->gm, kind, k->body ? k->body : "", k->n, id,
                   (uint64_t)time(NULL) ^ (uint64_t)atomic_load(&S.next_id)))
-        return fail(c, 400, pd_errmsg());
+        return fail(c, k->g.busy ? 503 : 400, pd_errmsg());
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     k->fd = ci ? ci->connect_fd : -1;
     k->g.gone = client_gone, k->g.gone_ctx = k;
@@ -703,7 +727,12 @@ int main(int argc, char **argv) {
     int port = 8080, threads = 0, kv_blocks = 0;
     const char *device = NULL;
     double grace = 5;
-    EngineOptions o = {.parallel = 16, .block_size = 16, .prefill_chunk = 64, .continuous = 1, .spec_max_batch = 1};
+    EngineOptions o = {.parallel = 16,
+                       .block_size = 16,
+                       .prefill_chunk = 64,
+                       .continuous = 1,
+                       .spec_max_batch = 256,
+                       .max_queue = 1024};
     const char *kv_type = "f32";
     int no_spec = 0, static_batch = 0, timeout = 30;
     long max_body = 1 << 20;
@@ -726,11 +755,15 @@ int main(int argc, char **argv) {
         DEVICE_FLAG(&device),
         {"--draft", "MODEL", NULL, "a draft model for the speculative method", F_STR(&draft)},
         {"--chat-format", "F", "recognised from the model's template", "llama3, llama2 or chatml", F_STR(&format)},
-        {"--spec-max-batch", "N", "1", "a request's method runs while the batch holds at most N requests",
+        {"--spec-max-batch", "N", "256", "requests run their methods while the batch holds at most N requests",
          F_INT(&o.spec_max_batch, 0, 256)},
         {"--no-speculation", NULL, NULL, "standard steps only (same as --spec-max-batch 0)", F_SWITCH(&no_spec)},
         {"--no-continuous", NULL, NULL, "static batching: a batch forms when none runs (the load benchmark's baseline)",
          F_SWITCH(&static_batch)},
+        {"--max-queue", "N", "1024", "requests waiting for room at most; past it 503 with Retry-After",
+         F_INT(&o.max_queue, 1, 1 << 20)},
+        {"--no-prefix-cache", NULL, NULL, "every request computes its whole prompt (no shared KV blocks)",
+         F_SWITCH(&o.no_prefix_cache)},
         {"--max-body", "BYTES", "1048576", "larger request bodies get 413", F_LONG(&max_body, 1, 1L << 30)},
         {"--max-connections", "N", "256", "open connections at most; past it the longest-idle one is closed, or 503",
          F_INT(&S.max_conn, 1, 100000)},

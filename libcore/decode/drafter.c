@@ -126,7 +126,7 @@ static int best_bucket(const Sizer *z) {
     return best;
 }
 
-static int sizer_pick(Sizer *z) {
+static int sizer_pick(const Sizer *z) {
     if (z->fixed) return z->top;
     if (z->round == 0) return 1;                                               /* 2 nodes: a cheap first look */
     if (z->round == 1) return 0;                                               /* a plain step: the unit of cost */
@@ -342,12 +342,9 @@ static void side_mask(Round *r) {
 
 /* runs the tree's nodes (and side nodes) through the whole model: decode_rows into
    r->ids and r->lg (side nodes' argmax whatever the mode: lookahead's Jacobi step) */
-static int verify(DecodeCtx *d, Round *r, int P) {
+static int verify(DecodeCtx *d, Round *r) {
     DraftTree *t = &r->t;
     int N = t->n + t->n_side;
-    for (int i = 0; i < t->n; i++) r->pos[i] = P + t->depth[i], r->tok[i] = t->token[i];
-    for (int i = 0; i < t->n_side; i++) r->pos[t->n + i] = t->side_pos[i], r->tok[t->n + i] = t->token_side[i];
-    if (t->n_side) side_mask(r);
     Batch b = {N, r->tok, r->seq, r->pos, t->n_side ? NULL : t->parent, t->n_side ? r->mask : NULL};
     if (decode_forward(d, &b, t->run_to, d->m->c.n_layers, r->hid)) return -1;
     d->target_passes += t->run_to > 0; /* the drafter ran the first layers: this closes a pass */
@@ -397,6 +394,8 @@ typedef struct {
     Sizer z;
     Shadows sh;
     int shadow, decided, x, P, stop;
+    int bucket, max_depth, plain; /* the planned round's */
+    double t0;
 } DrafterRun;
 
 int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_prompt, void **state) {
@@ -419,43 +418,85 @@ int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_
     return 0;
 }
 
-int drafter_step(DecodeCtx *d, void *state) {
+static int over(const DecodeCtx *d, const DrafterRun *u) { return u->stop || u->P >= d->m->c.seq_len; }
+
+int drafter_wants(void *state, double *tok, double *nodes) {
     DrafterRun *u = state;
+    const Sizer *z = &u->z;
+    int b = sizer_pick(z);
+    for (int k = 0; k <= b; k++) /* a bucket not seen yet: half a token, as a guess worth a look */
+        tok[k] = k == 0 ? 1 : z->seen[k] ? z->gain[k] : 0.5, nodes[k] = z->seen[k] ? z->size[k] : 1 << k;
+    return b;
+}
+
+/* the round's tree, at most 2^cap nodes (the bucket the controller picks, or the
+   engine's cap below it); its positions and tokens in r */
+static int plan(DecodeCtx *d, DrafterRun *u, int cap) {
     Drafter *dr = &u->dr;
     Round *r = &u->r;
     Sizer *z = &u->z;
-    int V = d->m->c.vocab_size, dim = d->m->c.dim, P = u->P, x = u->x;
-    if (u->stop || P >= d->m->c.seq_len) return 1;
-    double t0 = pd_now();
+    int P = u->P;
+    u->t0 = pd_now();
     if (!u->decided && z->plain > 0) {
         u->decided = 1;
         if (d->opt.shadows || shadows_pay(z)) u->shadow = 1, z->top = SHADOW_BUCKET;
     }
-    int bucket = sizer_pick(z), max_nodes, max_depth, next;
-    limits(d, P, u->shadow ? z->top : bucket, &max_nodes, &max_depth);
+    int bucket = sizer_pick(z), max_nodes;
+    if (bucket > cap) bucket = cap;
+    limits(d, P, u->shadow ? z->top : bucket, &max_nodes, &u->max_depth);
     DraftTree *t = &r->t;
     t->n = 1;
     t->n_side = 0;
-    t->token[0] = x;
+    t->token[0] = u->x;
     t->parent[0] = -1;
     t->run_to = 0;
     t->hidden = r->hid;
     t->root_pos = P;
-    if (max_nodes > 1 && max_depth > 0 && dr->propose(dr, d, t, max_nodes, max_depth)) return -1;
+    if (max_nodes > 1 && u->max_depth > 0 && dr->propose(dr, d, t, max_nodes, u->max_depth)) return -1;
     if (t->n < 1 || t->n > max_nodes || t->n_side < 0 || t->n_side > MAX_TREE || P + t->n + t->n_side > d->m->c.seq_len)
         return pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
     if (u->shadow) { /* the whole tree waits for the output; the bucket's prefix is verified */
         shadow_add(&u->sh, t, d->n_out);
         if (t->n > 1 << bucket) t->n = 1 << bucket;
     }
-    int n_path = 1, plain = t->n == 1 && !t->n_side && !t->run_to;
-    if (plain) { /* nothing drafted: standard's step, nothing to walk or cut */
-        if (decode_step(d, x, P, r->hid, NULL)) return -1;
+    u->bucket = bucket;
+    u->plain = t->n == 1 && !t->n_side && !t->run_to;
+    if (!u->plain && tree_check(t, u->max_depth, d->m->c.vocab_size)) return -1;
+    for (int i = 0; i < t->n; i++) r->pos[i] = P + t->depth[i], r->tok[i] = t->token[i];
+    for (int i = 0; i < t->n_side; i++) r->pos[t->n + i] = t->side_pos[i], r->tok[t->n + i] = t->token_side[i];
+    if (t->n_side) side_mask(r);
+    return 0;
+}
+
+/* the planned round's nodes through the model on d's own runner: hid, and the rows */
+static int run_planned(DecodeCtx *d, DrafterRun *u) {
+    Round *r = &u->r;
+    if (u->plain) { /* nothing drafted: standard's step */
+        int32_t id;
+        if (decode_step(d, u->x, u->P, r->hid, NULL)) return -1;
+        int rc = decode_rows(d, r->hid, 1, r->lg, &id, 0);
+        r->ids[0] = id, r->lg_probs = rc == 1;
+        return rc < 0 ? -1 : 0;
+    }
+    return verify(d, r);
+}
+
+/* the round's outcome from its nodes' rows (r->hid, r->ids, r->lg as decode_rows left
+   them): the kept path, the emitted tokens, the controller's bookkeeping (sec: what the
+   round cost) */
+static int land(DecodeCtx *d, DrafterRun *u, double sec) {
+    Drafter *dr = &u->dr;
+    Round *r = &u->r;
+    DraftTree *t = &r->t;
+    int V = d->m->c.vocab_size, dim = d->m->c.dim, P = u->P, x = u->x, n_path = 1, next;
+    if (u->plain) {
         r->path[0] = 0;
-        if (decode_choose(d, r->hid, &r->kept[0], &next)) return -1;
+        r->kept[0] = decode_keep(d, 0, r->lg);
+        if (d->sampler->temp == 0) next = r->ids[0];
+        else if (decode_row_probs(d, r->lg, r->lg_probs)) return -1;
+        else next = sampler_pick(d->sampler, r->lg, V, 1);
         r->ids[0] = next; /* greedy: the argmax */
     } else {
-        if (tree_check(t, max_depth, V) || verify(d, r, P)) return -1;
         n_path = d->sampler->temp == 0 ? accept_walk_greedy(t->parent, t->token, t->n, r->ids, r->path, &next)
                                        : accept_walk_sample(d, t->parent, t->token, t->sampled, t->q, t->n, r->lg,
                                                             r->lg_probs, r->res, r->path, r->kept, &next);
@@ -477,10 +518,48 @@ int drafter_step(DecodeCtx *d, void *state) {
     u->x = next;
     u->P = P + n_path;
     u->stop = stop;
-    if (u->shadow) shadows_settle(&u->sh, z, d);
-    else sizer_gains(z, bucket, r->path, n_path, t->n + t->n_side);
-    sizer_update(z, bucket, n_path, 1 + deep, t->n + t->n_side, plain, pd_now() - t0);
-    return u->stop || u->P >= d->m->c.seq_len;
+    if (u->shadow) shadows_settle(&u->sh, &u->z, d);
+    else sizer_gains(&u->z, u->bucket, r->path, n_path, t->n + t->n_side);
+    sizer_update(&u->z, u->bucket, n_path, 1 + deep, t->n + t->n_side, u->plain, sec);
+    return over(d, u);
+}
+
+int drafter_step(DecodeCtx *d, void *state) {
+    DrafterRun *u = state;
+    if (over(d, u)) return 1;
+    if (plan(d, u, N_BUCKETS) || run_planned(d, u)) return -1;
+    return land(d, u, pd_now() - u->t0);
+}
+
+int drafter_plan(DecodeCtx *d, void *state, int cap, RoundNodes *rn) {
+    DrafterRun *u = state;
+    if (over(d, u)) return 1;
+    if (plan(d, u, cap)) return -1;
+    const DraftTree *t = &u->r.t;
+    *rn = (RoundNodes){
+        t->n + t->n_side, u->r.tok,     u->r.pos, t->n_side ? NULL : t->parent, t->n_side ? u->r.mask : NULL,
+        t->n_side > 0,    t->run_to > 0};
+    if (u->plain) rn->n = 1, rn->parent = t->parent;
+    return 0;
+}
+
+int drafter_land(DecodeCtx *d, void *state, const float *hid, const float *lg, const int32_t *ids, double sec) {
+    DrafterRun *u = state;
+    Round *r = &u->r;
+    const DraftTree *t = &r->t;
+    int N = u->plain ? 1 : t->n + t->n_side, V = d->m->c.vocab_size;
+    if (!hid) { /* a round that cannot share a call: it runs alone */
+        if (run_planned(d, u)) return -1;
+        return land(d, u, pd_now() - u->t0);
+    }
+    memcpy(r->hid, hid, sizeof(float) * N * d->m->c.dim);
+    d->layer_passes += d->m->c.n_layers, d->token_layers += (int64_t)N * d->m->c.n_layers, d->target_passes++;
+    if (ids) memcpy(r->ids, ids, sizeof(int32_t) * N);
+    if (lg) memcpy(r->lg, lg, sizeof(float) * N * V);
+    int rc = lg ? decode_rows_given(d, r->lg, N, ids ? NULL : r->ids, !u->plain && t->n_side > 0) : 0;
+    if (rc < 0) return -1;
+    r->lg_probs = rc == 1;
+    return land(d, u, sec);
 }
 
 void drafter_finish(DecodeCtx *d, void *state) {

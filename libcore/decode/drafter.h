@@ -91,6 +91,31 @@ int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_
 int drafter_step(DecodeCtx *d, void *state);
 void drafter_finish(DecodeCtx *d, void *state);
 
+/* ---- rounds shared between requests (the serve engine) ----
+   drafter_step is drafter_plan, one forward call over the planned nodes and their rows,
+   then drafter_land. The engine puts several requests' planned rounds, and standard
+   requests' tokens, into one forward call and one LM-head call between the halves. */
+typedef struct {
+    int n;                      /* nodes: the tree's, then side nodes */
+    const int32_t *token, *pos; /* [n] */
+    const int32_t *parent;      /* [n] within the round, or NULL when mask is set */
+    const uint8_t *mask;        /* [n][n] who sees whom, for a round with side nodes */
+    int need_ids;               /* every node's argmax is wanted, whatever the mode */
+    int alone;                  /* the drafter ran the first layers itself: the round
+                                   cannot share a call (drafter_land with hid NULL runs it) */
+} RoundNodes;
+/* the bucket (a round of at most 2^b nodes) the controller would pick next, and for
+   each bucket up to it the tokens its rounds keep beyond the bucket below and the nodes
+   they run, on average (a bucket not seen yet: a guess) */
+int drafter_wants(void *state, double *tok, double *nodes);
+/* plans the next round within 2^cap nodes: 1 when the generation is over, -1 on error */
+int drafter_plan(DecodeCtx *d, void *state, int cap, RoundNodes *rn);
+/* the planned round's outcome from hid[n][dim], the nodes' states after the last layer,
+   and their rows: ids[n] (their argmax) for a greedy generation without logprobs, else
+   lg[n][vocab], their raw logits (ids too when at hand); sec: what the round cost, in
+   seconds of a round run alone. 1 when the generation is over, 0, -1 on error */
+int drafter_land(DecodeCtx *d, void *state, const float *hid, const float *lg, const int32_t *ids, double sec);
+
 /* Medusa's --tree (decode/medusa.c): a JSON list of rank paths, as Medusa's mc_sim
    choices ("[[0], [1], [0, 0]]"), for n_heads heads, as nodes: node 0 is the root,
    node i (parent[i] < i) head depth[i]-1's rank-rank[i] candidate. Every path's

@@ -19,12 +19,15 @@ struct Job {
     Sampler sampler;
     const DecodeMethod *method; /* NULL: standard steps only */
     int seq, n_kv;              /* its KV sequence (-1: none yet) and the positions it holds */
-    int blocks;                 /* pool blocks held back for it from admission to its end */
+    int blocks;                 /* pool blocks it needs alone at most */
+    int64_t admitted;           /* the admission's number: the last admitted is preempted first */
+    int published;              /* its prompt's blocks are in the prefix cache */
     int state, cancelled, refs, waited;
     Engine *engine;
     DecodeCtx dc; /* method mode: its method's generation, stepped by the scheduler */
     DecodeRun gen;
     int gen_on;
+    const uint8_t *mask;                  /* the step's planned round's own mask (side nodes), or NULL */
     TokenLogprob *lp;                     /* [n_prompt + max_new] by position, or NULL */
     int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
     int lp_lost;                          /* a method could not keep a token's logits */
@@ -35,6 +38,10 @@ struct Job {
 #define MAX_PARALLEL 256
 #define RATE_SECS 10
 
+typedef struct {
+    double sw, sn, snn, st, snt; /* decayed sums: weight, nodes, nodes², seconds, nodes·seconds */
+} CostLine;
+
 struct Engine {
     Model *m;
     Runner *fwd; /* the step thread's forward workspace */
@@ -44,15 +51,20 @@ struct Engine {
     pthread_cond_t work, out; /* the step thread waits on work, readers on out */
     pthread_t thread;
     int quit;
-    int aborting;           /* engine_abort: every job ends, new ones end at once */
-    Job *head, *tail;       /* the queue */
+    int aborting;     /* engine_abort: every job ends, new ones end at once */
+    Job *head, *tail; /* the queue */
+    int n_queued;
     Job *run[MAX_PARALLEL]; /* the running batch */
-    int n_run, committed;   /* blocks held back for the running jobs */
+    int n_run;
+    int64_t admissions;
     EngineStats st;
     int64_t rate[RATE_SECS], rate_sec[RATE_SECS]; /* generated tokens per second, a ring */
-    /* step buffers: up to parallel + prefill_chunk tokens */
+    /* step buffers: up to parallel + prefill_chunk tokens, and the drafters' rounds */
     int cap;
     int32_t *tok, *pos, *seq;  /* [cap] */
+    int32_t *parent;           /* [cap] within the step's batch (-2: a round's mask says) */
+    uint8_t *mask;             /* [cap][cap] when a round has side nodes */
+    CostLine line;             /* what a step of n nodes costs (budget()) */
     float *hidden;             /* [cap][dim] */
     float *rows, *logits;      /* [cap][dim], [cap][vocab] */
     float *raw;                /* [vocab] a row's logits before sampling changes them */
@@ -63,21 +75,37 @@ struct Engine {
 
 /* ---- bookkeeping (under the lock) ---- */
 
-static int blocks_for(const Engine *e, const Job *j) {
-    int slots = j->n_prompt + j->max_new;
-    if (j->method) slots += 2 * MAX_TREE; /* a drafter's tree and side nodes sit past the context */
-    int b = (slots + e->o.block_size - 1) / e->o.block_size;
+/* blocks for n positions */
+static int blocks_for(const Engine *e, int n) {
+    int b = (n + e->o.block_size - 1) / e->o.block_size;
     return b < e->kv.max_blocks ? b : e->kv.max_blocks;
 }
 
-/* the queue's first request has a place and the blocks it may need */
-static int head_fits(const Engine *e) {
-    const Job *j = e->head;
-    return j && e->n_run < e->o.parallel && e->committed + j->blocks <= e->kv.n_blocks;
+/* positions j's next step takes: its context and next token, and while its method runs,
+   the tree and side nodes past them */
+static int room_for(const Job *j) { return j->n_ctx + 1 + (j->gen_on ? 2 * MAX_TREE : 0); }
+
+/* the blocks j's KV sequence holds (its method's, while the method runs) */
+static int held(const Engine *e, const Job *j) {
+    int s = j->gen_on ? j->dc.seq : j->seq;
+    return s >= 0 ? e->kv.n_table[s] : 0;
 }
 
-/* static batching opens the batch only when it is empty, and then fills it at once */
-static int can_admit(const Engine *e) { return head_fits(e) && (e->o.continuous || e->n_run == 0); }
+/* the blocks j still needs for its context and its next token (or tree) */
+static int due(const Engine *e, const Job *j) {
+    int d = blocks_for(e, room_for(j)) - held(e, j);
+    return d > 0 ? d : 0;
+}
+
+/* the queue's first request has a place, and the pool room for its context once the
+   running requests have what their next steps take */
+static int head_fits(const Engine *e) {
+    const Job *j = e->head;
+    if (!j || e->n_run >= e->o.parallel) return 0;
+    int room = kv_blocks_available(&e->kv);
+    for (int i = 0; i < e->n_run; i++) room -= due(e, e->run[i]);
+    return blocks_for(e, room_for(j)) <= room;
+}
 
 static void admit(Engine *e) {
     int open = e->o.continuous || e->n_run == 0;
@@ -85,8 +113,9 @@ static void admit(Engine *e) {
         Job *j = e->head;
         e->head = j->next;
         if (!e->head) e->tail = NULL;
+        e->n_queued--;
         j->state = JOB_RUNNING;
-        e->committed += j->blocks;
+        j->admitted = e->admissions++;
         e->run[e->n_run++] = j;
     }
     if (e->head && !e->head->waited) e->head->waited = 1, e->st.waited++; /* it did not fit */
@@ -122,16 +151,27 @@ static void logprob_fill(TokenLogprob *lp, const float *x, int V, int token, int
     for (int k = 0; k < n_top; k++) lp->top_logprob[k] = (float)(x[lp->top[k]] - lse);
 }
 
+static void kv_stats(Engine *e) {
+    e->st.kv_free = kv_blocks_available(&e->kv), e->st.kv_cached = e->kv.n_idle;
+    e->st.prefix_queried = e->kv.prefix_queried, e->st.prefix_hits = e->kv.prefix_hits;
+}
+
+/* j's standard-step sequence goes: its full blocks stay in the prefix cache */
+static void drop_seq(Engine *e, Job *j) {
+    if (j->seq < 0) return;
+    if (!e->o.no_prefix_cache) kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_kv);
+    kv_seq_free(&e->kv, j->seq);
+    j->seq = -1, j->n_kv = 0;
+}
+
 /* ends a job: its blocks go back; readers are told */
 static void retire(Engine *e, int i, const char *finish) {
     Job *j = e->run[i];
-    if (j->seq >= 0) kv_seq_free(&e->kv, j->seq);
-    j->seq = -1;
-    e->committed -= j->blocks;
+    drop_seq(e, j);
     j->finish = j->finish ? j->finish : finish;
     j->state = JOB_DONE;
     e->run[i] = e->run[--e->n_run];
-    e->st.kv_free = e->kv.n_free;
+    kv_stats(e);
     job_unref(j);
     pthread_cond_broadcast(&e->out);
 }
@@ -163,25 +203,32 @@ static void append(Engine *e, Job *j, int token) {
     pthread_cond_broadcast(&e->out);
 }
 
-/* ---- a step of standard decoding for the whole batch ---- */
+/* ---- a step: every running request's work in one forward call ----
+   Requests taking standard steps feed their unprocessed context (the prompt in chunks
+   from a shared budget, then a token a step). Requests running a drafter (their
+   method's step is drafter_step) feed the round their drafter plans, within the nodes
+   budget() gives them. One forward call, one LM-head call over every row that needs
+   one, then each request takes its rows: the standard ones a token, the drafters their
+   round's outcome (drafter_land), by the same lossless rules as alone. */
 
 static void add_row(Engine *e, int *n_rows, Job *j, int at, int pos) {
     e->row_job[*n_rows] = j, e->row_at[*n_rows] = at, e->row_pos[(*n_rows)++] = pos;
 }
 
-/* which tokens each running job feeds this step: its unprocessed context, the prompt
-   in chunks from a shared budget; returns the batch size */
+/* which tokens each job taking standard steps feeds this step: its unprocessed context,
+   the prompt in chunks from a shared budget (a chain: each sees those before it);
+   returns the batch size */
 static int gather(Engine *e, int *take, int *n_rows) {
     int n = 0, budget = e->o.prefill_chunk;
     *n_rows = 0;
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
-        int left = j->n_ctx - j->n_kv;
+        int left = j->gen_on ? 0 : j->n_ctx - j->n_kv;
         take[i] = left <= 1 ? left : left < budget ? left : budget;
         if (left > 1) budget -= take[i];
         for (int k = 0; k < take[i]; k++, n++) {
             int p = j->n_kv + k;
-            e->tok[n] = j->ctx[p], e->pos[n] = p, e->seq[n] = j->seq;
+            e->tok[n] = j->ctx[p], e->pos[n] = p, e->seq[n] = j->seq, e->parent[n] = k ? n - 1 : -1;
             if (prompt_lp_due(j) && p + 1 < j->n_prompt)
                 add_row(e, n_rows, j, n, p + 1); /* a prompt token's logprobs */
         }
@@ -192,32 +239,298 @@ static int gather(Engine *e, int *take, int *n_rows) {
     return n;
 }
 
+static void preempt_last(Engine *e);
+
+/* blocks for what each job feeds this step, where the pool is short the last admitted
+   job waiting again: first a method's whole round (so its plan never fails for room),
+   then, with a sequence for every job taking standard steps (from the prefix cache, but
+   for a prompt whose logprobs are due: they come from running it), their tokens.
+   Returns the standard tokens' count, -1 on error */
+static int gather_room(Engine *e, int *take, int *n_rows) {
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_run; i++) {
+        Job *j = e->run[i];
+        while (j->gen_on && kv_reserve(&e->kv, j->dc.seq, blocks_for(e, room_for(j)) * e->o.block_size))
+            preempt_last(e), i = -1; /* the running set changed: from the start */
+        if (i < 0) break;
+    }
+    pthread_mutex_unlock(&e->mu);
+    for (;;) {
+        for (int i = 0; i < e->n_run; i++) {
+            Job *j = e->run[i];
+            if (j->seq >= 0 || j->gen_on) continue;
+            if ((j->seq = kv_seq_new(&e->kv)) < 0) return pd_error("serve: no free KV sequence");
+            if (!e->o.no_prefix_cache && !prompt_lp_due(j))
+                j->n_kv = kv_prefix_attach(&e->kv, j->seq, j->ctx, j->n_ctx - 1);
+        }
+        int n = gather(e, take, n_rows), i = 0;
+        while (i < e->n_run && (!take[i] || kv_reserve(&e->kv, e->run[i]->seq, e->run[i]->n_kv + take[i]) == 0)) i++;
+        if (i == e->n_run) return n;
+        pthread_mutex_lock(&e->mu);
+        preempt_last(e);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+/* does j run its method's rounds inside the shared step? */
+static int shares(const Job *j) { return j->gen_on && j->method->step == drafter_step; }
+
+/* ---- the node budget ----
+   What a step costs is fitted as seconds ≈ a + b·n over the nodes n of each call
+   (decaying least squares, as a drafter's own controller fits its rounds). Every
+   drafter starts the step at one node (a plain round: a token); then, best tokens a
+   node first, a drafter's round grows by a bucket (drafter_wants: the tokens and nodes
+   its controller expects of it) while that raises the step's tokens a second: so as
+   the batch grows and a node costs more of the whole, the trees shrink towards plain
+   rounds, and the step never runs what its own numbers say slows it. A request alone
+   is left to its controller, as decode's; a fixed tree (--fixed-tree) to itself. */
+#define DECAY 0.97
+#define STEP_NODES MAX_ROUND_NODES /* nodes of planned rounds a step runs at most */
+
+static void line_add(Engine *e, double n, double t) {
+    CostLine *l = &e->line;
+    l->sw = l->sw * DECAY + 1, l->sn = l->sn * DECAY + n, l->snn = l->snn * DECAY + n * n;
+    l->st = l->st * DECAY + t, l->snt = l->snt * DECAY + n * t;
+}
+
+/* a and b; until two sizes have been seen, a node is guessed at an eighth of the mean
+   call (a guess that only lets the first trees be tried) */
+static void line_get(const Engine *e, double *a, double *b) {
+    const CostLine *l = &e->line;
+    double det = l->sw * l->snn - l->sn * l->sn;
+    if (l->sw <= 0) {
+        *a = 1, *b = 0.125;
+        return;
+    }
+    double mn = l->sn / l->sw, mt = l->st / l->sw;
+    if (det > 1e-9 * l->sw * l->snn) *b = (l->sw * l->snt - l->sn * l->st) / det;
+    else *b = mt / (mn + 8);
+    if (*b < 1e-3 * mt) *b = 1e-3 * mt;
+    *a = mt - *b * mn;
+    if (*a < 1e-3 * mt) *a = 1e-3 * mt;
+}
+
+/* cap[i]: the bucket run[i]'s drafter may plan (its round: at most 2^cap nodes) */
+static void budget(Engine *e, int n_std, int n_gen, int *cap) {
+    double tok[MAX_PARALLEL][10], nodes[MAX_PARALLEL][10], a, b, N = n_std, T = n_gen;
+    int want[MAX_PARALLEL], cur[MAX_PARALLEL];
+    line_get(e, &a, &b);
+    for (int i = 0; i < e->n_run; i++) {
+        cap[i] = cur[i] = 0, want[i] = -1;
+        if (!shares(e->run[i])) continue;
+        want[i] = drafter_wants(e->run[i]->gen.state, tok[i], nodes[i]);
+        if (want[i] > 9) want[i] = 9;
+        N += 1, T += 1;
+        if (e->run[i]->dc.opt.fixed_tree) cur[i] = want[i], N += nodes[i][want[i]] - 1; /* tests: no budget */
+    }
+    if (e->n_run == 1) { /* alone: its own controller decides */
+        cap[0] = want[0] >= 0 ? want[0] : 0;
+        return;
+    }
+    for (;;) {
+        int best = -1;
+        double br = 0, dn = 0, dt = 0;
+        for (int i = 0; i < e->n_run; i++) {
+            if (cur[i] >= want[i]) continue;
+            double n1 = nodes[i][cur[i] + 1] - nodes[i][cur[i]], r = tok[i][cur[i] + 1] / (n1 < 1 ? 1 : n1);
+            if (r > br) br = r, best = i, dn = n1 < 1 ? 1 : n1, dt = tok[i][cur[i] + 1];
+        }
+        /* more tokens a second: dt/dn beats what the step's nodes give now */
+        if (best < 0 || N + dn > STEP_NODES + n_std || dt * (a + b * N) <= T * b * dn) break;
+        cur[best]++, N += dn, T += dt;
+    }
+    for (int i = 0; i < e->n_run; i++) cap[i] = cur[i];
+}
+
+/* ---- methods ----
+   A job with a method takes standard steps until its context is in (its prompt comes
+   in batched with the others'), then its method starts on that sequence: a drafter's
+   rounds run in the shared step, any other method (AdaDecode's layer schedule) runs a
+   round a step on its own. When speculation is off (more than spec_max_batch requests)
+   the methods stop between rounds and standard steps go on from the same sequence. */
+
+/* each accepted token, to the job's readers; returns 1 (the method stops) when the job
+   is cancelled or over */
+static int method_emit(void *ctx, int prev, int token) {
+    (void)prev;
+    Job *j = ctx;
+    Engine *e = j->engine;
+    pthread_mutex_lock(&e->mu);
+    if (j->lp_lost) { /* its logprobs are gone: the request fails rather than answer without */
+        fprintf(stderr, "serve: out of memory keeping a token's logits for its logprobs\n");
+        j->finish = "error";
+    } else append(e, j, token);
+    e->st.method_tokens++;
+    kv_stats(e);
+    int stop = j->cancelled || j->finish;
+    pthread_mutex_unlock(&e->mu);
+    return stop;
+}
+
+/* the logits each accepted token came from, before method_emit appends it; only the
+   scheduler thread appends, so n_ctx stays as it is meanwhile */
+static void method_logits(void *ctx, int token, const float *logits) {
+    Job *j = ctx;
+    if (logits) logprob_fill(&j->lp[j->n_ctx], logits, j->engine->m->c.vocab_size, token, j->n_top);
+    else j->lp_lost = 1;
+}
+
+/* ends j's method (its generation goes); the job goes on with standard steps from the
+   method's sequence, cut to what it holds of the context in every layer, or ends.
+   Under the lock. */
+static void method_stop(Engine *e, Job *j) {
+    if (!j->gen_on) return;
+    int kept = decode_kept(&j->dc, j->n_ctx - j->dc.n_out); /* the method's prompt and what it emitted */
+    decode_run_finish(&j->gen);
+    j->seq = j->dc.seq, j->dc.seq = -1;
+    decode_free(&j->dc);
+    j->gen_on = 0;
+    j->n_kv = j->seq >= 0 && kv_truncate(&e->kv, j->seq, kept) == 0 ? kept : 0;
+    if (!j->n_kv && j->seq >= 0) kv_seq_free(&e->kv, j->seq), j->seq = -1;
+}
+
+static void stop_methods(Engine *e) {
+    for (int i = 0; i < e->n_run; i++) method_stop(e, e->run[i]);
+}
+
+/* the running job admitted last gives its blocks back and waits at the queue's head,
+   its context (prompt and tokens so far) kept: it resumes from there. Under the lock. */
+static void preempt_last(Engine *e) {
+    int last = 0;
+    for (int i = 1; i < e->n_run; i++)
+        if (e->run[i]->admitted > e->run[last]->admitted) last = i;
+    Job *j = e->run[last];
+    method_stop(e, j);
+    drop_seq(e, j);
+    e->run[last] = e->run[--e->n_run];
+    j->state = JOB_QUEUED;
+    j->next = e->head, e->head = j;
+    if (!e->tail) e->tail = j;
+    e->n_queued++;
+    e->st.preempted++;
+    kv_stats(e);
+}
+
+/* a method that returned rc (1: its generation is over; -1: failed) stops; the job
+   ends unless it has room to go on. Under the lock. */
+static void method_over(Engine *e, Job *j, int rc) {
+    if (rc < 0) fprintf(stderr, "serve: %s\n", pd_errmsg()), j->finish = "error";
+    /* a method that stopped by itself met an end token (which it does not emit), its
+       budget (reap sees it) or the model's context */
+    else if (!j->cancelled && !j->finish && j->n_ctx - j->n_prompt < j->max_new)
+        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
+    method_stop(e, j);
+}
+
+/* may j start its method now? a method, speculation on, its context in but the last
+   token (which the method's start runs), no prompt logprobs still due */
+static int method_due(const Engine *e, const Job *j) {
+    return j->method && !j->gen_on && e->o.spec_max_batch && e->n_run <= e->o.spec_max_batch && j->seq >= 0 &&
+           j->n_kv == j->n_ctx - 1 && !prompt_lp_due(j) && !job_over(j);
+}
+
+/* starts j's method on j's sequence (then its first round, for a method that does not
+   share the step), or runs one round of a method that does not share it; under the
+   lock, which it leaves while the model runs */
+static void method_turn(Engine *e, Job *j) {
+    int rc, started = j->gen_on, n0 = j->n_ctx;
+    if (!started) {
+        if (decode_init(&j->dc, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt))) {
+            fprintf(stderr, "serve: %s\n", pd_errmsg());
+            j->finish = "error";
+            return;
+        }
+        kv_seq_free(&e->kv, j->dc.seq);
+        j->dc.seq = j->seq, j->dc.reuse = j->n_kv; /* the method goes on from the job's sequence */
+        j->seq = -1, j->n_kv = 0;
+        j->dc.opt = e->o.opt;
+        j->dc.emit = method_emit;
+        j->dc.emit_ctx = j;
+        if (j->lp) j->dc.emit_logits = method_logits;
+        j->gen_on = 1;
+    }
+    while (kv_reserve(&e->kv, j->dc.seq, blocks_for(e, room_for(j)) * e->o.block_size)) {
+        preempt_last(e);
+        if (j->state != JOB_RUNNING) return;
+    }
+    pthread_mutex_unlock(&e->mu);
+    rc = started ? decode_run_step(&j->gen) : decode_run_begin(&j->gen, j->method, &j->dc, j->ctx, n0);
+    pthread_mutex_lock(&e->mu);
+    if (rc) method_over(e, j, rc);
+}
+
+/* the step: standard tokens and planned rounds in one forward call, then their rows */
 static int step(Engine *e) {
-    int take[MAX_PARALLEL], n_rows, dim = e->m->c.dim;
-    for (int i = 0; i < e->n_run; i++)
-        if (e->run[i]->seq < 0 && (e->run[i]->seq = kv_seq_new(&e->kv)) < 0)
-            return pd_error("serve: no free KV sequence");
-    int n = gather(e, take, &n_rows);
-    Batch b = {n, e->tok, e->seq, e->pos, NULL, NULL};
+    int take[MAX_PARALLEL], cap[MAX_PARALLEL], at[MAX_PARALLEL], got[MAX_PARALLEL], n_rows = 0, dim = e->m->c.dim;
+    int V = e->m->c.vocab_size;
+    double t0 = pd_now();
+    int n = gather_room(e, take, &n_rows);
+    if (n < 0) return -1;
+    int n_gen = 0, masked = 0, n_std = n;
+    for (int r = 0; r < n_rows; r++) n_gen += e->row_pos[r] >= e->row_job[r]->n_prompt;
+    budget(e, n, n_gen, cap);
+    int pending = 0; /* drafters still to plan: a node each at least */
+    for (int i = 0; i < e->n_run; i++) pending += shares(e->run[i]);
+    for (int i = 0; i < e->n_run; i++) { /* each drafter's round, in the room left */
+        Job *j = e->run[i];
+        at[i] = got[i] = 0;
+        if (!shares(j)) continue;
+        int left = e->cap - n - (pending - 1), c = cap[i];
+        while (c > 0 && (1 << c) + MAX_TREE > left) c--; /* side nodes may come on top */
+        RoundNodes rn;
+        int rc = drafter_plan(&j->dc, j->gen.state, c, &rn);
+        if (rc == 0 && rn.alone) rc = drafter_land(&j->dc, j->gen.state, NULL, NULL, NULL, 0);
+        else if (rc == 0) {
+            at[i] = n, got[i] = rn.n;
+            for (int k = 0; k < rn.n; k++) {
+                e->tok[n + k] = rn.token[k], e->pos[n + k] = rn.pos[k], e->seq[n + k] = j->dc.seq;
+                e->parent[n + k] = rn.parent ? (rn.parent[k] >= 0 ? n + rn.parent[k] : -1) : -2;
+            }
+            j->mask = rn.mask; /* a round with side nodes: its own mask, for the batch's */
+            masked |= rn.mask != NULL;
+            n += rn.n;
+        } else if (rc) got[i] = rc < 0 ? -1 : -2; /* over, or failed: its method stops after the step */
+        pending--;
+    }
+    if (masked) { /* a round with side nodes: the whole batch by an explicit mask */
+        memset(e->mask, 0, (size_t)n * n);
+        for (int i = 0; i < n; i++)
+            for (int a = e->parent[i]; a >= 0; a = e->parent[a]) e->mask[(size_t)i * n + a] = 1;
+        for (int i = 0; i < e->n_run; i++)
+            if (got[i] > 0 && e->run[i]->mask)
+                for (int r = 0; r < got[i]; r++)
+                    for (int c = 0; c < got[i]; c++)
+                        e->mask[(size_t)(at[i] + r) * n + at[i] + c] = e->run[i]->mask[(size_t)r * got[i] + c];
+    }
+    int planned = n - n_std, trees = 0, others = n_std > 0;
+    for (int i = 0; i < e->n_run; i++) trees += got[i] > 1, others += got[i] > 0;
+    Batch b = {n, e->tok, e->seq, e->pos, planned && !masked ? e->parent : NULL, masked ? e->mask : NULL};
     if (n && forward_layers(e->fwd, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
     for (int r = 0; r < n_rows; r++)
         memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
+    memcpy(e->rows + (size_t)n_rows * dim, e->hidden + (size_t)n_std * dim, sizeof(float) * dim * planned);
     /* rows that are greedy without logprobs need only the device's argmax; the rest
        bring their logits back (the prompt's logprobs, a sampler's row) */
-    int ids_only = 1, V = e->m->c.vocab_size;
+    int ids_only = 1, all = n_rows + planned;
     for (int r = 0; r < n_rows; r++) {
         const Job *j = e->row_job[r];
         if (e->row_pos[r] < j->n_prompt || j->lp || j->sampler.temp > 0) ids_only = 0;
     }
-    if (n_rows && (ids_only ? logits_argmax(e->fwd, e->rows, n_rows, e->row_tok)
-                            : final_logits(e->fwd, e->rows, n_rows, e->logits) ||
-                                  rows_argmax(e->fwd, e->logits, n_rows, V, e->row_tok)))
+    for (int i = 0; i < e->n_run; i++)
+        if (got[i] > 0 && (e->run[i]->lp || e->run[i]->sampler.temp > 0)) ids_only = 0;
+    if (all && (ids_only ? logits_argmax(e->fwd, e->rows, all, e->row_tok)
+                         : final_logits(e->fwd, e->rows, all, e->logits) ||
+                               rows_argmax(e->fwd, e->logits, all, V, e->row_tok)))
         return -1;
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
         j->n_kv += take[i];
         /* once: a job that comes back from its method reads its context again */
         if (j->prompt_lp && j->n_kv >= j->n_prompt) j->prompt_lp_done = 1;
+        if (!j->published && j->seq >= 0 && j->n_kv >= j->n_prompt && !e->o.no_prefix_cache) {
+            kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_prompt);
+            j->published = 1;
+        }
     }
     for (int r = 0; r < n_rows && !ids_only; r++) {
         Job *j = e->row_job[r];
@@ -239,100 +552,34 @@ static int step(Engine *e) {
     for (int r = 0; r < n_rows; r++)
         if (e->row_pos[r] >= 0) append(e, e->row_job[r], e->row_tok[r]);
     e->st.steps++;
-    e->st.kv_free = e->kv.n_free;
+    if (others > 1) e->st.rounds_shared += trees;
+    kv_stats(e);
+    pthread_mutex_unlock(&e->mu);
+    /* the drafters' rounds: each costs, for its controller, what the line says a call
+       of its nodes alone would (alone: what the step took) */
+    double a, bb, sec = pd_now() - t0;
+    if (planned && e->n_run > 1) line_add(e, n, sec);
+    line_get(e, &a, &bb);
+    for (int i = 0, off = n_rows; i < e->n_run; i++) {
+        Job *j = e->run[i];
+        if (got[i] <= 0) continue;
+        int rc = drafter_land(&j->dc, j->gen.state, e->rows + (size_t)off * dim,
+                              ids_only ? NULL : e->logits + (size_t)off * V, e->row_tok + off,
+                              e->n_run == 1 ? sec : a + bb * got[i]);
+        off += got[i];
+        if (rc) got[i] = rc < 0 ? -1 : -2;
+    }
+    pthread_mutex_lock(&e->mu);
+    for (int i = e->n_run - 1; i >= 0; i--)
+        if (got[i] < 0) method_over(e, e->run[i], got[i] == -1 ? -1 : 1);
     pthread_mutex_unlock(&e->mu);
     return 0;
-}
-
-/* ---- methods, while the batch is small ----
-   A job in method mode has its method's generation (DecodeRun): the scheduler thread
-   takes the method jobs in turn, one step (a round) each, without the lock, as it runs
-   standard steps for the whole batch otherwise. A later step can put several jobs'
-   trees into one forward call; today each step is one job's. */
-
-static int method_batch(const Engine *e) {
-    if (!e->o.spec_max_batch || e->n_run > e->o.spec_max_batch || can_admit(e)) return 0;
-    for (int i = 0; i < e->n_run; i++) /* a standard request, or a prompt's logprobs: everyone takes standard steps */
-        if (!e->run[i]->method || prompt_lp_due(e->run[i])) return 0;
-    return 1;
-}
-
-/* each accepted token, to the job's readers; returns 1 (the method stops) when the job
-   is cancelled or over */
-static int method_emit(void *ctx, int prev, int token) {
-    (void)prev;
-    Job *j = ctx;
-    Engine *e = j->engine;
-    pthread_mutex_lock(&e->mu);
-    if (j->lp_lost) { /* its logprobs are gone: the request fails rather than answer without */
-        fprintf(stderr, "serve: out of memory keeping a token's logits for its logprobs\n");
-        j->finish = "error";
-    } else append(e, j, token);
-    e->st.method_tokens++;
-    e->st.kv_free = e->kv.n_free;
-    int stop = j->cancelled || j->finish;
-    pthread_mutex_unlock(&e->mu);
-    return stop;
-}
-
-/* the logits each accepted token came from, before method_emit appends it; only the
-   scheduler thread appends, so n_ctx stays as it is meanwhile */
-static void method_logits(void *ctx, int token, const float *logits) {
-    Job *j = ctx;
-    if (logits) logprob_fill(&j->lp[j->n_ctx], logits, j->engine->m->c.vocab_size, token, j->n_top);
-    else j->lp_lost = 1;
-}
-
-/* ends j's method (its generation and sequence go); the job goes on from its context
-   with standard steps, or ends. Called under the lock. */
-static void method_stop(Engine *e, Job *j) {
-    (void)e;
-    if (!j->gen_on) return;
-    decode_run_finish(&j->gen);
-    decode_free(&j->dc);
-    j->gen_on = 0;
-    j->seq = -1, j->n_kv = 0; /* standard steps prefill its context again */
-}
-
-/* one step of j's method, starting it first (the method builds its own sequence from
-   the context); called under the lock, which it leaves while the model runs */
-static void method_turn(Engine *e, Job *j) {
-    int rc, started = j->gen_on;
-    if (!started) {
-        if (j->seq >= 0) kv_seq_free(&e->kv, j->seq);
-        j->seq = -1, j->n_kv = 0;
-        if (decode_init(&j->dc, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt))) {
-            fprintf(stderr, "serve: %s\n", pd_errmsg());
-            j->finish = "error";
-            return;
-        }
-        j->dc.opt = e->o.opt;
-        j->dc.emit = method_emit;
-        j->dc.emit_ctx = j;
-        if (j->lp) j->dc.emit_logits = method_logits;
-        j->gen_on = 1;
-    }
-    pthread_mutex_unlock(&e->mu);
-    rc = started ? decode_run_step(&j->gen) : decode_run_begin(&j->gen, j->method, &j->dc, j->ctx, j->n_ctx);
-    pthread_mutex_lock(&e->mu);
-    if (rc == 0) return; /* begun, or a round done: its next step comes in a later turn */
-    if (rc < 0) fprintf(stderr, "serve: %s\n", pd_errmsg()), j->finish = "error";
-    /* a method that stopped by itself met an end token (which it does not emit), its
-       budget (reap sees it) or the model's context */
-    else if (!j->cancelled && !j->finish && j->n_ctx - j->n_prompt < j->max_new)
-        j->finish = j->n_ctx >= e->m->c.seq_len ? "length" : "stop";
-    method_stop(e, j);
-}
-
-static void stop_methods(Engine *e) {
-    for (int i = 0; i < e->n_run; i++) method_stop(e, e->run[i]);
 }
 
 /* ---- the step thread ---- */
 
 static void *loop(void *arg) {
     Engine *e = arg;
-    int turn = 0;
     pthread_mutex_lock(&e->mu);
     while (!e->quit) {
         for (int i = 0; i < e->n_run; i++) /* a job that is over: its method stops first */
@@ -343,11 +590,17 @@ static void *loop(void *arg) {
             pthread_cond_wait(&e->work, &e->mu);
             continue;
         }
-        if (method_batch(e)) { /* a round of one method, in turn */
-            method_turn(e, e->run[turn++ % e->n_run]);
-            continue;
-        }
-        stop_methods(e);
+        if (!e->o.spec_max_batch || e->n_run > e->o.spec_max_batch) stop_methods(e);
+        /* methods that start now, and rounds of those that do not share the step */
+        Job *turn[MAX_PARALLEL];
+        int n_turn = 0;
+        for (int i = 0; i < e->n_run; i++)
+            if (method_due(e, e->run[i]) || (e->run[i]->gen_on && !shares(e->run[i]))) turn[n_turn++] = e->run[i];
+        for (int i = 0; i < n_turn; i++)
+            if (turn[i]->state == JOB_RUNNING && !job_over(turn[i])) method_turn(e, turn[i]);
+        int any = 0;
+        for (int i = 0; i < e->n_run; i++) any |= !e->run[i]->gen_on || shares(e->run[i]);
+        if (!any) continue;
         pthread_mutex_unlock(&e->mu);
         int rc = step(e);
         pthread_mutex_lock(&e->mu);
@@ -365,7 +618,8 @@ static void *loop(void *arg) {
 /* ---- the interface ---- */
 
 static void free_buffers(Engine *e) {
-    free(e->tok), free(e->pos), free(e->seq), free(e->hidden), free(e->rows), free(e->logits), free(e->raw);
+    free(e->tok), free(e->pos), free(e->seq), free(e->parent), free(e->mask), free(e->hidden), free(e->rows),
+        free(e->logits), free(e->raw);
     free(e->row_job), free(e->row_at), free(e->row_pos), free(e->row_tok);
 }
 
@@ -378,14 +632,17 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     e->o = *o;
     if (e->o.ctx < 2 || e->o.ctx > m->c.seq_len) e->o.ctx = m->c.seq_len;
     if (e->o.prefill_chunk < 1) e->o.prefill_chunk = 64;
-    e->cap = o->parallel + e->o.prefill_chunk;
+    e->cap = o->parallel + e->o.prefill_chunk + (o->spec_max_batch ? STEP_NODES + MAX_TREE : 0);
     size_t dim = m->c.dim, vocab = m->c.vocab_size;
     if (!(e->fwd = runner_new(m))) return free(e), NULL;
-    if (kv_init_typed(&e->kv, &m->c, o->parallel, o->kv_blocks * o->block_size, o->block_size, o->kv_type))
+    /* a sequence a request, and one more: a method's start takes one before it goes on
+       from the request's own (method_turn) */
+    if (kv_init_typed(&e->kv, &m->c, o->parallel + 1, o->kv_blocks * o->block_size, o->block_size, o->kv_type))
         return runner_free(e->fwd), free(e), NULL;
-    e->st.kv_free = e->kv.n_free;
+    kv_stats(e);
     e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);
-    e->seq = pd_alloc(sizeof(int32_t) * e->cap);
+    e->seq = pd_alloc(sizeof(int32_t) * e->cap), e->parent = pd_alloc(sizeof(int32_t) * e->cap);
+    e->mask = pd_alloc(pd_mul(e->cap, e->cap));
     e->hidden = pd_alloc(pd_mul(sizeof(float) * dim, e->cap));
     e->rows = pd_alloc(pd_mul(sizeof(float) * dim, e->cap));
     e->logits = pd_alloc(pd_mul(sizeof(float) * vocab, e->cap));
@@ -396,8 +653,8 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->out, NULL);
-    if (!e->tok || !e->pos || !e->seq || !e->hidden || !e->rows || !e->logits || !e->raw || !e->row_job || !e->row_at ||
-        !e->row_pos || !e->row_tok || pthread_create(&e->thread, NULL, loop, e)) {
+    if (!e->tok || !e->pos || !e->seq || !e->parent || !e->mask || !e->hidden || !e->rows || !e->logits || !e->raw ||
+        !e->row_job || !e->row_at || !e->row_pos || !e->row_tok || pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
         runner_free(e->fwd);
         kv_free(&e->kv);
@@ -444,7 +701,8 @@ int engine_method_ok(const Engine *e, const char *name) {
     return 0;
 }
 
-Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o) {
+Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o, int *busy) {
+    if (busy) *busy = 0;
     if (n_prompt < 1) return pd_error("the prompt is empty"), NULL;
     if (n_prompt >= e->o.ctx)
         return pd_error("the prompt is %d tokens; the context holds %d (prompt and answer together)", n_prompt,
@@ -469,7 +727,7 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
     j->seq = -1;
     j->engine = e;
-    j->blocks = blocks_for(e, j);
+    j->blocks = blocks_for(e, n_prompt + max_new + (j->method ? 2 * MAX_TREE : 0));
     j->refs = 2; /* the engine's and the caller's */
     if (j->blocks > e->kv.n_blocks) {
         int b = j->blocks;
@@ -485,9 +743,17 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
         pthread_mutex_unlock(&e->mu);
         return j;
     }
+    if (e->o.max_queue && e->n_queued >= e->o.max_queue) {
+        e->st.rejected++;
+        pthread_mutex_unlock(&e->mu);
+        j->refs = 1, job_unref(j);
+        if (busy) *busy = 1;
+        return pd_error("%d requests wait already: try again later", e->o.max_queue), NULL;
+    }
     if (e->tail) e->tail->next = j;
     else e->head = j;
     e->tail = j;
+    e->n_queued++;
     e->st.requests++, e->st.prompt_tokens += n_prompt;
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
@@ -519,6 +785,7 @@ void job_cancel(Engine *e, Job *j) {
         while (*p != j) prev = *p, p = &(*p)->next;
         *p = j->next;
         if (e->tail == j) e->tail = prev;
+        e->n_queued--;
         j->state = JOB_DONE, j->finish = "cancelled";
         job_unref(j);
     } else j->cancelled = 1;
@@ -535,7 +802,7 @@ void engine_abort(Engine *e) {
         j->state = JOB_DONE, j->finish = "abort";
         job_unref(j);
     }
-    e->tail = NULL;
+    e->tail = NULL, e->n_queued = 0;
     for (int i = 0; i < e->n_run; i++) e->run[i]->cancelled = 1; /* reap retires them as "abort" */
     pthread_cond_signal(&e->work);
     pthread_cond_broadcast(&e->out);
@@ -551,8 +818,7 @@ void job_release(Engine *e, Job *j) {
 EngineStats engine_stats(Engine *e) {
     pthread_mutex_lock(&e->mu);
     EngineStats s = e->st; /* kv_free as the step thread last left it: the pool is its own */
-    s.running = e->n_run;
-    for (const Job *j = e->head; j; j = j->next) s.queued++;
+    s.running = e->n_run, s.queued = e->n_queued;
     s.kv_used = e->kv.n_blocks - s.kv_free;
     int64_t now = (int64_t)pd_now(), sum = 0;
     for (int b = 0; b < RATE_SECS; b++)

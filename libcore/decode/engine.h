@@ -1,8 +1,15 @@
 /* engine.h — continuous batching: many requests share one model, one paged KV cache
    and one forward call per step. Requests join and leave the running batch between
    steps; KV blocks are taken as positions fill and returned when a request ends or is
-   cancelled. A request is admitted only when the blocks it may need are free, so a
-   running request never runs out; the others wait in a queue, in order.
+   cancelled. A request is admitted when the pool has room for its context now (and the
+   running requests' next steps); the others wait in a queue, in order, of at most
+   max_queue requests. When a running request can no longer grow, the one admitted last
+   is preempted: its blocks go back and it waits at the queue's head with everything it
+   generated, to be resumed by computing its context again, so nothing is lost and its
+   tokens are the same. A request that could not fit the pool even alone is refused.
+   Prefix cache: the full KV blocks of a request's context are published (kvcache.h)
+   once its prompt is in and when it ends or is preempted, and a new request attaches
+   the blocks its prompt starts with instead of computing them.
    A request may name a decoding method. Speculation pays only while the batch is
    small (docs/benchmarks.md, "serve"): methods run, taking turns a step (a round of
    the method's state machine, DecodeMethod.step) at a time on the one scheduler thread,
@@ -27,7 +34,9 @@ typedef struct {
                             (static batching, the load benchmark's baseline) */
     int spec_max_batch; /* methods run while the batch holds at most this many requests,
                             all with a method (0: never) */
-    MethodShared opt;   /* what the methods take (heads, a draft model); each runs with its defaults */
+    int max_queue;      /* requests waiting at most (0: no bound); past it engine_submit says busy */
+    int no_prefix_cache;
+    MethodShared opt; /* what the methods take (heads, a draft model); each runs with its defaults */
 } EngineOptions;
 
 typedef struct Engine Engine;
@@ -37,8 +46,14 @@ typedef struct {
     int running, queued;
     int kv_used, kv_free; /* blocks */
     int64_t requests, prompt_tokens, gen_tokens, method_tokens, steps;
-    int64_t waited;   /* requests that found no room and waited in the queue */
-    double tok_per_s; /* generated tokens a second over the last ten seconds */
+    int64_t waited;                      /* requests that found no room and waited in the queue */
+    int64_t preempted;                   /* times a running request gave its blocks back to wait again */
+    int64_t rejected;                    /* requests refused busy: the queue was full */
+    int64_t rounds_shared;               /* drafted trees (2 nodes or more) that shared a forward call with
+                              another request's work */
+    int kv_cached;                       /* of kv_free: blocks that hold a published prefix, idle */
+    int64_t prefix_queried, prefix_hits; /* full prompt blocks looked up, and found */
+    double tok_per_s;                    /* generated tokens a second over the last ten seconds */
 } EngineStats;
 
 Engine *engine_new(Model *m, const EngineOptions *o); /* NULL + message */
@@ -67,8 +82,9 @@ typedef struct {
 } JobOptions;
 
 /* queues a request: the prompt's tokens, generated as o says. NULL + message when the
-   prompt does not fit the context or can never fit the pool */
-Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o);
+   prompt does not fit the context or can never fit the pool, or when max_queue
+   requests wait already (then *busy = 1, when busy is given: try again later) */
+Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOptions *o, int *busy);
 /* waits until the job has more than `have` generated tokens or has ended, or the
    timeout passes; returns how many it has. *finish: NULL while it runs, then "stop"
    (an end token), "length" (max_new or the context), "error", or "abort" (engine_abort) */

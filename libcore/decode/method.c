@@ -187,11 +187,10 @@ void decode_methods_help(FILE *f) {
     fprintf(f, "Methods (--method NAME) and their options:\n");
     for (int i = 0; i < N_METHODS; i++) {
         const DecodeMethod *dm = METHOD(i);
-        fprintf(f, "  %-18s %s%s%s%s%s\n", dm->name, dm->summary,
-                dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
-                dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "",
-                dm->needs & NEEDS_EAGLE ? " (needs an EAGLE head)" : "",
-                dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
+        fprintf(
+            f, "  %-18s %s%s%s%s%s\n", dm->name, dm->summary, dm->needs & NEEDS_EXIT_HEADS ? " (needs exit heads)" : "",
+            dm->needs & NEEDS_MEDUSA ? " (needs Medusa heads)" : "",
+            dm->needs & NEEDS_EAGLE ? " (needs an EAGLE head)" : "", dm->needs & NEEDS_DRAFT ? " (needs --draft)" : "");
         for (int k = 0; k < dm->n_options; k++) {
             const MethodOption *o = &dm->options[k];
             char flag[64], range[64] = "";
@@ -321,6 +320,13 @@ int decode_rows(DecodeCtx *d, const float *hidden, int n, float *lg, int32_t *id
     return (temp == 0 || need_ids) && rows_argmax(d->run, lg, n, V, ids) ? -1 : 0;
 }
 
+int decode_rows_given(DecodeCtx *d, float *lg, int n, int32_t *ids, int need_ids) {
+    int V = d->m->c.vocab_size;
+    float temp = d->sampler->temp;
+    if (!d->emit_logits && temp > 0 && !need_ids) return rows_softmax(d->run, lg, n, V, temp, lg) ? -1 : 1;
+    return (temp == 0 || need_ids) && ids && rows_argmax(d->run, lg, n, V, ids) ? -1 : 0;
+}
+
 int decode_row_probs(DecodeCtx *d, float *row, int is_probs) {
     if (!is_probs && rows_softmax(d->run, row, 1, d->m->c.vocab_size, d->sampler->temp, row)) return -1;
     sampler_truncate(d->sampler, row);
@@ -346,7 +352,9 @@ int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n) {
     double t0 = pd_now();
     if (n < 1) return pd_error("empty prompt (it needs at least BOS)");
     if (n >= d->m->c.seq_len) return pd_error("prompt of %d tokens does not fit the context of %d", n, d->m->c.seq_len);
-    int from = d->reuse < n ? d->reuse : n - 1; /* the last token runs again for its logits */
+    /* the last token runs again for its logits; a method that reads the prompt's states
+       (on_prefill) runs all of it */
+    int from = d->on_prefill ? 0 : d->reuse < n ? d->reuse : n - 1;
     if (from < d->reuse && kv_truncate(d->kv, d->seq, from)) return -1;
     int32_t pos[PREFILL_CHUNK];
     int take = 0, rc = 0;

@@ -186,6 +186,10 @@ int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits);
    need_ids (then ids[n] too: the argmax of the raw logits). Logprobs: lg holds the raw
    logits in either mode. -1 on error. */
 int decode_rows(DecodeCtx *d, const float *hidden, int n, float *lg, int32_t *ids, int need_ids);
+/* decode_rows for rows whose raw logits lg[n][vocab] are at hand (a forward call shared
+   with other generations): the same results, in lg and ids (ids NULL: the argmax is not
+   wanted, or given already) */
+int decode_rows_given(DecodeCtx *d, float *lg, int n, int32_t *ids, int need_ids);
 /* sampler_probs over one row of decode_rows (is_probs: its return): the device's
    softmax when the row is still logits, then top-k / top-p on the host */
 int decode_row_probs(DecodeCtx *d, float *row, int is_probs);

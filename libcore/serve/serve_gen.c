@@ -82,7 +82,7 @@ int gen_start(Gen *g, const GenModel *gm, RequestKind kind, const char *body, si
                         r->method,
                         r->logprobs,
                         r->echo && r->logprobs >= 0};
-        if (!(c->job = engine_submit(gm->e, g->p[c->prompt].ids, g->p[c->prompt].n, &o))) return -1;
+        if (!(c->job = engine_submit(gm->e, g->p[c->prompt].ids, g->p[c->prompt].n, &o, &g->busy))) return -1;
     }
     return 0;
 }

@@ -50,10 +50,11 @@ typedef struct {
     int next, usage_sent, done; /* stream: the choice looked at first next time; the usage
                                    chunk and [DONE] are out */
     double t_first;             /* when a choice's first text was made (pd_now), 0 before */
+    int busy;                   /* gen_start failed because the engine's queue is full (a 503) */
 } Gen;
 
 /* parses the body and queues its jobs (seed: for a request that names none); 0, or -1
-   + a message fit for a 400 answer. gen_free afterwards either way. */
+   + a message fit for a 400 answer (a 503 when g->busy). gen_free afterwards either way. */
 int gen_start(Gen *g, const GenModel *gm, RequestKind kind, const char *body, size_t n, const char *id, uint64_t seed);
 /* the whole answer, once every choice has ended (malloc'd JSON); NULL when the client
    left (*status 0), the model failed or memory ran out (*status 500, with a message), or
