@@ -109,8 +109,9 @@ check "--help: exit 0" [ $? = 0 ]
 for fd in "--model FILE.*(required)" "--no-verify .*(default: off)" "--host ADDR.*(default: 127.0.0.1)" "--port P.*(default: 8080)" \
           "--alias NAME.*(default: the model's file name)" "--parallel N.*(default: 16)" "--ctx-size C.*(default: the model's context" \
           "--threads T.*(default: every core)" "--kv-blocks B.*(default: N x C / 16)" "--kv-type TYPE.*(default: f32)" \
-          "--draft MODEL.*(default: none)" "--chat-format F" "--spec-max-batch N.*(default: 1)" "--no-speculation .*(default: off)" \
-          "--no-continuous .*(default: off)" "--max-body BYTES.*(default: 1048576)" "--max-connections N.*(default: 256)" \
+          "--draft MODEL.*(default: none)" "--chat-format F" "--spec-max-batch N.*(default: 256)" "--no-speculation .*(default: off)" \
+          "--no-continuous .*(default: off)" "--max-queue N.*(default: 1024)" "--no-prefix-cache .*(default: off)" \
+          "--max-body BYTES.*(default: 1048576)" "--max-connections N.*(default: 256)" \
           "--timeout S.*(default: 30)" "--shutdown-grace S.*(default: 5)" "--api-key KEY" "--cors ORIGIN.*(default: none)" "--version"; do
     check "--help: a line for $fd" grep -q -- "^  .*$fd" "$TMP/help"
 done

@@ -449,6 +449,7 @@ static int plan(DecodeCtx *d, DrafterRun *u, int cap) {
     t->n_side = 0;
     t->token[0] = u->x;
     t->parent[0] = -1;
+    t->depth[0] = 0;
     t->run_to = 0;
     t->hidden = r->hid;
     t->root_pos = P;
@@ -536,10 +537,13 @@ int drafter_plan(DecodeCtx *d, void *state, int cap, RoundNodes *rn) {
     if (over(d, u)) return 1;
     if (plan(d, u, cap)) return -1;
     const DraftTree *t = &u->r.t;
-    *rn = (RoundNodes){
-        t->n + t->n_side, u->r.tok,     u->r.pos, t->n_side ? NULL : t->parent, t->n_side ? u->r.mask : NULL,
-        t->n_side > 0,    t->run_to > 0};
-    if (u->plain) rn->n = 1, rn->parent = t->parent;
+    *rn = (RoundNodes){.n = t->n + t->n_side,
+                       .token = u->r.tok,
+                       .pos = u->r.pos,
+                       .parent = t->n_side ? NULL : t->parent,
+                       .mask = t->n_side ? u->r.mask : NULL,
+                       .need_ids = t->n_side > 0,
+                       .alone = t->run_to > 0};
     return 0;
 }
 
@@ -547,7 +551,7 @@ int drafter_land(DecodeCtx *d, void *state, const float *hid, const float *lg, c
     DrafterRun *u = state;
     Round *r = &u->r;
     const DraftTree *t = &r->t;
-    int N = u->plain ? 1 : t->n + t->n_side, V = d->m->c.vocab_size;
+    int N = t->n + t->n_side, V = d->m->c.vocab_size;
     if (!hid) { /* a round that cannot share a call: it runs alone */
         if (run_planned(d, u)) return -1;
         return land(d, u, pd_now() - u->t0);
@@ -556,7 +560,7 @@ int drafter_land(DecodeCtx *d, void *state, const float *hid, const float *lg, c
     d->layer_passes += d->m->c.n_layers, d->token_layers += (int64_t)N * d->m->c.n_layers, d->target_passes++;
     if (ids) memcpy(r->ids, ids, sizeof(int32_t) * N);
     if (lg) memcpy(r->lg, lg, sizeof(float) * N * V);
-    int rc = lg ? decode_rows_given(d, r->lg, N, ids ? NULL : r->ids, !u->plain && t->n_side > 0) : 0;
+    int rc = lg ? decode_rows_given(d, r->lg, N, ids ? NULL : r->ids, t->n_side > 0) : 0;
     if (rc < 0) return -1;
     r->lg_probs = rc == 1;
     return land(d, u, sec);

@@ -250,9 +250,8 @@ static int gather_room(Engine *e, int *take, int *n_rows) {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
-        while (j->gen_on && kv_reserve(&e->kv, j->dc.seq, blocks_for(e, room_for(j)) * e->o.block_size))
-            preempt_last(e), i = -1; /* the running set changed: from the start */
-        if (i < 0) break;
+        int room = blocks_for(e, room_for(j)) * e->o.block_size;
+        if (j->gen_on && kv_reserve(&e->kv, j->dc.seq, room)) preempt_last(e), i = -1; /* the set changed: again */
     }
     pthread_mutex_unlock(&e->mu);
     for (;;) {

@@ -10,12 +10,12 @@
    Prefix cache: the full KV blocks of a request's context are published (kvcache.h)
    once its prompt is in and when it ends or is preempted, and a new request attaches
    the blocks its prompt starts with instead of computing them.
-   A request may name a decoding method. Speculation pays only while the batch is
-   small (docs/benchmarks.md, "serve"): methods run, taking turns a step (a round of
-   the method's state machine, DecodeMethod.step) at a time on the one scheduler thread,
-   while the batch holds at most spec_max_batch requests, each with a method, and no
-   other can be admitted; otherwise standard steps take over from the same contexts,
-   and the methods resume when the batch is small again.
+   A request may name a decoding method. Its prompt comes in by standard steps, then
+   its method runs on the same sequence: a drafter's planned tree goes into the step's
+   one forward call beside every other request's work, the trees budgeted by what the
+   step costs (engine.c, budget()), so speculation shrinks towards plain rounds as the
+   batch grows; any other method runs a round a step on its own. Past spec_max_batch
+   running requests the methods stop and standard steps go on from the same sequences.
    Every method is lossless and the forward pass batch-invariant, so a greedy request
    says the same whatever runs beside it. One thread runs the steps; the calls below
    are safe from any thread. */
@@ -32,8 +32,8 @@ typedef struct {
     int prefill_chunk;  /* prompt tokens a step takes at most, all requests together */
     int continuous;     /* 0: a batch is formed when none runs and runs to its end
                             (static batching, the load benchmark's baseline) */
-    int spec_max_batch; /* methods run while the batch holds at most this many requests,
-                            all with a method (0: never) */
+    int spec_max_batch; /* methods run while the batch holds at most this many requests
+                            (0: never) */
     int max_queue;      /* requests waiting at most (0: no bound); past it engine_submit says busy */
     int no_prefix_cache;
     MethodShared opt; /* what the methods take (heads, a draft model); each runs with its defaults */
