@@ -46,7 +46,8 @@ def start(model, extra):
 
 def one(port, prompt, max_tokens, method):
     """one streamed request: (latency, time to first token, generated tokens)"""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
     if method:
         body["method"] = method
     t0 = time.perf_counter()
@@ -58,9 +59,9 @@ def one(port, prompt, max_tokens, method):
         if not line.startswith(b"data: {"):
             continue
         ev = json.loads(line[6:])
-        if ttft is None and ev["choices"][0]["text"]:
+        if ttft is None and ev["choices"] and ev["choices"][0]["text"]:
             ttft = time.perf_counter() - t0
-        if "usage" in ev:
+        if ev.get("usage"):
             n = ev["usage"]["completion_tokens"]
     c.close()
     t = time.perf_counter() - t0

@@ -28,6 +28,8 @@ struct Job {
     DecodeRun gen;
     int gen_on;
     const uint8_t *mask;                  /* the step's planned round's own mask (side nodes), or NULL */
+    double draft_cost;                    /* seconds a drafting round spends outside the forward call
+                                             (proposing, accepting), on average (budget()) */
     TokenLogprob *lp;                     /* [n_prompt + max_new] by position, or NULL */
     int n_top, prompt_lp, prompt_lp_done; /* logprobs: alternatives; the prompt's asked, computed */
     int lp_lost;                          /* a method could not keep a token's logits */
@@ -275,14 +277,16 @@ static int gather_room(Engine *e, int *take, int *n_rows) {
 static int shares(const Job *j) { return j->gen_on && j->method->step == drafter_step; }
 
 /* ---- the node budget ----
-   What a step costs is fitted as seconds ≈ a + b·n over the nodes n of each call
-   (decaying least squares, as a drafter's own controller fits its rounds). Every
-   drafter starts the step at one node (a plain round: a token); then, best tokens a
-   node first, a drafter's round grows by a bucket (drafter_wants: the tokens and nodes
-   its controller expects of it) while that raises the step's tokens a second: so as
-   the batch grows and a node costs more of the whole, the trees shrink towards plain
-   rounds, and the step never runs what its own numbers say slows it. A request alone
-   is left to its controller, as decode's; a fixed tree (--fixed-tree) to itself. */
+   A step's forward call and LM-head call are fitted as seconds ≈ a + b·n over their
+   nodes n (decaying least squares, as a drafter's own controller fits its rounds); a
+   request whose round drafts adds what its drafter spends outside the call (its heads
+   or draft model, the walk), measured per request. Every drafter starts the step at
+   one node (a plain round: a token); then, best tokens a second first, a drafter's
+   round grows by a bucket (drafter_wants: the tokens and nodes its controller expects
+   of it) while that raises the step's tokens a second: so as the batch grows and a
+   node costs more of the whole, the trees shrink towards plain rounds, and the step
+   never runs what its own numbers say slows it. A request alone is left to its
+   controller, as decode's; a fixed tree (--fixed-tree) to itself. */
 #define DECAY 0.97
 #define STEP_NODES MAX_ROUND_NODES /* nodes of planned rounds a step runs at most */
 
@@ -311,7 +315,7 @@ static void line_get(const Engine *e, double *a, double *b) {
 
 /* cap[i]: the bucket run[i]'s drafter may plan (its round: at most 2^cap nodes) */
 static void budget(Engine *e, int n_std, int n_gen, int *cap) {
-    double tok[MAX_PARALLEL][10], nodes[MAX_PARALLEL][10], a, b, N = n_std, T = n_gen;
+    double tok[MAX_PARALLEL][10], nodes[MAX_PARALLEL][10], a, b, N = n_std, T = n_gen, C;
     int want[MAX_PARALLEL], cur[MAX_PARALLEL];
     line_get(e, &a, &b);
     for (int i = 0; i < e->n_run; i++) {
@@ -322,21 +326,24 @@ static void budget(Engine *e, int n_std, int n_gen, int *cap) {
         N += 1, T += 1;
         if (e->run[i]->dc.opt.fixed_tree) cur[i] = want[i], N += nodes[i][want[i]] - 1; /* tests: no budget */
     }
+    C = a + b * N;
     if (e->n_run == 1) { /* alone: its own controller decides */
         cap[0] = want[0] >= 0 ? want[0] : 0;
         return;
     }
     for (;;) {
         int best = -1;
-        double br = 0, dn = 0, dt = 0;
+        double br = 0, dn = 0, dt = 0, dc = 0;
         for (int i = 0; i < e->n_run; i++) {
             if (cur[i] >= want[i]) continue;
-            double n1 = nodes[i][cur[i] + 1] - nodes[i][cur[i]], r = tok[i][cur[i] + 1] / (n1 < 1 ? 1 : n1);
-            if (r > br) br = r, best = i, dn = n1 < 1 ? 1 : n1, dt = tok[i][cur[i] + 1];
+            double n1 = nodes[i][cur[i] + 1] - nodes[i][cur[i]];
+            n1 = n1 < 1 ? 1 : n1;
+            double c1 = b * n1 + (cur[i] ? 0 : e->run[i]->draft_cost), r = tok[i][cur[i] + 1] / c1;
+            if (r > br) br = r, best = i, dn = n1, dt = tok[i][cur[i] + 1], dc = c1;
         }
-        /* more tokens a second: dt/dn beats what the step's nodes give now */
-        if (best < 0 || N + dn > STEP_NODES + n_std || dt * (a + b * N) <= T * b * dn) break;
-        cur[best]++, N += dn, T += dt;
+        /* more tokens a second: dt/dc beats what the step gives now */
+        if (best < 0 || N + dn > STEP_NODES + n_std || dt * C <= T * dc) break;
+        cur[best]++, N += dn, T += dt, C += dc;
     }
     for (int i = 0; i < e->n_run; i++) cap[i] = cur[i];
 }
@@ -461,6 +468,7 @@ static void method_turn(Engine *e, Job *j) {
 /* the step: standard tokens and planned rounds in one forward call, then their rows */
 static int step(Engine *e) {
     int take[MAX_PARALLEL], cap[MAX_PARALLEL], at[MAX_PARALLEL], got[MAX_PARALLEL], n_rows = 0, dim = e->m->c.dim;
+    double spent[MAX_PARALLEL]; /* each drafter's seconds outside the call */
     int V = e->m->c.vocab_size;
     double t0 = pd_now();
     int n = gather_room(e, take, &n_rows);
@@ -477,7 +485,9 @@ static int step(Engine *e) {
         int left = e->cap - n - (pending - 1), c = cap[i];
         while (c > 0 && (1 << c) + MAX_TREE > left) c--; /* side nodes may come on top */
         RoundNodes rn;
+        double tp = pd_now();
         int rc = drafter_plan(&j->dc, j->gen.state, c, &rn);
+        spent[i] = pd_now() - tp;
         if (rc == 0 && rn.alone) rc = drafter_land(&j->dc, j->gen.state, NULL, NULL, NULL, 0);
         else if (rc == 0) {
             at[i] = n, got[i] = rn.n;
@@ -504,6 +514,7 @@ static int step(Engine *e) {
     int planned = n - n_std, trees = 0, others = n_std > 0;
     for (int i = 0; i < e->n_run; i++) trees += got[i] > 1, others += got[i] > 0;
     Batch b = {n, e->tok, e->seq, e->pos, planned && !masked ? e->parent : NULL, masked ? e->mask : NULL};
+    double t_call = pd_now();
     if (n && forward_layers(e->fwd, &e->kv, &b, 0, e->m->c.n_layers, e->hidden)) return -1;
     for (int r = 0; r < n_rows; r++)
         memcpy(e->rows + (size_t)r * dim, e->hidden + (size_t)e->row_at[r] * dim, sizeof(float) * dim);
@@ -521,6 +532,7 @@ static int step(Engine *e) {
                          : final_logits(e->fwd, e->rows, all, e->logits) ||
                                rows_argmax(e->fwd, e->logits, all, V, e->row_tok)))
         return -1;
+    t_call = pd_now() - t_call;
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
         j->n_kv += take[i];
@@ -554,17 +566,20 @@ static int step(Engine *e) {
     if (others > 1) e->st.rounds_shared += trees;
     kv_stats(e);
     pthread_mutex_unlock(&e->mu);
-    /* the drafters' rounds: each costs, for its controller, what the line says a call
-       of its nodes alone would (alone: what the step took) */
+    /* the drafters' rounds: each costs, for its controller, what its nodes would in a
+       call alone, and what it spent outside the call (alone: what the step took) */
     double a, bb, sec = pd_now() - t0;
-    if (planned && e->n_run > 1) line_add(e, n, sec);
+    if (planned && e->n_run > 1) line_add(e, n, t_call);
     line_get(e, &a, &bb);
     for (int i = 0, off = n_rows; i < e->n_run; i++) {
         Job *j = e->run[i];
         if (got[i] <= 0) continue;
+        double tl = pd_now();
         int rc = drafter_land(&j->dc, j->gen.state, e->rows + (size_t)off * dim,
                               ids_only ? NULL : e->logits + (size_t)off * V, e->row_tok + off,
-                              e->n_run == 1 ? sec : a + bb * got[i]);
+                              e->n_run == 1 ? sec : a + bb * got[i] + spent[i]);
+        spent[i] += pd_now() - tl;
+        if (got[i] > 1) j->draft_cost += (j->draft_cost > 0 ? 0.1 : 1) * (spent[i] - j->draft_cost);
         off += got[i];
         if (rc) got[i] = rc < 0 ? -1 : -2;
     }
