@@ -32,8 +32,8 @@
     "memory: about " MEMORY_MODEL                                                                                      \
     "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                     \
     "        N × ctx / 16 by default; --kv-type bf16: kv_dim × 4, q8_0: (kv_dim + 4 × kv heads) × 2)\n"            \
-    "        + per step (N + 64) × (dim + vocab) × 4 bytes + a thread and the answer's text per open\n"              \
-    "        connection; --draft adds the draft model's weights twice.\n"
+    "        + per step (N + 448) × (dim + vocab) × 4 bytes (N + 64 without speculation) + a thread and\n"           \
+    "        the answer's text per open connection; --draft adds the draft model's weights twice.\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
 #define HIST_MAX 20
