@@ -9,7 +9,9 @@ the first's, with the cache on and (a second server) off.
 
   scripts/bench_prefix.py -m MODEL [--system-tokens 400] [--requests 8] [--serve-args "..."]
 """
-import argparse, gzip, http.client, json, os, re, statistics, subprocess, sys, time
+import argparse, gzip, http.client, json, os, statistics, sys, time
+
+from bench_serve import start  # the same server start, on a free port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,21 +22,6 @@ def story_text():
         if root and os.path.exists(path):
             return gzip.open(path, "rt").read()
     sys.exit("bench_prefix: the TinyStories sample is missing (set PARADEC_DATA)")
-
-
-def start(model, extra):
-    log = open("/tmp/bench_prefix.log", "w+")
-    p = subprocess.Popen([os.path.join(ROOT, "bin", "serve"), "-m", model, "--port", "0"] + extra, stderr=log)
-    for _ in range(600):
-        log.seek(0)
-        m = re.search(r"127\.0\.0\.1:(\d+)", log.read())
-        if m:
-            return p, int(m.group(1))
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    log.seek(0)
-    sys.exit("bench_prefix: the server did not start: " + log.read())
 
 
 def ttft(port, system, user):

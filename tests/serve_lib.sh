@@ -1,5 +1,5 @@
 # serve_lib.sh — what the serve tests share (sourced after lib.sh): the bundle they
-# serve and a server started on a free port.
+# serve, a server started on a free port, and its end awaited.
 bundle() { # bundle NAME : B = the model with the trained test heads; METHODS += the head methods
     B=$TMP/bundle.safetensors.zst
     EH=$BUILD/test-heads.safetensors.zst MH=$BUILD/test-medusa.safetensors.zst
@@ -22,4 +22,13 @@ start() { # start LOG ARGS... : a server of $B on a free port; sets PORT and SPI
         sleep 0.1
     done
     echo "server did not start:"; cat "$log"; return 1
+}
+
+reap() { # waits for the server, 20 s at most (then kills it: 137)
+    ( sleep 20; kill -KILL $SPID 2>/dev/null ) &
+    dog=$!
+    wait $SPID
+    st=$?
+    kill $dog 2>/dev/null
+    return $st
 }

@@ -15,14 +15,6 @@ N=24
 post() { curl -s -m 60 "http://127.0.0.1:$PORT$1" -d "$2"; }
 metric() { v=$(curl -s -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n "s/^paradec_$1 //p"); echo "${v:--1}"; } # -1: no answer
 proc() { sed -n "s/^$1:[[:space:]]*\([0-9]*\).*/\1/p" /proc/$SPID/status; } # proc VmRSS|Threads (kB, count)
-reap() { # waits for the server, 20 s at most (then kills it: 137)
-    ( sleep 20; kill -KILL $SPID 2>/dev/null ) &
-    dog=$!
-    wait $SPID
-    st=$?
-    kill $dog 2>/dev/null
-    return $st
-}
 
 # the greedy references: bin/decode's text after each prompt (as test_serve.sh asks it)
 SYS="Once upon a time, in a small town by the sea, there lived a kind old man named Sam. \

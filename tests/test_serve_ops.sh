@@ -7,6 +7,7 @@
 # refused; the latency and TTFT histograms; the llama.cpp-style CLI. Loopback only, every
 # load bounded in count and time.
 . tests/lib.sh
+. tests/serve_lib.sh # reap (its start is replaced below)
 for t in curl jq python3; do command -v $t >/dev/null || { echo "test_serve_ops: $t is missing (scripts/setup.sh installs it)"; finish test_serve_ops; exit 1; }; done
 # requests that last: stories260K widened to the tiny preset (same text, ~20x the cost)
 # on one thread
@@ -26,14 +27,6 @@ start() { # start LOG MODEL ARGS... : a server on a free port; sets PORT, URL, S
     echo "server did not start:"; cat "$log"; return 1
 }
 stop() { kill -"${1:-TERM}" $SPID; reap; } # stop [SIGNAL]: the server's exit status
-reap() { # waits for the server, 20 s at most (then kills it: 137)
-    ( sleep 20; kill -KILL $SPID 2>/dev/null ) &
-    dog=$!
-    wait $SPID
-    st=$?
-    kill $dog 2>/dev/null
-    return $st
-}
 srv() { timeout 20 $BIN/serve "$@"; } # a server that should refuse to start, and might not
 code() { curl -s -m 30 -o "$TMP/body" -D "$TMP/head" -w "%{http_code}" "$@"; } # body and headers kept
 header() { tr -d '\r' <"$TMP/head" | sed -n "s/^$1: //Ip"; }                    # header NAME (of the last code)
