@@ -87,6 +87,7 @@ typedef struct { /* one HTTP request */
     GenModel gm; /* what its completion runs on */
     Gen g;       /* a completion in flight */
     int fd;      /* the client's socket, to notice it leaving */
+    int left;    /* it was seen gone (the answer then ends as if complete) */
     char *sse;   /* the event being sent */
     size_t sse_n, sse_off;
     struct MHD_Connection *mc; /* to re-arm its idle timer while the answer is made */
@@ -266,10 +267,10 @@ static char *metrics(void) {
 
 static int client_gone(void *cls) {
     char ch;
-    int fd = ((const Conn *)cls)->fd;
-    struct pollfd p = {fd, POLLIN, 0};
-    return fd >= 0 && poll(&p, 1, 0) == 1 &&
-           (p.revents & (POLLHUP | POLLERR) || recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0);
+    Conn *k = cls;
+    struct pollfd p = {k->fd, POLLIN, 0};
+    return k->left = k->fd >= 0 && poll(&p, 1, 0) == 1 &&
+                     (p.revents & (POLLHUP | POLLERR) || recv(k->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -454,12 +455,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 /* one line per request on stderr: method, path, status, tokens, milliseconds */
-static void access_log(const Link *l, struct MHD_Connection *c, int tokens, double now,
+static void access_log(const Link *l, struct MHD_Connection *c, int tokens, double now, int left,
                        enum MHD_RequestTerminationCode why) {
     const union MHD_ConnectionInfo *st = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
     char status[12] = "-"; /* no answer was queued */
     if (st) snprintf(status, sizeof status, "%u", st->http_status);
-    const char *end = why == MHD_REQUEST_TERMINATED_COMPLETED_OK       ? ""
+    const char *end = left                                             ? ", client left"
+                      : why == MHD_REQUEST_TERMINATED_COMPLETED_OK     ? ""
                       : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED  ? ", timed out"
                       : why == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN  ? ", closed by the shutdown"
                       : why == MHD_REQUEST_TERMINATED_WITH_ERROR && st ? ", cut short"
@@ -478,7 +480,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         double now = pd_now();
         int prompt = 0, tokens = 0;
         if (k->g.n_c) gen_usage(&k->g, &prompt, &tokens);
-        access_log(l, c, tokens, now, why);
+        access_log(l, c, tokens, now, k->left, why);
         pthread_mutex_lock(&S.mu);
         if (k->g.n_c) {
             hist_add(&S.latency, now - l->t_start);
