@@ -557,7 +557,7 @@ int drafter_land(DecodeCtx *d, void *state, const float *hid, const float *lg, c
         return land(d, u, pd_now() - u->t0);
     }
     memcpy(r->hid, hid, sizeof(float) * N * d->m->c.dim);
-    d->layer_passes += d->m->c.n_layers, d->token_layers += (int64_t)N * d->m->c.n_layers, d->target_passes++;
+    decode_count_pass(d, N, 0, d->m->c.n_layers);
     if (ids) memcpy(r->ids, ids, sizeof(int32_t) * N);
     if (lg) memcpy(r->lg, lg, sizeof(float) * N * V);
     int rc = lg ? decode_rows_given(d, r->lg, N, ids ? NULL : r->ids, t->n_side > 0) : 0;

@@ -428,11 +428,14 @@ static void method_over(Engine *e, Job *j, int rc) {
     method_stop(e, j);
 }
 
+/* methods run while the batch holds at most spec_max_batch requests */
+static int speculating(const Engine *e) { return e->o.spec_max_batch && e->n_run <= e->o.spec_max_batch; }
+
 /* may j start its method now? a method, speculation on, its context in but the last
    token (which the method's start runs), no prompt logprobs still due */
 static int method_due(const Engine *e, const Job *j) {
-    return j->method && !j->gen_on && e->o.spec_max_batch && e->n_run <= e->o.spec_max_batch && j->seq >= 0 &&
-           j->n_kv == j->n_ctx - 1 && !prompt_lp_due(j) && !job_over(j);
+    return j->method && !j->gen_on && speculating(e) && j->seq >= 0 && j->n_kv == j->n_ctx - 1 && !prompt_lp_due(j) &&
+           !job_over(j);
 }
 
 /* starts j's method on j's sequence (then its first round, for a method that does not
@@ -604,7 +607,7 @@ static void *loop(void *arg) {
             pthread_cond_wait(&e->work, &e->mu);
             continue;
         }
-        if (!e->o.spec_max_batch || e->n_run > e->o.spec_max_batch) stop_methods(e);
+        if (!speculating(e)) stop_methods(e);
         /* methods that start now, and rounds of those that do not share the step */
         Job *turn[MAX_PARALLEL];
         int n_turn = 0;

@@ -299,10 +299,14 @@ static int graph_forward(DecodeCtx *d, const Batch *b, float *hidden) {
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden) {
     int graph = d->opt.graphs && !d->run->fast && lb == 0 && le == d->m->c.n_layers && b->n <= MAX_GRAPH_TOKENS;
     if (graph ? graph_forward(d, b, hidden) : forward_layers(d->run, d->kv, b, lb, le, hidden)) return -1;
-    d->layer_passes += le - lb;
-    d->token_layers += (int64_t)b->n * (le - lb);
-    d->target_passes += lb == 0 && le == d->m->c.n_layers;
+    decode_count_pass(d, b->n, lb, le);
     return 0;
+}
+
+void decode_count_pass(DecodeCtx *d, int n, int lb, int le) {
+    d->layer_passes += le - lb;
+    d->token_layers += (int64_t)n * (le - lb);
+    d->target_passes += lb == 0 && le == d->m->c.n_layers;
 }
 
 int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits) {

@@ -177,6 +177,9 @@ void decode_free(DecodeCtx *d);
 /* forward_layers with the statistics kept: layer_passes += e - b, token_layers +=
    n (e - b), and a target pass when the call covers the whole model */
 int decode_forward(DecodeCtx *d, const Batch *b, int lb, int le, float *hidden);
+/* decode_forward's statistics for n tokens through layers [lb, le) that another call ran
+   (the serve engine's shared step) */
+void decode_count_pass(DecodeCtx *d, int n, int lb, int le);
 /* one token at pos through the whole model: hidden[dim] after the last layer, and
    logits[vocab] unless logits is NULL (then decode_choose reads hidden) */
 int decode_step(DecodeCtx *d, int token, int pos, float *hidden, float *logits);

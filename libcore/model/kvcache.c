@@ -343,6 +343,11 @@ void kv_read(const KVCache *kv, int seq, int layer, int slot, float *k, float *v
 static int run_moves(KVCache *kv, const int64_t *list, int n);
 static int moves_reserve(KVCache *kv, size_t n);
 
+/* where slot i of block blk's column starts in k or v (col() for a sequence's slot) */
+static size_t block_col(const KVCache *kv, int blk, int layer, int i) {
+    return (size_t)blk * kv_block_stride(kv) + layer_off(kv, layer) + i;
+}
+
 /* seq goes on writing into its block i after its first `used` slots: a block another
    sequence holds is copied first, and a published one leaves the cache */
 static int own_block(KVCache *kv, int seq, int i, int used) {
@@ -355,11 +360,8 @@ static int own_block(KVCache *kv, int seq, int i, int used) {
         if (b >= 0) block_drop(kv, b);
         return pd_error("kv cache: no block to copy a shared block into");
     }
-    size_t stride = kv_block_stride(kv);
     for (int l = 0; l < kv->n_layers; l++)
-        for (int s = 0; s < used; s++)
-            *w++ = (int64_t)((size_t)old * stride + layer_off(kv, l) + s),
-            *w++ = (int64_t)((size_t)b * stride + layer_off(kv, l) + s);
+        for (int s = 0; s < used; s++) *w++ = (int64_t)block_col(kv, old, l, s), *w++ = (int64_t)block_col(kv, b, l, s);
     int rc = run_moves(kv, list, (int)most);
     free(list);
     if (rc) return block_drop(kv, b), -1;
@@ -398,8 +400,7 @@ static int moves_reserve(KVCache *kv, size_t n) {
 
 /* where a slot's column (kv_dim elements, block_size apart) starts in k or v */
 static size_t col(const KVCache *kv, int seq, int layer, int slot) {
-    int blk = kv_table(kv, seq)[slot / kv->block_size];
-    return (size_t)blk * kv_block_stride(kv) + layer_off(kv, layer) + slot % kv->block_size;
+    return block_col(kv, kv_table(kv, seq)[slot / kv->block_size], layer, slot % kv->block_size);
 }
 
 /* list: the values' {src, dst} pairs as col() gives them; the scales' pairs follow
