@@ -34,7 +34,7 @@ CFLAGS += -std=c11 $(OPT) $(NO_VNNI) -ffp-contract=off -g -pthread -Wall -Wextra
 # bytes by signed ones: wrong sums (Debian's 12.2 on a Zen 4 EPYC). So no file may use
 # VNNI but those whose intrinsics need it (no such loop is compiled in them beside VNNI).
 NO_VNNI  := -mno-avxvnni -mno-avx512vnni
-VNNI_SRC := kernels/cpu/quant.c kernels/cpu/quant_k.c kernels/cpu/qmatvec.c
+VNNI_SRC := kernels/cpu/quant.c kernels/cpu/quant_k.c kernels/cpu/qmatvec.c kernels/cpu/pool.c
 $(VNNI_SRC:%.c=$(BUILD)/obj/%.o): NO_VNNI :=
 LDLIBS += -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm -lstdc++
 
@@ -134,7 +134,7 @@ nvcc-check:
 # the kernels twice, as this machine runs them and as the scalar spec (no AVX, no FMA
 # instructions): tests/test_kernel_spec.sh runs both on one seed and compares every output
 KERNEL_SRC := $(wildcard kernels/cpu/*.c)
-KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/avx2 $(BUILD)/kspec/scalar
+KSPEC      := $(BUILD)/kspec/native $(BUILD)/kspec/avx2 $(BUILD)/kspec/avxvnni $(BUILD)/kspec/scalar
 $(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
@@ -142,6 +142,13 @@ $(BUILD)/kspec/native: tests/kernel_dump.c $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(
 $(BUILD)/kspec/avx2: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mno-avx512f $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
+# the AVX2 paths with AVX-VNNI's vpdpbusd (VEX), only in the files that may use VNNI;
+# it runs where the CPU has avx_vnni
+$(BUILD)/kspec/avxvnni: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
+	@mkdir -p $@.o
+	for f in $(VNNI_SRC); do $(CC) $(CFLAGS) -mno-avx512f -mavxvnni -c $$f -o $@.o/$$(basename $$f .c).o || exit 1; done
+	$(CC) $(CFLAGS) -mno-avx512f $< $(filter-out $(VNNI_SRC),$(KERNEL_SRC)) $(VNNI_SRC:kernels/cpu/%.c=$@.o/%.o) \
+		$(CUEMU_OBJ) -o $@ $(LDFLAGS) -lpthread -lm -lstdc++
 $(BUILD)/kspec/scalar: tests/kernel_dump.c $(KERNEL_SRC) $(CUEMU_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(subst -march=native,-march=x86-64-v2,$(CFLAGS)) $^ -o $@ $(LDFLAGS) -lpthread -lm -lstdc++

@@ -130,6 +130,9 @@ const char *k_cpu_features(void) {
 #ifdef __AVX512VNNI__
            "avx512vnni "
 #endif
+#ifdef __AVXVNNI__
+           "avxvnni "
+#endif
 #ifdef __AVX512BF16__
            "avx512bf16 "
 #endif

@@ -109,6 +109,25 @@ static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int n
     panel_out(out + QPANEL, a1, sx, scale + QPANEL, sum + QPANEL);
     panel_out(out + 2 * QPANEL, a2, sx, scale + 2 * QPANEL, sum + 2 * QPANEL);
     panel_out(out + 3 * QPANEL, a3, sx, scale + 3 * QPANEL, sum + 3 * QPANEL);
+#elif defined(__AVXVNNI__)
+    /* the same with the VEX vpdpbusd: a panel's 16 rows in two vectors of 8 */
+    for (int i = 0; i < QGROUP; i++, panel += stride) {
+        __m256i a[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int c = 0; c < nq; c++) {
+            int32_t xq;
+            memcpy(&xq, ux + 4 * c, 4);
+            __m256i xb = _mm256_set1_epi32(xq);
+            for (int h = 0; h < 2; h++)
+                a[h] = _mm256_dpbusd_avx_epi32(a[h], xb,
+                                               _mm256_loadu_si256((const __m256i *)(panel + (size_t)c * QPANEL * 4) + h));
+        }
+        for (int h = 0; h < 2; h++) {
+            int o = i * QPANEL + 8 * h;
+            __m256i d = _mm256_sub_epi32(a[h], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(sum + o)), 7));
+            _mm256_storeu_ps(out + o, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(sx), _mm256_loadu_ps(scale + o)),
+                                                    _mm256_cvtepi32_ps(d)));
+        }
+    }
 #elif defined(__AVX2__)
     /* u8 and s8 widened to 16 bits, so that madd's pair sums are exact (maddubs would
        saturate); a row's two pair sums land side by side and are added at the end */

@@ -23,6 +23,9 @@
 #define GROUP 16 /* rows a group (and a vector of int32 or float) holds */
 #else
 #define GROUP 8
+#if defined(__AVXVNNI__)
+#define AVX_VNNI 1 /* AVX2 with the VEX vpdpbusd (Alder Lake and later cores without AVX-512) */
+#endif
 #endif
 #define CHUNK 32 /* AVX2: blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
 #define STACK_BYTES 32768
@@ -166,14 +169,22 @@ INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) 
 }
 
 typedef __m256i PV;
+#ifdef AVX_VNNI
+#define PV_BLOCK(wt) 8
+#else
 #define PV_BLOCK(wt) ((wt) == WT_Q8_0 ? 16 : 8) /* Q8_0: w, then |w| */
+#endif
 /* a block of 8 rows as panels, w[k] = quad k (Q4: the nibbles as bytes; Q5_0: with the
-   fifth bit as 16; Q8_0: then |w| in w[8 + k]) */
+   fifth bit as 16; Q8_0: then |w| in w[8 + k], or with AVX-VNNI w + 128 as unsigned) */
 INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
     if (wt == WT_Q8_0) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
             w[k] = _mm256_loadu_si256((const __m256i *)q + k);
+#ifdef AVX_VNNI
+            w[k] = _mm256_xor_si256(w[k], _mm256_set1_epi8((char)0x80));
+#else
             w[k + 8] = _mm256_abs_epi8(w[k]);
+#endif
         }
         return;
     }
@@ -201,8 +212,22 @@ INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
    quads stay exact, ≤ 8·2·15·127) */
 INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si,
                    float sf, const WType wt) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum;
+#ifdef AVX_VNNI
+    /* vpdpbusd: 4 u8 × s8 products into each int32 lane, exact; the weights' offsets
+       (Q8_0's +128 included) come back out as off·Σq, as in the AVX-512 path */
+    const int off = wt == WT_Q8_0 ? 128 : wt == WT_Q4_0 ? 8 : wt == WT_Q5_0 ? 16 : 0;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+        int32_t q0, q1;
+        memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
+        s0 = _mm256_dpbusd_avx_epi32(s0, w[k], _mm256_set1_epi32(q0));
+        s1 = _mm256_dpbusd_avx_epi32(s1, w[k + 1], _mm256_set1_epi32(q1));
+    }
+    sum = _mm256_add_epi32(s0, s1);
+    if (off) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(off * si));
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
     if (wt == WT_Q5_0) { /* 5-bit values: a quad pair's 16-bit sums stay exact (≤ 2·2·31·127), not 8 quads' */
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
@@ -236,6 +261,7 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
         sum = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
         if (wt == WT_Q4_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * si));
     }
+#endif
     __m256 vdx = _mm256_set1_ps(dx);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(sum), acc);
     if (wt == WT_Q4_1) acc = _mm256_fmadd_ps(_mm256_mul_ps(m, vdx), _mm256_set1_ps(sf), acc);

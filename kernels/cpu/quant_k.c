@@ -20,6 +20,8 @@
 #define QK_AVX2 1
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define QK_VNNI 1
+#elif defined(__AVXVNNI__)
+#define QK_AVXVNNI 1 /* the AVX2 path with the VEX vpdpbusd */
 #endif
 #endif
 
@@ -178,7 +180,7 @@ static size_t sb_bytes(WType wt) { return wt == WT_Q4_K ? Q4_SB : wt == WT_Q5_K 
 static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * sb_bytes(wt) + 63) & ~(size_t)63; }
 
 /* x's per-type extras: Q4_K / Q5_K: aux[p] = the sums of q of sub-blocks 2p, 2p + 1 as
-   an int16 pair; Q6_K: VNNI: −32·Σq per 16, AVX2: per 16 the int16 pair 32·Σ q of each
+   an int16 pair; Q6_K: VNNI (either): −32·Σq per 16, AVX2: per 16 the int16 pair 32·Σ q of each
    quad's elements 0, 1 and 2, 3 (what a maddubs lane's −32 offsets add up to).
    VNNI: then the quads expanded, e[i] = 64 bytes: a quad broadcast over 8 lanes, then
    the quad its pair partner reads */
@@ -186,7 +188,7 @@ static void prep_x(XBlock *xb, WType wt, int nb) {
     for (int b = 0; b < nb; b++, xb++) {
         if (wt == WT_Q6_K)
             for (int j = 0; j < 16; j++) {
-#ifdef QK_VNNI
+#if defined(QK_VNNI) || defined(QK_AVXVNNI)
                 xb->aux[j] = -32 * xb->bs[j];
 #else
                 int lo = 0, hi = 0;
@@ -302,7 +304,8 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
 }
 #undef HALVES
 #else
-/* AVX2: maddubs against x's quad broadcast gives each row's pair sums in its own lane;
+/* AVX2: maddubs against x's quad broadcast gives each row's pair sums in its own lane
+   (AVX-VNNI: vpdpbusd its int32 sub-block sums, exact, then times the scale);
    a sub-block's 16-bit sums stay exact (Q4_K: 8 quads ≤ 8·2·15·127; Q5_K: 4 quads ≤
    4·2·31·127; Q6_K: wrapping, less the −32 offsets, ≤ 8·32·127 in magnitude), then
    madd by the scale (in both halves of the row's int32 lane) makes them int32. */
@@ -311,10 +314,14 @@ INLINE __m256i bcast4(const int8_t *q) {
     memcpy(&v, q, 4);
     return _mm256_set1_epi32(v);
 }
-/* the 8 rows' scales at p (bytes) in both int16 halves of each int32 lane */
-INLINE __m256i scale2(const uint8_t *p, int sign) {
+/* the 8 rows' scales at p (bytes) as int32 lanes */
+INLINE __m256i scale32(const uint8_t *p, int sign) {
     __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    __m256i v = sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    return sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+}
+/* the same in both int16 halves of each int32 lane */
+INLINE __m256i scale2(const uint8_t *p, int sign) {
+    __m256i v = scale32(p, sign);
     return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 INLINE __m256i bit_to_16(__m256i hb, int p) {
@@ -330,8 +337,13 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
         const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int h = 0; h < 2; h++)
             for (int s = 0; s < 2; s++) {
+#ifdef QK_AVXVNNI /* each sum starts at its −32 offsets' share, −32·Σqx */
+                __m256i a[4];
+                for (int g = 0; g < 4; g++) a[g] = _mm256_set1_epi32(xb->aux[8 * h + 2 * g + s]);
+#else
                 __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                                 _mm256_setzero_si256()};
+#endif
                 _Pragma("GCC unroll 4") for (int k = 4 * s; k < 4 * s + 4; k++) {
                     const int o = h * 8 + k;
                     __m256i L0 = _mm256_loadu_si256((const __m256i *)(P + 64 * o)),
@@ -344,14 +356,21 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), low),
                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30))};
                     for (int g = 0; g < 4; g++)
+#ifdef QK_AVXVNNI
+                        a[g] = _mm256_dpbusd_avx_epi32(a[g], q[g], bcast4(xq + 128 * h + 32 * g + 4 * k));
+#else
                         a[g] =
                             _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], bcast4(xq + 128 * h + 32 * g + 4 * k)));
+#endif
                 }
                 for (int g = 0; g < 4; g++) {
-                    int j = 8 * h + 2 * g + s;
-                    __m256i c = _mm256_sub_epi16(a[g], _mm256_set1_epi32(xb->aux[j]));
-                    S = _mm256_add_epi32(
-                        S, _mm256_madd_epi16(c, scale2(P + Q6_SC + (h * 4 + s * 2 + (g >> 1)) * 16 + (g & 1) * 8, 1)));
+                    const uint8_t *sc = P + Q6_SC + (h * 4 + s * 2 + (g >> 1)) * 16 + (g & 1) * 8;
+#ifdef QK_AVXVNNI
+                    S = _mm256_add_epi32(S, _mm256_mullo_epi32(a[g], scale32(sc, 1)));
+#else
+                    __m256i c = _mm256_sub_epi16(a[g], _mm256_set1_epi32(xb->aux[8 * h + 2 * g + s]));
+                    S = _mm256_add_epi32(S, _mm256_madd_epi16(c, scale2(sc, 1)));
+#endif
                 }
             }
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Q6_D)));
@@ -370,13 +389,22 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
                 __m256i hb = _mm256_loadu_si256((const __m256i *)(P + Q5_QH + 32 * k));
                 lo = _mm256_or_si256(lo, bit_to_16(hb, 2 * c)), hi = _mm256_or_si256(hi, bit_to_16(hb, 2 * c + 1));
             }
+#ifdef QK_AVXVNNI
+            a[0][k & 1] = _mm256_dpbusd_avx_epi32(a[0][k & 1], lo, bcast4(xq + 64 * c + 4 * k));
+            a[1][k & 1] = _mm256_dpbusd_avx_epi32(a[1][k & 1], hi, bcast4(xq + 64 * c + 32 + 4 * k));
+#else
             a[0][k >> 2] = _mm256_add_epi16(a[0][k >> 2], _mm256_maddubs_epi16(lo, bcast4(xq + 64 * c + 4 * k)));
             a[1][k >> 2] = _mm256_add_epi16(a[1][k >> 2], _mm256_maddubs_epi16(hi, bcast4(xq + 64 * c + 32 + 4 * k)));
+#endif
         }
         for (int nib = 0; nib < 2; nib++) {
-            __m256i sc = scale2(P + SCo + ((c >> 1) * 2 + nib) * 16 + (c & 1) * 8, 0);
-            S = _mm256_add_epi32(S,
-                                 _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], sc), _mm256_madd_epi16(a[nib][1], sc)));
+            const uint8_t *sc = P + SCo + ((c >> 1) * 2 + nib) * 16 + (c & 1) * 8;
+#ifdef QK_AVXVNNI
+            S = _mm256_add_epi32(S, _mm256_mullo_epi32(_mm256_add_epi32(a[nib][0], a[nib][1]), scale32(sc, 0)));
+#else
+            S = _mm256_add_epi32(S, _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], scale2(sc, 0)),
+                                                     _mm256_madd_epi16(a[nib][1], scale2(sc, 0))));
+#endif
         }
     }
     __m256i M = _mm256_setzero_si256();
