@@ -123,6 +123,11 @@ static inline __m512 bf16_hi(__m512i v) {
     return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000)));
 }
 
+/* the line AHEAD bytes past p, into L2: one token's stream, left to the core's own
+   prefetchers, read at about two thirds of the bandwidth (bf16 on an Intel core) */
+#define AHEAD 8192
+static inline void ahead(const void *p) { _mm_prefetch((const char *)((uintptr_t)p + AHEAD), _MM_HINT_T1); }
+
 /* One token × G panels of a block (W floats, or W bf16 pairs, from one column to the
    next): its even chain a and odd chain b, all columns in order, kept in registers. */
 #define KERNEL(G)                                                                                                      \
@@ -132,6 +137,7 @@ static inline __m512 bf16_hi(__m512i v) {
         int c = 0;                                                                                                     \
         for (; c + 1 < cols; c += 2, P += 2 * W) {                                                                     \
             __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                                           \
+            _Pragma("GCC unroll 8") for (int k = 0; k < 2 * G; k++) ahead(P + PANEL * k);                              \
             _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
                 a[k] = _mm512_fmadd_ps(x0, _mm512_load_ps(P + PANEL * k), a[k]);                                       \
                 b[k] = _mm512_fmadd_ps(x1, _mm512_load_ps(P + W + PANEL * k), b[k]);                                   \
@@ -149,6 +155,7 @@ static inline __m512 bf16_hi(__m512i v) {
         int c = 0;                                                                                                     \
         for (; c + 1 < cols; c += 2, P += W) {                                                                         \
             __m512 x0 = _mm512_set1_ps(x[c]), x1 = _mm512_set1_ps(x[c + 1]);                                           \
+            _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) ahead(P + PANEL * k);                                  \
             _Pragma("GCC unroll 8") for (int k = 0; k < G; k++) {                                                      \
                 __m512i v = _mm512_load_si512((const void *)(P + PANEL * k));                                          \
                 a[k] = _mm512_fmadd_ps(x0, bf16_lo(v), a[k]);                                                          \
