@@ -35,19 +35,32 @@ static size_t block_bytes(WType wt) {
     return wt == WT_Q8_0 ? Q8_0_BYTES : wt == WT_Q4_0 ? Q4_0_BYTES : wt == WT_Q5_0 ? Q5_0_BYTES : Q4_1_BYTES;
 }
 
-/* x's rows quantized: per block 32 int8, the scale, and Σ q (exact in an int and a float) */
+/* what the weights' bytes hold above their values as unsigned (the vector paths' integer
+   sums take off·Σq back out): Q4_0's 8, Q5_0's 16, and Q8_0's 128 where VNNI multiplies it
+   as w + 128 */
+static int offset(WType wt) {
+#if defined(VNNI) || defined(AVX_VNNI)
+    if (wt == WT_Q8_0) return 128;
+#endif
+    return wt == WT_Q4_0 ? 8 : wt == WT_Q5_0 ? 16 : 0;
+}
+
+/* x's rows quantized: per block 32 int8, the scale, Σq as a float (Q4_1's minima term),
+   and −offset·Σq, where the block's integer sum starts (all exact) */
 typedef struct {
     int8_t *q;   /* [n][nb][QK] */
     float *d;    /* [n][nb] */
-    int32_t *si; /* [n][nb] */
+    int32_t *so; /* [n][nb] */
     float *sf;   /* [n][nb] */
 } QX;
 
-static void quantize_row(int8_t *q, float *d, int32_t *si, float *sf, const float *x, int cols) {
+static void quantize_row(int8_t *q, float *d, int32_t *so, float *sf, const float *x, int cols, int off) {
     int nb = (cols + QK - 1) / QK;
     for (int b = 0; b < nb; b++) {
-        d[b] = q8_block(x + b * QK, cols - b * QK, q + b * QK, &si[b]);
-        sf[b] = (float)si[b];
+        int32_t si;
+        d[b] = q8_block(x + b * QK, cols - b * QK, q + b * QK, &si);
+        sf[b] = (float)si;
+        so[b] = -off * si;
     }
 }
 
@@ -83,6 +96,9 @@ static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(w
    The integer sums, so the bits, are the scalar spec's. Tokens take a group's blocks
    TT at a time, each block unpacked once for all of them. */
 #define TT 8
+/* x's quad at p in every lane, straight from memory (through a general register it
+   took two more shuffle-port operations a quad) */
+INLINE __m512i quad16(const int8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 INLINE void unpack16(__m512i w[8], const uint8_t *q, const WType wt) {
     if (wt == WT_Q8_0) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -112,7 +128,7 @@ INLINE void unpack16(__m512i w[8], const uint8_t *q, const WType wt) {
 INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, const int NT, int first,
                    const WType wt) {
     const size_t qs = panel_qs(wt), pb = panel_bytes(wt);
-    const int off = wt == WT_Q8_0 ? 128 : wt == WT_Q4_0 ? 8 : wt == WT_Q5_0 ? 16 : 0;
+    const int off = offset(wt);
     const QX *x = &j->x;
     __m512 a[TT];
     _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) a[t] = _mm512_setzero_ps();
@@ -127,16 +143,14 @@ INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, c
         _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) {
             size_t o = (size_t)(tt + t) * j->nb + b;
             const int8_t *xq = x->q + o * QK;
-            int32_t q[8];
-            memcpy(q, xq, sizeof q);
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(q[0]));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(q[1]));
+            __m512i s0 =
+                _mm512_dpbusd_epi32(off ? _mm512_set1_epi32(x->so[o]) : _mm512_setzero_si512(), w[0], quad16(xq));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], quad16(xq + 4));
             _Pragma("GCC unroll 8") for (int k = 2; k < 8; k += 2) {
-                s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(q[k]));
-                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(q[k + 1]));
+                s0 = _mm512_dpbusd_epi32(s0, w[k], quad16(xq + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], quad16(xq + 4 * k + 4));
             }
             __m512i sum = _mm512_add_epi32(s0, s1);
-            if (off) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(off * x->si[o]));
             __m512 vdx = _mm512_set1_ps(x->d[o]);
             a[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, vdx), _mm512_cvtepi32_ps(sum), a[t]);
             if (wt == WT_Q4_1) a[t] = _mm512_fmadd_ps(_mm512_mul_ps(m, vdx), _mm512_set1_ps(x->sf[o]), a[t]);
@@ -162,6 +176,8 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
     }
 }
 #else
+/* x's quad at p in every lane, straight from memory (see quad16) */
+INLINE __m256i quad8(const int8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
 /* a block's scales as floats (d; Q4_1: and m), s its panel's */
 INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) {
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
@@ -210,42 +226,36 @@ INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
 /* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
    multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
    quads stay exact, ≤ 8·2·15·127) */
-INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t si,
+INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t so,
                    float sf, const WType wt) {
     __m256i sum;
 #ifdef AVX_VNNI
     /* vpdpbusd: 4 u8 × s8 products into each int32 lane, exact; the weights' offsets
-       (Q8_0's +128 included) come back out as off·Σq, as in the AVX-512 path */
-    const int off = wt == WT_Q8_0 ? 128 : wt == WT_Q4_0 ? 8 : wt == WT_Q5_0 ? 16 : 0;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+       (Q8_0's +128 included) come back out through so, as in the AVX-512 path */
+    __m256i s0 = _mm256_set1_epi32(so), s1 = _mm256_setzero_si256();
     _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-        int32_t q0, q1;
-        memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
-        s0 = _mm256_dpbusd_avx_epi32(s0, w[k], _mm256_set1_epi32(q0));
-        s1 = _mm256_dpbusd_avx_epi32(s1, w[k + 1], _mm256_set1_epi32(q1));
+        const __m256i q0 = quad8(xb + 4 * k), q1 = quad8(xb + 4 * k + 4);
+        s0 = _mm256_dpbusd_avx_epi32(s0, w[k], q0);
+        s1 = _mm256_dpbusd_avx_epi32(s1, w[k + 1], q1);
     }
     sum = _mm256_add_epi32(s0, s1);
-    if (off) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(off * si));
 #else
     const __m256i ones = _mm256_set1_epi16(1);
     if (wt == WT_Q5_0) { /* 5-bit values: a quad pair's 16-bit sums stay exact (≤ 2·2·31·127), not 8 quads' */
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-            int32_t q0, q1;
-            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
-            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w[k], _mm256_set1_epi32(q0)),
-                                         _mm256_maddubs_epi16(w[k + 1], _mm256_set1_epi32(q1)));
+            const __m256i q0 = quad8(xb + 4 * k), q1 = quad8(xb + 4 * k + 4);
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w[k], q0), _mm256_maddubs_epi16(w[k + 1], q1));
             if (k < 4) s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p, ones));
             else s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, ones));
         }
-        sum = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * si));
+        sum = _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(so));
     } else if (wt == WT_Q8_0) {
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-            int32_t q0, q1;
-            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
-            __m256i p0 = _mm256_maddubs_epi16(w[k + 8], _mm256_sign_epi8(_mm256_set1_epi32(q0), w[k]));
-            __m256i p1 = _mm256_maddubs_epi16(w[k + 9], _mm256_sign_epi8(_mm256_set1_epi32(q1), w[k + 1]));
+            const __m256i q0 = quad8(xb + 4 * k), q1 = quad8(xb + 4 * k + 4);
+            __m256i p0 = _mm256_maddubs_epi16(w[k + 8], _mm256_sign_epi8(q0, w[k]));
+            __m256i p1 = _mm256_maddubs_epi16(w[k + 9], _mm256_sign_epi8(q1, w[k + 1]));
             s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones)),
             s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
         }
@@ -253,13 +263,12 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
     } else {
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-            int32_t q0, q1;
-            memcpy(&q0, xb + 4 * k, 4), memcpy(&q1, xb + 4 * k + 4, 4);
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(q0)));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(w[k + 1], _mm256_set1_epi32(q1)));
+            const __m256i q0 = quad8(xb + 4 * k), q1 = quad8(xb + 4 * k + 4);
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[k], q0));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(w[k + 1], q1));
         }
         sum = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
-        if (wt == WT_Q4_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * si));
+        if (wt == WT_Q4_0) sum = _mm256_add_epi32(sum, _mm256_set1_epi32(so));
     }
 #endif
     __m256 vdx = _mm256_set1_ps(dx);
@@ -284,7 +293,7 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
             unpack(w, G + b * pb, wt);
             __m256 d, m;
             load_scales(&d, &m, G + b * pb + qs, wt);
-            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->si[o + b], x->sf[o + b], wt);
+            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->so[o + b], x->sf[o + b], wt);
         }
         _mm256_storeu_ps(acc, a);
         return;
@@ -307,9 +316,9 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
             __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps(),
                    a1 = c0 ? _mm256_loadu_ps(r1) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++) {
-                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->so[o0 + b],
                           x->sf[o0 + b], wt);
-                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->si[o1 + b],
+                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->so[o1 + b],
                           x->sf[o1 + b], wt);
             }
             _mm256_storeu_ps(r0, a0), _mm256_storeu_ps(r1, a1);
@@ -319,7 +328,7 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
             float *r0 = acc + (size_t)(t - t0) * GROUP;
             __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps();
             for (int b = 0; b < nc; b++)
-                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->si[o0 + b],
+                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->so[o0 + b],
                           x->sf[o0 + b], wt);
             _mm256_storeu_ps(r0, a0);
         }
@@ -393,8 +402,10 @@ static void matmul_rows(void *ctx, int begin, int end) {
 #else
             group_scalar(j, p, acc, t0, nt);
 #endif
-            for (int t = 0; t < nt; t++)
-                memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, acc + (size_t)t * GROUP, sizeof(float) * nr);
+            for (int t = 0; t < nt; t++) /* a whole group's copy a constant size: vector moves, not rep movs */
+                if (nr == GROUP)
+                    memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, acc + (size_t)t * GROUP, sizeof(float) * GROUP);
+                else memcpy(j->y + (size_t)(t0 + t) * j->rows + r0, acc + (size_t)t * GROUP, sizeof(float) * nr);
         }
     }
 }
@@ -406,11 +417,11 @@ static void matmul_tokens(float *y, const float *x, const QIndex *w, WType wt, i
     Job j = {y, w, wt, n, cols, rows, nb, q_row_bytes(wt, cols), {0}};
     j.x.q = (int8_t *)buf;
     j.x.d = (float *)(buf + (size_t)n * nb * QK);
-    j.x.si = (int32_t *)(j.x.d + (size_t)n * nb);
-    j.x.sf = (float *)(j.x.si + (size_t)n * nb);
+    j.x.so = (int32_t *)(j.x.d + (size_t)n * nb);
+    j.x.sf = (float *)(j.x.so + (size_t)n * nb);
     for (int t = 0; t < n; t++) {
         size_t o = (size_t)t * nb;
-        quantize_row(j.x.q + o * QK, j.x.d + o, j.x.si + o, j.x.sf + o, x + (size_t)t * cols, cols);
+        quantize_row(j.x.q + o * QK, j.x.d + o, j.x.so + o, j.x.sf + o, x + (size_t)t * cols, cols, offset(wt));
     }
     /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
     long per_row = (long)cols * n;

@@ -309,11 +309,7 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
    a sub-block's 16-bit sums stay exact (Q4_K: 8 quads ≤ 8·2·15·127; Q5_K: 4 quads ≤
    4·2·31·127; Q6_K: wrapping, less the −32 offsets, ≤ 8·32·127 in magnitude), then
    madd by the scale (in both halves of the row's int32 lane) makes them int32. */
-INLINE __m256i bcast4(const int8_t *q) {
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm256_set1_epi32(v);
-}
+INLINE __m256i bcast4(const int8_t *q) { return _mm256_broadcastd_epi32(_mm_loadu_si32(q)); }
 /* the 8 rows' scales at p (bytes) as int32 lanes */
 INLINE __m256i scale32(const uint8_t *p, int sign) {
     __m128i b = _mm_loadl_epi64((const __m128i *)p);
