@@ -118,8 +118,8 @@ static void dot_panels(float *out, const int8_t *panel, const uint8_t *ux, int n
             memcpy(&xq, ux + 4 * c, 4);
             __m256i xb = _mm256_set1_epi32(xq);
             for (int h = 0; h < 2; h++)
-                a[h] = _mm256_dpbusd_avx_epi32(a[h], xb,
-                                               _mm256_loadu_si256((const __m256i *)(panel + (size_t)c * QPANEL * 4) + h));
+                a[h] = _mm256_dpbusd_avx_epi32(
+                    a[h], xb, _mm256_loadu_si256((const __m256i *)(panel + (size_t)c * QPANEL * 4) + h));
         }
         for (int h = 0; h < 2; h++) {
             int o = i * QPANEL + 8 * h;
