@@ -608,13 +608,17 @@ static void *loop(void *arg) {
             continue;
         }
         if (!speculating(e)) stop_methods(e);
-        /* methods that start now, and rounds of those that do not share the step */
+        /* methods that start now, and rounds of those that do not share the step; each
+           held meanwhile: a turn may preempt another job into the queue, and a queued job
+           cancelled while a turn has the lock out would otherwise be freed under us */
         Job *turn[MAX_PARALLEL];
         int n_turn = 0;
         for (int i = 0; i < e->n_run; i++)
-            if (method_due(e, e->run[i]) || (e->run[i]->gen_on && !shares(e->run[i]))) turn[n_turn++] = e->run[i];
+            if (method_due(e, e->run[i]) || (e->run[i]->gen_on && !shares(e->run[i])))
+                turn[n_turn++] = e->run[i], e->run[i]->refs++;
         for (int i = 0; i < n_turn; i++)
             if (turn[i]->state == JOB_RUNNING && !job_over(turn[i])) method_turn(e, turn[i]);
+        for (int i = 0; i < n_turn; i++) job_unref(turn[i]);
         int any = 0;
         for (int i = 0; i < e->n_run; i++) any |= !e->run[i]->gen_on || shares(e->run[i]);
         if (!any) continue;
