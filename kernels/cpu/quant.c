@@ -122,8 +122,7 @@ static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(w
    The integer sums, so the bits, are the scalar spec's. Tokens take a group's blocks
    TT at a time, each block unpacked once for all of them. */
 #define TT 8
-/* x's quad at p in every lane, straight from memory (through a general register it
-   took two more shuffle-port operations a quad) */
+/* quad8 (quant.h) in 16 lanes */
 INLINE __m512i quad16(const int8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 INLINE void unpack16(__m512i w[8], const uint8_t *q, const WType wt) {
     if (wt == WT_Q8_0) {
@@ -202,8 +201,6 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
     }
 }
 #else
-/* x's quad at p in every lane, straight from memory (see quad16) */
-INLINE __m256i quad8(const int8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
 /* a block's scales as floats (d; Q4_1: and m), s its panel's */
 INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) {
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));

@@ -309,7 +309,6 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
    a sub-block's 16-bit sums stay exact (Q4_K: 8 quads ≤ 8·2·15·127; Q5_K: 4 quads ≤
    4·2·31·127; Q6_K: wrapping, less the −32 offsets, ≤ 8·32·127 in magnitude), then
    madd by the scale (in both halves of the row's int32 lane) makes them int32. */
-INLINE __m256i bcast4(const int8_t *q) { return _mm256_broadcastd_epi32(_mm_loadu_si32(q)); }
 /* the 8 rows' scales at p (bytes) as int32 lanes */
 INLINE __m256i scale32(const uint8_t *p, int sign) {
     __m128i b = _mm_loadl_epi64((const __m128i *)p);
@@ -353,10 +352,9 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30))};
                     for (int g = 0; g < 4; g++)
 #ifdef QK_AVXVNNI
-                        a[g] = _mm256_dpbusd_avx_epi32(a[g], q[g], bcast4(xq + 128 * h + 32 * g + 4 * k));
+                        a[g] = _mm256_dpbusd_avx_epi32(a[g], q[g], quad8(xq + 128 * h + 32 * g + 4 * k));
 #else
-                        a[g] =
-                            _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], bcast4(xq + 128 * h + 32 * g + 4 * k)));
+                        a[g] = _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], quad8(xq + 128 * h + 32 * g + 4 * k)));
 #endif
                 }
                 for (int g = 0; g < 4; g++) {
@@ -386,11 +384,11 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
                 lo = _mm256_or_si256(lo, bit_to_16(hb, 2 * c)), hi = _mm256_or_si256(hi, bit_to_16(hb, 2 * c + 1));
             }
 #ifdef QK_AVXVNNI
-            a[0][k & 1] = _mm256_dpbusd_avx_epi32(a[0][k & 1], lo, bcast4(xq + 64 * c + 4 * k));
-            a[1][k & 1] = _mm256_dpbusd_avx_epi32(a[1][k & 1], hi, bcast4(xq + 64 * c + 32 + 4 * k));
+            a[0][k & 1] = _mm256_dpbusd_avx_epi32(a[0][k & 1], lo, quad8(xq + 64 * c + 4 * k));
+            a[1][k & 1] = _mm256_dpbusd_avx_epi32(a[1][k & 1], hi, quad8(xq + 64 * c + 32 + 4 * k));
 #else
-            a[0][k >> 2] = _mm256_add_epi16(a[0][k >> 2], _mm256_maddubs_epi16(lo, bcast4(xq + 64 * c + 4 * k)));
-            a[1][k >> 2] = _mm256_add_epi16(a[1][k >> 2], _mm256_maddubs_epi16(hi, bcast4(xq + 64 * c + 32 + 4 * k)));
+            a[0][k >> 2] = _mm256_add_epi16(a[0][k >> 2], _mm256_maddubs_epi16(lo, quad8(xq + 64 * c + 4 * k)));
+            a[1][k >> 2] = _mm256_add_epi16(a[1][k >> 2], _mm256_maddubs_epi16(hi, quad8(xq + 64 * c + 32 + 4 * k)));
 #endif
         }
         for (int nib = 0; nib < 2; nib++) {
@@ -398,8 +396,9 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
 #ifdef QK_AVXVNNI
             S = _mm256_add_epi32(S, _mm256_mullo_epi32(_mm256_add_epi32(a[nib][0], a[nib][1]), scale32(sc, 0)));
 #else
-            S = _mm256_add_epi32(S, _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], scale2(sc, 0)),
-                                                     _mm256_madd_epi16(a[nib][1], scale2(sc, 0))));
+            __m256i s2 = scale2(sc, 0);
+            S = _mm256_add_epi32(S,
+                                 _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], s2), _mm256_madd_epi16(a[nib][1], s2)));
 #endif
         }
     }
