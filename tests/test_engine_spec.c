@@ -3,7 +3,7 @@
    to standard's continuation (decode's); with fixed trees, the drafters' trees verified
    in forward calls shared with other requests (the budget cannot shrink them), and a
    seeded sampled request gives the same tokens alone as among three others (its rounds
-   depend on nothing but its own history); in a pool too small for all of them, requests
+   depend on nothing but its own history) and as decode draws it; in a pool too small for all of them, requests
    preempted while their methods run, and every answer still standard's. */
 #include "decode/engine.h"
 #include "methods.h"
@@ -122,6 +122,17 @@ int main(void) {
             same += n_alone[i] > 0 && n_alone[i] == n_together[i] &&
                     !memcmp(alone[i], together[i], sizeof(int32_t) * n_alone[i]);
         CHECK(same == 4, "%s sampled with fixed trees: %d of 4 answers the same alone and among others", drafter, same);
+        /* and alone as decode draws it: the engine starts a method from the state and
+           token its standard step gave, where decode's own begin chooses that token */
+        TestOptions to = {.medusa = SH.medusa, .fixed_tree = 1};
+        int32_t dec[N_NEW];
+        same = 0;
+        for (int i = 0; i < 4; i++) {
+            int nd = run(drafter, &to, PROMPT[i], PROMPT_N[i], N_NEW, 0.9f, 100 + (uint64_t)i, dec, NULL);
+            same += nd > 0 && nd == n_alone[i] && !memcmp(dec, alone[i], sizeof(int32_t) * nd);
+        }
+        CHECK(same == 4, "%s sampled with fixed trees: %d of 4 answers the same in the engine as decode's", drafter,
+              same);
         engine_free(e);
     }
 

@@ -406,14 +406,22 @@ int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_
     }
     u->dr = *dr;
     *state = u;
-    if (round_init(&u->r, d) || decode_prefill_hidden(d, prompt, n_prompt)) return -1;
+    if (round_init(&u->r, d)) return -1;
+    /* a method that reads the prompt's states (on_prefill) runs it whatever is given */
+    if (d->given_hidden && !d->on_prefill) memcpy(d->hidden, d->given_hidden, sizeof(float) * d->m->c.dim);
+    else if (decode_prefill_hidden(d, prompt, n_prompt)) return -1;
     if (u->dr.start && u->dr.start(&u->dr, d, prompt, n_prompt, d->hidden)) return -1;
     sizer_init(&u->z, d->opt.fixed_tree);
     u->sh.n = 0;
     u->decided = u->z.fixed || !u->dr.cheap;
+    u->P = n_prompt;
+    if (d->given_hidden) {
+        u->x = d->out[d->n_out++] = d->given_token;
+        u->stop = d->n_out >= d->max_new;
+        return 0;
+    }
     const float *raw;
     if (decode_choose(d, d->hidden, &raw, &u->x)) return -1;
-    u->P = n_prompt;
     u->stop = decode_accept(d, prompt[n_prompt - 1], u->x, raw);
     return 0;
 }

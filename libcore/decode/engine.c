@@ -27,6 +27,8 @@ struct Job {
     DecodeCtx dc; /* method mode: its method's generation, stepped by the scheduler */
     DecodeRun gen;
     int gen_on;
+    float *start_h;                       /* [dim] a drafter's: the state its last standard step chose from */
+    int start_at;                         /* the context's length then (0: none) */
     const uint8_t *mask;                  /* the step's planned round's own mask (side nodes), or NULL */
     double draft_cost;                    /* seconds a drafting round spends outside the forward call
                                              (proposing, accepting), on average (budget()) */
@@ -128,6 +130,7 @@ static void job_unref(Job *j) {
     sampler_free(&j->sampler);
     free(j->ctx);
     free(j->lp);
+    free(j->start_h);
     free(j);
 }
 
@@ -163,7 +166,7 @@ static void drop_seq(Engine *e, Job *j) {
     if (j->seq < 0) return;
     if (!e->o.no_prefix_cache) kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_kv);
     kv_seq_free(&e->kv, j->seq);
-    j->seq = -1, j->n_kv = 0;
+    j->seq = -1, j->n_kv = 0, j->start_at = 0;
 }
 
 /* ends a job: its blocks go back; readers are told */
@@ -273,8 +276,9 @@ static int gather_room(Engine *e, int *take, int *n_rows) {
     }
 }
 
-/* does j run its method's rounds inside the shared step? */
-static int shares(const Job *j) { return j->gen_on && j->method->step == drafter_step; }
+/* is j's method a drafter? its rounds run inside the shared step */
+static int drafts(const Job *j) { return j->method && j->method->step == drafter_step; }
+static int shares(const Job *j) { return j->gen_on && drafts(j); }
 
 /* ---- the node budget ----
    A step's forward call and LM-head call are fitted as seconds ≈ a + b·n over their
@@ -432,19 +436,31 @@ static void method_over(Engine *e, Job *j, int rc) {
 static int speculating(const Engine *e) { return e->o.spec_max_batch && e->n_run <= e->o.spec_max_batch; }
 
 /* may j start its method now? a method, speculation on, its context in but the last
-   token (which the method's start runs), no prompt logprobs still due */
+   token, no prompt logprobs still due; a drafter once a standard step has given it that
+   token and the state it came from (start_from), any other method running the token in
+   its start */
 static int method_due(const Engine *e, const Job *j) {
     return j->method && !j->gen_on && speculating(e) && j->seq >= 0 && j->n_kv == j->n_ctx - 1 && !prompt_lp_due(j) &&
-           !job_over(j);
+           !job_over(j) && (!drafts(j) || j->start_at == j->n_ctx);
+}
+
+/* after a step that gave j a token from the state in row h: a drafter starts from them,
+   so its start runs nothing alone (the token's own row comes in its first round) */
+static void start_from(const Engine *e, Job *j, const float *h) {
+    if (drafts(j) && j->n_kv == j->n_ctx - 1) {
+        memcpy(j->start_h, h, sizeof(float) * e->m->c.dim);
+        j->start_at = j->n_ctx;
+    }
 }
 
 /* starts j's method on j's sequence (then its first round, for a method that does not
    share the step), or runs one round of a method that does not share it; under the
    lock, which it leaves while the model runs */
 static void method_turn(Engine *e, Job *j) {
-    int rc, started = j->gen_on, n0 = j->n_ctx;
+    int rc, started = j->gen_on, n0 = j->n_ctx, given = drafts(j);
     if (!started) {
-        if (decode_init(&j->dc, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt))) {
+        /* given: the context's last token is the method's first, chosen already */
+        if (decode_init(&j->dc, e->m, &e->kv, &j->sampler, j->max_new - (j->n_ctx - j->n_prompt) + given)) {
             fprintf(stderr, "serve: %s\n", pd_errmsg());
             j->finish = "error";
             return;
@@ -453,6 +469,7 @@ static void method_turn(Engine *e, Job *j) {
         j->dc.seq = j->seq, j->dc.reuse = j->n_kv; /* the method goes on from the job's sequence */
         j->seq = -1, j->n_kv = 0;
         j->dc.opt = e->o.opt;
+        if (given) j->dc.given_hidden = j->start_h, j->dc.given_token = j->ctx[--n0];
         j->dc.emit = method_emit;
         j->dc.emit_ctx = j;
         if (j->lp) j->dc.emit_logits = method_logits;
@@ -465,6 +482,7 @@ static void method_turn(Engine *e, Job *j) {
     pthread_mutex_unlock(&e->mu);
     rc = started ? decode_run_step(&j->gen) : decode_run_begin(&j->gen, j->method, &j->dc, j->ctx, n0);
     pthread_mutex_lock(&e->mu);
+    j->dc.given_hidden = NULL, j->start_at = 0;
     if (rc) method_over(e, j, rc);
 }
 
@@ -564,7 +582,11 @@ static int step(Engine *e) {
     }
     pthread_mutex_lock(&e->mu);
     for (int r = 0; r < n_rows; r++)
-        if (e->row_pos[r] >= 0) append(e, e->row_job[r], e->row_tok[r]);
+        if (e->row_pos[r] >= 0) {
+            Job *j = e->row_job[r];
+            append(e, j, e->row_tok[r]);
+            if (speculating(e) && !j->gen_on) start_from(e, j, e->rows + (size_t)r * dim);
+        }
     e->st.steps++;
     if (others > 1) e->st.rounds_shared += trees;
     kv_stats(e);
@@ -737,15 +759,16 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     if (!j) return NULL;
     j->ctx = pd_alloc(sizeof(int32_t) * (n_prompt + max_new));
     if (o->logprobs >= 0) j->lp = pd_alloc(pd_mul(sizeof(TokenLogprob), n_prompt + max_new));
-    if (!j->ctx || (o->logprobs >= 0 && !j->lp) ||
+    j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
+    if (drafts(j)) j->start_h = pd_alloc(sizeof(float) * e->m->c.dim);
+    if (!j->ctx || (o->logprobs >= 0 && !j->lp) || (drafts(j) && !j->start_h) ||
         sampler_init(&j->sampler, e->m->c.vocab_size, o->temp, o->top_k, o->top_p, o->seed)) {
         sampler_free(&j->sampler);
-        return free(j->ctx), free(j->lp), free(j), NULL;
+        return free(j->ctx), free(j->lp), free(j->start_h), free(j), NULL;
     }
     memcpy(j->ctx, prompt, sizeof(int32_t) * n_prompt);
     j->n_prompt = j->n_ctx = n_prompt, j->max_new = max_new;
     j->n_top = o->logprobs > 0 ? o->logprobs : 0, j->prompt_lp = o->logprobs >= 0 && o->prompt_logprobs;
-    j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
     j->seq = -1;
     j->engine = e;
     j->blocks = blocks_for(e, n_prompt + max_new + (j->method ? 2 * MAX_TREE : 0));

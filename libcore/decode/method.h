@@ -75,6 +75,11 @@ typedef struct DecodeCtx {
        states after the last layer; non-zero fails the prefill */
     int (*on_prefill)(void *ctx, const int32_t *tok, const int32_t *pos, int n, const float *hidden);
     void *on_prefill_ctx;
+    /* a caller that ran the prompt itself (serve's shared step) gives its last state
+       after the last layer [dim] and the first token, chosen and already handed out: a
+       drafter's begin neither runs the last prompt token again nor chooses (NULL: none) */
+    const float *given_hidden;
+    int given_token;
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */
     int cap;
