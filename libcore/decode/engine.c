@@ -69,6 +69,8 @@ struct Engine {
     int32_t *parent;           /* [cap] within the step's batch (-2: a round's mask says) */
     uint8_t *mask;             /* [cap][cap] when a round has side nodes */
     CostLine line;             /* what a step of n nodes costs (budget()) */
+    double *tab;               /* [cap + 1] the same per node count: a running mean */
+    int *tab_n;                /* [cap + 1] the steps each mean has seen */
     float *hidden;             /* [cap][dim] */
     float *rows, *logits;      /* [cap][dim], [cap][vocab] */
     float *raw;                /* [vocab] a row's logits before sampling changes them */
@@ -281,9 +283,10 @@ static int drafts(const Job *j) { return j->method && j->method->step == drafter
 static int shares(const Job *j) { return j->gen_on && drafts(j); }
 
 /* ---- the node budget ----
-   A step's forward call and LM-head call are fitted as seconds ≈ a + b·n over their
-   nodes n (decaying least squares, as a drafter's own controller fits its rounds); a
-   request whose round drafts adds what its drafter spends outside the call (its heads
+   A step's forward call and LM-head call cost what the steps of as many nodes n cost
+   (a running mean per n; between the sizes seen, interpolated, as the matmul's cost
+   jumps where a group of tokens ends), and past them a line a + b·n (decaying least
+   squares, as a drafter's own controller fits its rounds); a request whose round drafts adds what its drafter spends outside the call (its heads
    or draft model, the walk), measured per request. Every drafter starts the step at
    one node (a plain round: a token); then, best tokens a second first, a drafter's
    round grows by a bucket (drafter_wants: the tokens and nodes its controller expects
@@ -317,9 +320,32 @@ static void line_get(const Engine *e, double *a, double *b) {
     if (*a < 1e-3 * mt) *a = 1e-3 * mt;
 }
 
+#define TAB_MIN 3 /* steps of a size before its own mean counts */
+
+static void tab_add(Engine *e, int n, double t) {
+    if (n < 1 || n > e->cap) return;
+    int k = ++e->tab_n[n];
+    e->tab[n] += (k < 10 ? 1.0 / k : 0.1) * (t - e->tab[n]);
+}
+
+/* what a step of n nodes costs: its own mean once seen enough, else between the nearest
+   sizes seen (the matmul's cost is not a line: it jumps where a token group ends), else
+   the line */
+static double step_cost(const Engine *e, int n, double a, double b) {
+    if (n > e->cap) return a + b * n;
+    if (e->tab_n[n] >= TAB_MIN) return e->tab[n];
+    int lo = n - 1, hi = n + 1;
+    while (lo > 0 && e->tab_n[lo] < TAB_MIN) lo--;
+    while (hi <= e->cap && e->tab_n[hi] < TAB_MIN) hi++;
+    if (lo > 0 && hi <= e->cap) return e->tab[lo] + (e->tab[hi] - e->tab[lo]) * (n - lo) / (hi - lo);
+    if (lo > 0) return e->tab[lo] + b * (n - lo);
+    if (hi <= e->cap) return e->tab[hi] - b * (hi - n) > 0 ? e->tab[hi] - b * (hi - n) : e->tab[hi] / hi * n;
+    return a + b * n;
+}
+
 /* cap[i]: the bucket run[i]'s drafter may plan (its round: at most 2^cap nodes) */
 static void budget(Engine *e, int n_std, int n_gen, int *cap) {
-    double tok[MAX_PARALLEL][10], nodes[MAX_PARALLEL][10], a, b, N = n_std, T = n_gen, C;
+    double tok[MAX_PARALLEL][10], nodes[MAX_PARALLEL][10], a, b, N = n_std, T = n_gen, C, D = 0;
     int want[MAX_PARALLEL], cur[MAX_PARALLEL];
     line_get(e, &a, &b);
     for (int i = 0; i < e->n_run; i++) {
@@ -330,7 +356,7 @@ static void budget(Engine *e, int n_std, int n_gen, int *cap) {
         N += 1, T += 1;
         if (e->run[i]->dc.opt.fixed_tree) cur[i] = want[i], N += nodes[i][want[i]] - 1; /* tests: no budget */
     }
-    C = a + b * N;
+    C = step_cost(e, (int)(N + 0.5), a, b);
     if (e->n_run == 1) { /* alone: its own controller decides */
         cap[0] = want[0] >= 0 ? want[0] : 0;
         return;
@@ -342,12 +368,16 @@ static void budget(Engine *e, int n_std, int n_gen, int *cap) {
             if (cur[i] >= want[i]) continue;
             double n1 = nodes[i][cur[i] + 1] - nodes[i][cur[i]];
             n1 = n1 < 1 ? 1 : n1;
-            double c1 = b * n1 + (cur[i] ? 0 : e->run[i]->draft_cost), r = tok[i][cur[i] + 1] / c1;
+            double m = step_cost(e, (int)(N + n1 + 0.5), a, b) - (C - D);
+            m = m > 0.1 * b * n1 ? m : 0.1 * b * n1; /* a mean's noise never makes nodes free */
+            double c1 = m + (cur[i] ? 0 : e->run[i]->draft_cost), r = tok[i][cur[i] + 1] / c1;
             if (r > br) br = r, best = i, dn = n1, dt = tok[i][cur[i] + 1], dc = c1;
         }
         /* more tokens a second: dt/dc beats what the step gives now */
         if (best < 0 || N + dn > STEP_NODES + n_std || dt * C <= T * dc) break;
-        cur[best]++, N += dn, T += dt, C += dc;
+        cur[best]++, N += dn, T += dt;
+        D += e->run[best]->draft_cost * (cur[best] == 1);
+        C = step_cost(e, (int)(N + 0.5), a, b) + D;
     }
     for (int i = 0; i < e->n_run; i++) cap[i] = cur[i];
 }
@@ -594,7 +624,7 @@ static int step(Engine *e) {
     /* the drafters' rounds: each costs, for its controller, what its nodes would in a
        call alone, and what it spent outside the call (alone: what the step took) */
     double a, bb, sec = pd_now() - t0;
-    if (planned && e->n_run > 1) line_add(e, n, t_call);
+    if (planned && e->n_run > 1) line_add(e, n, t_call), tab_add(e, n, t_call);
     line_get(e, &a, &bb);
     for (int i = 0, off = n_rows; i < e->n_run; i++) {
         Job *j = e->run[i];
@@ -664,6 +694,7 @@ static void free_buffers(Engine *e) {
     free(e->tok), free(e->pos), free(e->seq), free(e->parent), free(e->mask), free(e->hidden), free(e->rows),
         free(e->logits), free(e->raw);
     free(e->row_job), free(e->row_at), free(e->row_pos), free(e->row_tok);
+    free(e->tab), free(e->tab_n);
 }
 
 Engine *engine_new(Model *m, const EngineOptions *o) {
@@ -693,11 +724,13 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     e->row_job = pd_alloc(sizeof(Job *) * e->cap);
     e->row_at = pd_alloc(sizeof(int32_t) * e->cap), e->row_pos = pd_alloc(sizeof(int32_t) * e->cap);
     e->row_tok = pd_alloc(sizeof(int32_t) * e->cap);
+    e->tab = pd_alloc(sizeof(double) * (e->cap + 1)), e->tab_n = pd_alloc(sizeof(int) * (e->cap + 1));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->out, NULL);
-    if (!e->tok || !e->pos || !e->seq || !e->parent || !e->mask || !e->hidden || !e->rows || !e->logits || !e->raw ||
-        !e->row_job || !e->row_at || !e->row_pos || !e->row_tok || pthread_create(&e->thread, NULL, loop, e)) {
+    if (!e->tab || !e->tab_n || !e->tok || !e->pos || !e->seq || !e->parent || !e->mask || !e->hidden || !e->rows ||
+        !e->logits || !e->raw || !e->row_job || !e->row_at || !e->row_pos || !e->row_tok ||
+        pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
         runner_free(e->fwd);
         kv_free(&e->kv);
