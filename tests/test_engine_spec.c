@@ -3,8 +3,9 @@
    to standard's continuation (decode's); with fixed trees, the drafters' trees verified
    in forward calls shared with other requests (the budget cannot shrink them), and a
    seeded sampled request gives the same tokens alone as among three others (its rounds
-   depend on nothing but its own history) and as decode draws it; in a pool too small for all of them, requests
-   preempted while their methods run, and every answer still standard's. */
+   depend on nothing but its own history) and as decode draws it; in a pool too small
+   for all of them, requests preempted while their methods run, and every answer still
+   standard's. */
 #include "decode/engine.h"
 #include "methods.h"
 

@@ -286,8 +286,9 @@ static int shares(const Job *j) { return j->gen_on && drafts(j); }
    A step's forward call and LM-head call cost what the steps of as many nodes n cost
    (a running mean per n; between the sizes seen, interpolated, as the matmul's cost
    jumps where a group of tokens ends), and past them a line a + b·n (decaying least
-   squares, as a drafter's own controller fits its rounds); a request whose round drafts adds what its drafter spends outside the call (its heads
-   or draft model, the walk), measured per request. Every drafter starts the step at
+   squares, as a drafter's own controller fits its rounds); a request whose round
+   drafts adds what its drafter spends outside the call (its heads or draft model, the
+   walk), measured per request. Every drafter starts the step at
    one node (a plain round: a token); then, best tokens a second first, a drafter's
    round grows by a bucket (drafter_wants: the tokens and nodes its controller expects
    of it) while that raises the step's tokens a second: so as the batch grows and a
@@ -339,8 +340,9 @@ static double step_cost(const Engine *e, int n, double a, double b) {
     while (hi <= e->cap && e->tab_n[hi] < TAB_MIN) hi++;
     if (lo > 0 && hi <= e->cap) return e->tab[lo] + (e->tab[hi] - e->tab[lo]) * (n - lo) / (hi - lo);
     if (lo > 0) return e->tab[lo] + b * (n - lo);
-    if (hi <= e->cap) return e->tab[hi] - b * (hi - n) > 0 ? e->tab[hi] - b * (hi - n) : e->tab[hi] / hi * n;
-    return a + b * n;
+    if (hi > e->cap) return a + b * n;
+    double t = e->tab[hi] - b * (hi - n);
+    return t > 0 ? t : e->tab[hi] * n / hi;
 }
 
 /* cap[i]: the bucket run[i]'s drafter may plan (its round: at most 2^cap nodes) */
