@@ -71,6 +71,7 @@ struct Engine {
     CostLine line;             /* what a step of n nodes costs (budget()) */
     double *tab;               /* [cap + 1] the same per node count: a running mean */
     int *tab_n;                /* [cap + 1] the steps each mean has seen */
+    double *curve;             /* [cap + 1] what budget() prices n nodes at (curve_fill) */
     float *hidden;             /* [cap][dim] */
     float *rows, *logits;      /* [cap][dim], [cap][vocab] */
     float *raw;                /* [vocab] a row's logits before sampling changes them */
@@ -288,8 +289,8 @@ static int shares(const Job *j) { return j->gen_on && drafts(j); }
    jumps where a group of tokens ends), and past them a line a + b·n (decaying least
    squares, as a drafter's own controller fits its rounds); a request whose round
    drafts adds what its drafter spends outside the call (its heads or draft model, the
-   walk), measured per request. Every drafter starts the step at
-   one node (a plain round: a token); then, best tokens a second first, a drafter's
+   walk), measured per request. Every drafter starts the step at one node (a plain
+   round: a token); then, best tokens a second first, a drafter's
    round grows by a bucket (drafter_wants: the tokens and nodes its controller expects
    of it) while that raises the step's tokens a second: so as the batch grows and a
    node costs more of the whole, the trees shrink towards plain rounds, and the step
@@ -329,21 +330,25 @@ static void tab_add(Engine *e, int n, double t) {
     e->tab[n] += (k < 10 ? 1.0 / k : 0.1) * (t - e->tab[n]);
 }
 
-/* what a step of n nodes costs: its own mean once seen enough, else between the nearest
-   sizes seen (the matmul's cost is not a line: it jumps where a token group ends), else
-   the line */
-static double step_cost(const Engine *e, int n, double a, double b) {
-    if (n > e->cap) return a + b * n;
-    if (e->tab_n[n] >= TAB_MIN) return e->tab[n];
-    int lo = n - 1, hi = n + 1;
-    while (lo > 0 && e->tab_n[lo] < TAB_MIN) lo--;
-    while (hi <= e->cap && e->tab_n[hi] < TAB_MIN) hi++;
-    if (lo > 0 && hi <= e->cap) return e->tab[lo] + (e->tab[hi] - e->tab[lo]) * (n - lo) / (hi - lo);
-    if (lo > 0) return e->tab[lo] + b * (n - lo);
-    if (hi > e->cap) return a + b * n;
-    double t = e->tab[hi] - b * (hi - n);
-    return t > 0 ? t : e->tab[hi] * n / hi;
+/* curve[n], what a step of n nodes costs: its own mean once seen enough, else between
+   the nearest sizes seen (the matmul's cost is not a line: it jumps where a token group
+   ends), else the line. Once a step, so that pricing a size is a lookup */
+static void curve_fill(Engine *e, double a, double b) {
+    int lo = -1; /* the last size seen enough (-1: none yet) */
+    for (int n = 1; n <= e->cap; n++) {
+        if (e->tab_n[n] < TAB_MIN) continue;
+        for (int k = lo + 1; k < n; k++) { /* the gap below n */
+            double t = e->tab[n] - b * (n - k);
+            e->curve[k] = lo > 0  ? e->tab[lo] + (e->tab[n] - e->tab[lo]) * (k - lo) / (n - lo)
+                          : t > 0 ? t
+                                  : e->tab[n] * k / n;
+        }
+        e->curve[n] = e->tab[n], lo = n;
+    }
+    for (int k = lo + 1; k <= e->cap; k++) e->curve[k] = lo > 0 ? e->tab[lo] + b * (k - lo) : a + b * k;
 }
+
+static double step_cost(const Engine *e, int n, double a, double b) { return n > e->cap ? a + b * n : e->curve[n]; }
 
 /* cap[i]: the bucket run[i]'s drafter may plan (its round: at most 2^cap nodes) */
 static void budget(Engine *e, int n_std, int n_gen, int *cap) {
@@ -358,11 +363,12 @@ static void budget(Engine *e, int n_std, int n_gen, int *cap) {
         N += 1, T += 1;
         if (e->run[i]->dc.opt.fixed_tree) cur[i] = want[i], N += nodes[i][want[i]] - 1; /* tests: no budget */
     }
-    C = step_cost(e, (int)(N + 0.5), a, b);
     if (e->n_run == 1) { /* alone: its own controller decides */
         cap[0] = want[0] >= 0 ? want[0] : 0;
         return;
     }
+    curve_fill(e, a, b);
+    C = step_cost(e, (int)(N + 0.5), a, b);
     for (;;) {
         int best = -1;
         double br = 0, dn = 0, dt = 0, dc = 0;
@@ -476,10 +482,11 @@ static int method_due(const Engine *e, const Job *j) {
            !job_over(j) && (!drafts(j) || j->start_at == j->n_ctx);
 }
 
-/* after a step that gave j a token from the state in row h: a drafter starts from them,
-   so its start runs nothing alone (the token's own row comes in its first round) */
+/* after a step that gave j a token from the state in row h: a drafter about to start
+   starts from them, so its start runs nothing alone (the token's own row comes in its
+   first round) */
 static void start_from(const Engine *e, Job *j, const float *h) {
-    if (drafts(j) && j->n_kv == j->n_ctx - 1) {
+    if (drafts(j) && !j->gen_on && speculating(e) && j->n_kv == j->n_ctx - 1) {
         memcpy(j->start_h, h, sizeof(float) * e->m->c.dim);
         j->start_at = j->n_ctx;
     }
@@ -617,7 +624,7 @@ static int step(Engine *e) {
         if (e->row_pos[r] >= 0) {
             Job *j = e->row_job[r];
             append(e, j, e->row_tok[r]);
-            if (speculating(e) && !j->gen_on) start_from(e, j, e->rows + (size_t)r * dim);
+            start_from(e, j, e->rows + (size_t)r * dim);
         }
     e->st.steps++;
     if (others > 1) e->st.rounds_shared += trees;
@@ -696,7 +703,7 @@ static void free_buffers(Engine *e) {
     free(e->tok), free(e->pos), free(e->seq), free(e->parent), free(e->mask), free(e->hidden), free(e->rows),
         free(e->logits), free(e->raw);
     free(e->row_job), free(e->row_at), free(e->row_pos), free(e->row_tok);
-    free(e->tab), free(e->tab_n);
+    free(e->tab), free(e->tab_n), free(e->curve);
 }
 
 Engine *engine_new(Model *m, const EngineOptions *o) {
@@ -727,11 +734,12 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
     e->row_at = pd_alloc(sizeof(int32_t) * e->cap), e->row_pos = pd_alloc(sizeof(int32_t) * e->cap);
     e->row_tok = pd_alloc(sizeof(int32_t) * e->cap);
     e->tab = pd_alloc(sizeof(double) * (e->cap + 1)), e->tab_n = pd_alloc(sizeof(int) * (e->cap + 1));
+    e->curve = pd_alloc(sizeof(double) * (e->cap + 1));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->out, NULL);
-    if (!e->tab || !e->tab_n || !e->tok || !e->pos || !e->seq || !e->parent || !e->mask || !e->hidden || !e->rows ||
-        !e->logits || !e->raw || !e->row_job || !e->row_at || !e->row_pos || !e->row_tok ||
+    if (!e->tab || !e->tab_n || !e->curve || !e->tok || !e->pos || !e->seq || !e->parent || !e->mask || !e->hidden ||
+        !e->rows || !e->logits || !e->raw || !e->row_job || !e->row_at || !e->row_pos || !e->row_tok ||
         pthread_create(&e->thread, NULL, loop, e)) {
         pd_error("serve: cannot start the engine");
         runner_free(e->fwd);
