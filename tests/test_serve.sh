@@ -187,8 +187,13 @@ for i in 1 2 3; do
     jq '.max_tokens = 400' "$TMP/req.$i" >"$TMP/long.$i"
     $BIN/decode -m "$MODEL" -p "$(jq -r .prompt "$TMP/req.$i")" -n 400 --temp 0 --json 2>/dev/null | jq -r .text >"$TMP/lwant.$i"
 done
-for i in 1 2 3; do bg sh -c "curl -s -m 120 http://127.0.0.1:$PORT/v1/completions -d @$TMP/long.$i >$TMP/q.$i"; done
-for _ in $(seq 200); do [ "$(metric requests_queued)" = 2 ] && break; sleep 0.01; done
+# one at a time, each seen in place before the next: sent together on a loaded machine,
+# they can reach the server after the fourth, which then queues while one of them is refused
+until_metric() { for _ in $(seq 600); do [ "$(metric $1)" = $2 ] && return; sleep 0.05; done; }
+for i in 1 2 3; do
+    bg sh -c "curl -s -m 300 http://127.0.0.1:$PORT/v1/completions -d @$TMP/long.$i >$TMP/q.$i"
+    if [ $i = 1 ]; then until_metric requests_running 1; else until_metric requests_queued $((i - 1)); fi
+done
 check "a full queue: 503" [ "$(curl -s -m 30 -o "$TMP/body" -D "$TMP/head" -w "%{http_code}" "http://127.0.0.1:$PORT/v1/completions" -d @$TMP/req.4)" = 503 ]
 check "a full queue: Retry-After, and a JSON error naming the queue" \
     sh -c "grep -qi '^Retry-After: 1' $TMP/head && jq -e '.error.message | test(\"wait already\")' $TMP/body >/dev/null"
