@@ -1,7 +1,8 @@
 /* test_engine_spec — speculation shared between the serve engine's requests (issue 26):
    every method's requests, eight at once through one engine, each greedy answer equal
-   to standard's continuation (decode's); with fixed trees, the drafters' trees verified
-   in forward calls shared with other requests (the budget cannot shrink them), and a
+   to standard's continuation (decode's), and no drafter's start running anything again
+   (EAGLE's head reads the prompt's states its standard steps kept); with fixed trees,
+   the drafters' trees verified in forward calls shared with other requests (the budget cannot shrink them), and a
    seeded sampled request gives the same tokens alone as among three others (its rounds
    depend on nothing but its own history) and as decode draws it; in a pool too small
    for all of them, requests preempted while their methods run, and every answer still
@@ -81,21 +82,31 @@ int main(void) {
     CHECK(have_ident, "identity heads: %s", pd_errmsg());
     if (!have_medusa)
         printf("SKIP test_engine_spec: medusa: no build/test-medusa.safetensors.zst (make test trains it)\n");
+    EagleHead eagle;
+    int have_eagle = !eagle_load(&eagle, "build/test-eagle.safetensors.zst", &M);
+    if (!have_eagle)
+        printf("SKIP test_engine_spec: eagle: no build/test-eagle.safetensors.zst (make test trains it)\n");
     SH.heads = have_ident ? &ident : NULL, SH.medusa = have_medusa ? &medusa : NULL;
+    SH.eagle = have_eagle ? &eagle : NULL;
     int n = san_share(32, 4) / BATCH * BATCH;
 
     /* every method, eight requests at a time, the budget deciding their trees */
-    static const char *const methods[] = {"standard", "prompt-lookup",    "lookahead",
-                                          "medusa",   "self-speculative", "adadecode"};
+    static const char *const methods[] = {"standard",         "prompt-lookup", "lookahead", "medusa",
+                                          "self-speculative", "adadecode",     "eagle"};
     Engine *e = engine(0, BATCH * M.c.seq_len / 16);
     for (size_t k = 0; e && k < sizeof methods / sizeof *methods; k++) {
         if (engine_method_ok(e, methods[k])) continue;
-        int64_t before = engine_stats(e).method_tokens;
+        EngineStats before = engine_stats(e);
         int bad = parity_engine(e, methods[k], n);
-        printf("  %-17s eight at once: %d/%d differ from standard\n", methods[k], bad, n);
+        EngineStats after = engine_stats(e);
+        long long again = (long long)(after.method_prefilled - before.method_prefilled);
+        printf("  %-17s eight at once: %d/%d differ from standard, %lld tokens run again at the starts\n", methods[k],
+               bad, n, again);
         CHECK(bad == 0, "%s, eight at once: %d of %d answers differ from standard's", methods[k], bad, n);
         if (strcmp(methods[k], "standard"))
-            CHECK(engine_stats(e).method_tokens > before, "%s: no token came from the method", methods[k]);
+            CHECK(after.method_tokens > before.method_tokens, "%s: no token came from the method", methods[k]);
+        if (decode_method(methods[k])->step == drafter_step) /* AdaDecode's start runs the last token again */
+            CHECK(again == 0, "%s: its starts ran %lld context tokens again", methods[k], again);
     }
     engine_free(e);
 
@@ -140,16 +151,18 @@ int main(void) {
     /* a pool for about three of the eight: requests wait, and running ones are preempted
        (their methods stop and start again from their context) */
     if ((e = engine(0, 3 * (PROMPT_N[0] + N_NEW + 2 * MAX_TREE) / 16 + 3))) {
-        int bad = parity_engine(e, drafter, n) + parity_engine(e, "lookahead", n);
+        int bad = parity_engine(e, drafter, n) + parity_engine(e, "lookahead", n), runs = 2 * n;
+        if (have_eagle) bad += parity_engine(e, "eagle", n), runs += n;
         EngineStats st = engine_stats(e);
-        printf("  a small pool: %d/%d differ, %lld preemptions\n", bad, 2 * n, (long long)st.preempted);
-        CHECK(bad == 0, "a small pool: %d of %d answers differ", bad, 2 * n);
+        printf("  a small pool: %d/%d differ, %lld preemptions\n", bad, runs, (long long)st.preempted);
+        CHECK(bad == 0, "a small pool: %d of %d answers differ", bad, runs);
         CHECK(st.preempted > 0, "a small pool: no request was preempted");
         CHECK(st.kv_used == 0, "a small pool: %d blocks still held after every request ended", st.kv_used);
         engine_free(e);
     }
     if (have_ident) heads_free(&ident);
     if (have_medusa) medusa_free(&medusa);
+    if (have_eagle) eagle_free(&eagle);
     methods_teardown();
     return check_done("engine_spec");
 }

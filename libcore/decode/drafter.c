@@ -407,9 +407,11 @@ int drafter_begin(DecodeCtx *d, const Drafter *dr, const int32_t *prompt, int n_
     u->dr = *dr;
     *state = u;
     if (round_init(&u->r, d)) return -1;
-    /* a method that reads the prompt's states (on_prefill) runs it whatever is given */
-    if (d->given_hidden && !d->on_prefill) memcpy(d->hidden, d->given_hidden, sizeof(float) * d->m->c.dim);
-    else if (decode_prefill_hidden(d, prompt, n_prompt)) return -1;
+    /* a method that reads the prompt's states (on_prefill) runs it again unless they are
+       given too */
+    if (d->given_hidden && (!d->on_prefill || (d->given_states && d->n_given_states >= n_prompt))) {
+        if (decode_prefill_given(d, prompt, n_prompt)) return -1;
+    } else if (decode_prefill_hidden(d, prompt, n_prompt)) return -1;
     if (u->dr.start && u->dr.start(&u->dr, d, prompt, n_prompt, d->hidden)) return -1;
     sizer_init(&u->z, d->opt.fixed_tree);
     u->sh.n = 0;

@@ -261,6 +261,7 @@ const DecodeMethod method_eagle = {.name = "eagle",
                                    .options_size = sizeof(EagleOptions),
                                    .needs = NEEDS_EAGLE,
                                    .samples = 1,
+                                   .reads_prompt = 1,
                                    .begin = eagle_begin,
                                    .step = drafter_step,
                                    .finish = drafter_finish};

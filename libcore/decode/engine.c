@@ -29,6 +29,8 @@ struct Job {
     int gen_on;
     float *start_h;                       /* [dim] a drafter's: the state its last standard step chose from */
     int start_at;                         /* the context's length then (0: none) */
+    float *states;                        /* [n_prompt][dim] a reads_prompt method's prompt states, from its steps */
+    int n_states;                         /* positions 0 .. n_states - 1 kept */
     const uint8_t *mask;                  /* the step's planned round's own mask (side nodes), or NULL */
     double draft_cost;                    /* seconds a drafting round spends outside the forward call
                                              (proposing, accepting), on average (budget()) */
@@ -134,6 +136,7 @@ static void job_unref(Job *j) {
     free(j->ctx);
     free(j->lp);
     free(j->start_h);
+    free(j->states);
     free(j);
 }
 
@@ -267,7 +270,9 @@ static int gather_room(Engine *e, int *take, int *n_rows) {
             Job *j = e->run[i];
             if (j->seq >= 0 || j->gen_on) continue;
             if ((j->seq = kv_seq_new(&e->kv)) < 0) return pd_error("serve: no free KV sequence");
-            if (!e->o.no_prefix_cache && !prompt_lp_due(j))
+            /* a job keeping its prompt's states runs all of it: a cached prefix would
+               save it nothing, as its method would run the prompt again at its start */
+            if (!e->o.no_prefix_cache && !prompt_lp_due(j) && !j->states)
                 j->n_kv = kv_prefix_attach(&e->kv, j->seq, j->ctx, j->n_ctx - 1);
         }
         int n = gather(e, take, n_rows), i = 0;
@@ -509,6 +514,7 @@ static void method_turn(Engine *e, Job *j) {
         j->seq = -1, j->n_kv = 0;
         j->dc.opt = e->o.opt;
         if (given) j->dc.given_hidden = j->start_h, j->dc.given_token = j->ctx[--n0];
+        if (given && j->states) j->dc.given_states = j->states, j->dc.n_given_states = j->n_states;
         j->dc.emit = method_emit;
         j->dc.emit_ctx = j;
         if (j->lp) j->dc.emit_logits = method_logits;
@@ -521,7 +527,8 @@ static void method_turn(Engine *e, Job *j) {
     pthread_mutex_unlock(&e->mu);
     rc = started ? decode_run_step(&j->gen) : decode_run_begin(&j->gen, j->method, &j->dc, j->ctx, n0);
     pthread_mutex_lock(&e->mu);
-    j->dc.given_hidden = NULL, j->start_at = 0;
+    if (!started) e->st.method_prefilled += j->dc.n_prefilled;
+    j->dc.given_hidden = j->dc.given_states = NULL, j->start_at = 0;
     if (rc) method_over(e, j, rc);
 }
 
@@ -593,8 +600,11 @@ static int step(Engine *e) {
                                rows_argmax(e->fwd, e->logits, all, V, e->row_tok)))
         return -1;
     t_call = pd_now() - t_call;
-    for (int i = 0; i < e->n_run; i++) {
+    for (int i = 0, o = 0; i < e->n_run; o += take[i++]) {
         Job *j = e->run[i];
+        for (int k = 0, p = j->n_kv; j->states && k < take[i]; k++, p++)
+            if (p == j->n_states && p < j->n_prompt)
+                memcpy(j->states + (size_t)j->n_states++ * dim, e->hidden + (size_t)(o + k) * dim, sizeof(float) * dim);
         j->n_kv += take[i];
         /* once: a job that comes back from its method reads its context again */
         if (j->prompt_lp && j->n_kv >= j->n_prompt) j->prompt_lp_done = 1;
@@ -804,10 +814,12 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     if (o->logprobs >= 0) j->lp = pd_alloc(pd_mul(sizeof(TokenLogprob), n_prompt + max_new));
     j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
     if (drafts(j)) j->start_h = pd_alloc(sizeof(float) * e->m->c.dim);
-    if (!j->ctx || (o->logprobs >= 0 && !j->lp) || (drafts(j) && !j->start_h) ||
+    if (drafts(j) && j->method->reads_prompt) j->states = pd_alloc(pd_mul(sizeof(float) * e->m->c.dim, n_prompt));
+    if (!j->ctx || (o->logprobs >= 0 && !j->lp) ||
+        (drafts(j) && (!j->start_h || (j->method->reads_prompt && !j->states))) ||
         sampler_init(&j->sampler, e->m->c.vocab_size, o->temp, o->top_k, o->top_p, o->seed)) {
         sampler_free(&j->sampler);
-        return free(j->ctx), free(j->lp), free(j->start_h), free(j), NULL;
+        return free(j->ctx), free(j->lp), free(j->start_h), free(j->states), free(j), NULL;
     }
     memcpy(j->ctx, prompt, sizeof(int32_t) * n_prompt);
     j->n_prompt = j->n_ctx = n_prompt, j->max_new = max_new;

@@ -51,6 +51,8 @@ typedef struct {
     int64_t rejected;                    /* requests refused busy: the queue was full */
     int64_t rounds_shared;               /* drafted trees (2 nodes or more) that shared a forward call with
                               another request's work */
+    int64_t method_prefilled;            /* context tokens methods' starts ran again (none for a drafter
+                                            started from its standard step, EAGLE included) */
     int kv_cached;                       /* of kv_free: blocks that hold a published prefix, idle */
     int64_t prefix_queried, prefix_hits; /* full prompt blocks looked up, and found */
     double tok_per_s;                    /* generated tokens a second over the last ten seconds */

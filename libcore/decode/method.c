@@ -383,6 +383,18 @@ int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n) {
     return 0;
 }
 
+int decode_prefill_given(DecodeCtx *d, const int32_t *prompt, int n) {
+    size_t dim = d->m->c.dim;
+    int32_t pos[PREFILL_CHUNK];
+    for (int at = 0, take; d->on_prefill && at < n; at += take) {
+        take = n - at < d->cap ? n - at : d->cap;
+        for (int i = 0; i < take; i++) pos[i] = at + i;
+        if (d->on_prefill(d->on_prefill_ctx, prompt + at, pos, take, d->given_states + (size_t)at * dim)) return -1;
+    }
+    memcpy(d->hidden, d->given_hidden, sizeof(float) * dim);
+    return 0;
+}
+
 int decode_is_end(const DecodeCtx *d, int token) { return token_ends_text(d->m, token); }
 
 int token_ends_text(const Model *m, int token) {

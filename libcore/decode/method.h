@@ -80,6 +80,11 @@ typedef struct DecodeCtx {
        drafter's begin neither runs the last prompt token again nor chooses (NULL: none) */
     const float *given_hidden;
     int given_token;
+    /* and, for a method that reads the prompt's states (DecodeMethod.reads_prompt), those
+       states for the prompt's positions 0 .. n_given_states - 1 ([n][dim], after the last
+       layer): given for the whole prompt, its begin runs none of it again */
+    const float *given_states;
+    int n_given_states;
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */
     int cap;
@@ -116,6 +121,7 @@ typedef struct {
     int needs;           /* NEEDS_* */
     int samples;         /* lossless when sampling too (every method here) */
     int oracle;          /* takes the benchmarks' oracle (MethodShared.oracle) */
+    int reads_prompt;    /* begin reads every prompt position's state (on_prefill) */
     /* generation as a state machine over the method's own state: no method owns a loop
        or a thread. begin prefills the prompt (from d->reuse on) and accepts the first
        token, leaving its state in *state (NULL or partial on failure: finish frees it
@@ -216,6 +222,9 @@ int decode_kept(const DecodeCtx *d, int n_prompt);
 int decode_prefill(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* decode_prefill without the logits: the hidden state alone (methods then decode_choose) */
 int decode_prefill_hidden(DecodeCtx *d, const int32_t *prompt, int n_prompt);
+/* the same from what the caller gave (given_hidden, and given_states for on_prefill):
+   nothing runs */
+int decode_prefill_given(DecodeCtx *d, const int32_t *prompt, int n_prompt);
 /* does this token end the text? (EOS, and BOS for llama2.c-style models, as run.c) */
 int token_ends_text(const Model *m, int token);
 int decode_is_end(const DecodeCtx *d, int token);
