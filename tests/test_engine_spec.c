@@ -2,11 +2,11 @@
    every method's requests, eight at once through one engine, each greedy answer equal
    to standard's continuation (decode's), and no drafter's start running anything again
    (EAGLE's head reads the prompt's states its standard steps kept); with fixed trees,
-   the drafters' trees verified in forward calls shared with other requests (the budget cannot shrink them), and a
-   seeded sampled request gives the same tokens alone as among three others (its rounds
-   depend on nothing but its own history) and as decode draws it; in a pool too small
-   for all of them, requests preempted while their methods run, and every answer still
-   standard's. */
+   the drafters' trees verified in forward calls shared with other requests (the budget
+   cannot shrink them), and a seeded sampled request gives the same tokens alone as
+   among three others (its rounds depend on nothing but its own history) and as decode
+   draws it; in a pool too small for all of them, requests preempted while their
+   methods run (EAGLE's too), and every answer still standard's. */
 #include "decode/engine.h"
 #include "methods.h"
 
