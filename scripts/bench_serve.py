@@ -9,15 +9,15 @@ Prints a markdown table: generated tok/s over the wall time, request latency and
 time to first token percentiles.
 
   scripts/bench_serve.py -m MODEL [--conc 1,4,16,64] [--requests R] [--max-tokens N]
-                         [--method NAME] [--serve-args "..."]
+                         [--method NAME] [--serve-args "..."] [--prompt-words N]
 """
 import argparse, gzip, http.client, json, os, re, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def prompts(n):
-    """the first words of TinyStories stories: open prompts of a few tokens"""
+def prompts(n, words=6):
+    """the first words of TinyStories stories: open prompts of a few tokens (or longer)"""
     for root in [os.environ.get("PARADEC_DATA", ""), os.path.join(ROOT, "data"), os.path.join(ROOT, "..", "shared", "data")]:
         path = os.path.join(root, "datasets", "tinystories", "tinystories_val_sample.txt.gz")
         if root and os.path.exists(path):
@@ -25,7 +25,7 @@ def prompts(n):
             break
     else:
         sys.exit("bench_serve: the TinyStories sample is missing (set PARADEC_DATA)")
-    starts = [" ".join(s.split()[:6]) for s in re.split(r"\n\s*\n|<\|endoftext\|>", text) if len(s.split()) > 8]
+    starts = [" ".join(s.split()[:words]) for s in re.split(r"\n\s*\n|<\|endoftext\|>", text) if len(s.split()) > words + 2]
     return [starts[i % len(starts)] for i in range(n)]
 
 
@@ -106,9 +106,10 @@ def main():
     ap.add_argument("--method", default=None)
     ap.add_argument("--serve-args", default="")
     ap.add_argument("--modes", default="continuous,static")
+    ap.add_argument("--prompt-words", type=int, default=6, help="each prompt: a story's first N words")
     a = ap.parse_args()
     concs = [int(c) for c in a.conc.split(",")]
-    print(f"model {os.path.basename(a.model)}, max_tokens {a.max_tokens}, greedy, streamed, "
+    print(f"model {os.path.basename(a.model)}, prompts of {a.prompt_words} words, max_tokens {a.max_tokens}, greedy, streamed, "
           f"method {a.method or 'standard'}, serve {a.serve_args or '(defaults)'} --parallel {max(concs)}\n")
     print("| batching | clients | requests | generated tok/s | latency p50 / p90 / p99 (s) | first token p50 / p99 (s) |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
@@ -119,7 +120,7 @@ def main():
             one(port, "Once upon a time", 8, None)  # warm: pages the weights in
             for c in concs:
                 total = a.requests or max(2 * c, 8)
-                wall, res = load(port, c, total, a.max_tokens, a.method, prompts(total))
+                wall, res = load(port, c, total, a.max_tokens, a.method, prompts(total, a.prompt_words))
                 lat, ttft, toks = [r[0] for r in res], [r[1] for r in res], sum(r[2] for r in res)
                 print(f"| {mode} | {c} | {total} | {toks / wall:.1f} | {pct(lat, .5):.2f} / {pct(lat, .9):.2f} / "
                       f"{pct(lat, .99):.2f} | {pct(ttft, .5):.3f} / {pct(ttft, .99):.3f} |", flush=True)

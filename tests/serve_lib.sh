@@ -2,10 +2,10 @@
 # serve, a server started on a free port, and its end awaited.
 bundle() { # bundle NAME : B = the model with the trained test heads; METHODS += the head methods
     B=$TMP/bundle.safetensors.zst
-    EH=$BUILD/test-heads.safetensors.zst MH=$BUILD/test-medusa.safetensors.zst
-    if [ -f "$EH" ] && [ -f "$MH" ]; then
-        $BIN/pack -m "$MODEL" "$EH" "$MH" -o "$B" 2>/dev/null
-        METHODS="$METHODS adadecode self-speculative medusa"
+    EH=$BUILD/test-heads.safetensors.zst MH=$BUILD/test-medusa.safetensors.zst EA=$BUILD/test-eagle.safetensors.zst
+    if [ -f "$EH" ] && [ -f "$MH" ] && [ -f "$EA" ]; then
+        $BIN/pack -m "$MODEL" "$EH" "$MH" "$EA" -o "$B" 2>/dev/null
+        METHODS="$METHODS adadecode self-speculative medusa eagle"
     else
         echo "$1: no trained test heads in $BUILD (make test builds them): head methods not checked"
         cp "$MODEL" "$B"

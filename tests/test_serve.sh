@@ -73,7 +73,7 @@ check "the usage counts the tokens" [ "$(jq .usage.completion_tokens "$TMP/conc.
 # every method: alone, and four and two at once (the drafters' rounds share each step's
 # forward call, AdaDecode's take turns beside it)
 for m in $METHODS; do
-    before=$(metric method_tokens_total)
+    before=$(metric method_tokens_total) again=$(metric method_prefill_tokens_total)
     jq ".method = \"$m\"" "$TMP/req.1" >"$TMP/mreq"
     post /v1/completions "@$TMP/mreq" | jq -r '.choices[0].text' >"$TMP/got"
     check "method $m alone = standard" cmp -s "$TMP/got" "$TMP/want.1"
@@ -96,6 +96,8 @@ for m in $METHODS; do
     fails=0
     for i in 6 7; do jq -r '.choices[0].text' "$TMP/conc.$i" | cmp -s - "$TMP/want.$i" || fails=$((fails + 1)); done
     check "method $m, two at once = standard ($fails differ)" [ $fails = 0 ]
+    # EAGLE's head reads the prompt's states: its standard steps kept them for it
+    [ $m = eagle ] && check "method eagle: its starts ran no token again" [ "$(metric method_prefill_tokens_total)" = "$again" ]
 done
 
 # sampling: a seeded request says the same alone and in company

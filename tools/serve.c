@@ -210,6 +210,10 @@ static char *metrics(void) {
         "# TYPE paradec_spec_rounds_shared_total counter\nparadec_spec_rounds_shared_total %lld\n",
         (long long)s.rounds_shared);
     put(&b,
+        "# HELP paradec_method_prefill_tokens_total Context tokens methods' starts ran through the model again.\n"
+        "# TYPE paradec_method_prefill_tokens_total counter\nparadec_method_prefill_tokens_total %lld\n",
+        (long long)s.method_prefilled);
+    put(&b,
         "# HELP paradec_tokens_per_second Tokens generated a second over the last ten seconds.\n"
         "# TYPE paradec_tokens_per_second gauge\nparadec_tokens_per_second %.2f\n",
         s.tok_per_s);
