@@ -33,7 +33,8 @@
     "\n        + the KV pool: B × 16 positions × layers × kv_dim × 8 bytes (B: --kv-blocks,\n"                     \
     "        N × ctx / 16 by default; --kv-type bf16: kv_dim × 4, q8_0: (kv_dim + 4 × kv heads) × 2)\n"            \
     "        + per step (N + 448) × (dim + vocab) × 4 bytes (N + 64 without speculation) + a thread and\n"           \
-    "        the answer's text per open connection; --draft adds the draft model's weights twice.\n"
+    "        the answer's text per open connection; --draft adds the draft model's weights twice;\n"                   \
+    "        an EAGLE request holds its prompt's states (prompt × dim × 4 bytes) until its method starts.\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
 #define HIST_MAX 20

@@ -527,7 +527,10 @@ static void method_turn(Engine *e, Job *j) {
     pthread_mutex_unlock(&e->mu);
     rc = started ? decode_run_step(&j->gen) : decode_run_begin(&j->gen, j->method, &j->dc, j->ctx, n0);
     pthread_mutex_lock(&e->mu);
-    if (!started) e->st.method_prefilled += j->dc.n_prefilled;
+    if (!started) { /* the kept states are read: a later start runs its context again */
+        e->st.method_prefilled += j->dc.n_prefilled;
+        free(j->states), j->states = NULL;
+    }
     j->dc.given_hidden = j->dc.given_states = NULL, j->start_at = 0;
     if (rc) method_over(e, j, rc);
 }
