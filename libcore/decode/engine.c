@@ -291,7 +291,7 @@ static int shares(const Job *j) { return j->gen_on && drafts(j); }
 /* ---- the node budget ----
    A step's forward call and LM-head call cost what the steps of as many nodes n cost
    (a running mean per n; between the sizes seen, interpolated, as the matmul's cost
-   jumps where a group of tokens ends), and past them a line a + b·n (decaying least
+   jumps at some sizes, 13 tokens on the 110m), and past them a line a + b·n (decaying least
    squares, as a drafter's own controller fits its rounds); a request whose round
    drafts adds what its drafter spends outside the call (its heads or draft model, the
    walk), measured per request. Every drafter starts the step at one node (a plain
