@@ -336,8 +336,8 @@ static void tab_add(Engine *e, int n, double t) {
 }
 
 /* curve[n], what a step of n nodes costs: its own mean once seen enough, else between
-   the nearest sizes seen (the matmul's cost is not a line: it jumps where a token group
-   ends), else the line. Once a step, so that pricing a size is a lookup */
+   the nearest sizes seen (the matmul's cost is not a line: it jumps at some sizes), else
+   the line. Once a step, so that pricing a size is a lookup */
 static void curve_fill(Engine *e, double a, double b) {
     int lo = -1; /* the last size seen enough (-1: none yet) */
     for (int n = 1; n <= e->cap; n++) {
@@ -816,10 +816,10 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     j->ctx = pd_alloc(sizeof(int32_t) * (n_prompt + max_new));
     if (o->logprobs >= 0) j->lp = pd_alloc(pd_mul(sizeof(TokenLogprob), n_prompt + max_new));
     j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
+    int keeps = drafts(j) && j->method->reads_prompt; /* its prompt's states (Job.states) */
     if (drafts(j)) j->start_h = pd_alloc(sizeof(float) * e->m->c.dim);
-    if (drafts(j) && j->method->reads_prompt) j->states = pd_alloc(pd_mul(sizeof(float) * e->m->c.dim, n_prompt));
-    if (!j->ctx || (o->logprobs >= 0 && !j->lp) ||
-        (drafts(j) && (!j->start_h || (j->method->reads_prompt && !j->states))) ||
+    if (keeps) j->states = pd_alloc(pd_mul(sizeof(float) * e->m->c.dim, n_prompt));
+    if (!j->ctx || (o->logprobs >= 0 && !j->lp) || (drafts(j) && !j->start_h) || (keeps && !j->states) ||
         sampler_init(&j->sampler, e->m->c.vocab_size, o->temp, o->top_k, o->top_p, o->seed)) {
         sampler_free(&j->sampler);
         return free(j->ctx), free(j->lp), free(j->start_h), free(j->states), free(j), NULL;
