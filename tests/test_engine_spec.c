@@ -1,7 +1,8 @@
 /* test_engine_spec — speculation shared between the serve engine's requests (issue 26):
    every method's requests, eight at once through one engine, each greedy answer equal
    to standard's continuation (decode's), and no drafter's start running anything again
-   (EAGLE's head reads the prompt's states its standard steps kept); with fixed trees,
+   (EAGLE's head reads the prompt's states its standard steps kept, or the prefix cache
+   kept with a block another request left); with fixed trees,
    the drafters' trees verified in forward calls shared with other requests (the budget
    cannot shrink them), and a seeded sampled request gives the same tokens alone as
    among three others (its rounds depend on nothing but its own history) and as decode
@@ -100,8 +101,10 @@ int main(void) {
         int bad = parity_engine(e, methods[k], n);
         EngineStats after = engine_stats(e);
         long long again = (long long)(after.method_prefilled - before.method_prefilled);
-        printf("  %-17s eight at once: %d/%d differ from standard, %lld tokens run again at the starts\n", methods[k],
-               bad, n, again);
+        long long hits = (long long)(after.prefix_hits - before.prefix_hits);
+        printf("  %-17s eight at once: %d/%d differ from standard, %lld tokens run again at the starts, %lld cached "
+               "blocks attached\n",
+               methods[k], bad, n, again, hits);
         CHECK(bad == 0, "%s, eight at once: %d of %d answers differ from standard's", methods[k], bad, n);
         if (strcmp(methods[k], "standard"))
             CHECK(after.method_tokens > before.method_tokens, "%s: no token came from the method", methods[k]);
@@ -109,6 +112,27 @@ int main(void) {
             CHECK(again == 0, "%s: its starts ran %lld context tokens again", methods[k], again);
     }
     engine_free(e);
+
+    /* the longest prompt, left in the prefix cache by a standard request: an EAGLE
+       request on it takes every full block it may with the blocks' states (its head
+       reads them), runs none of it again, and answers as standard */
+    if (have_eagle && (e = engine(0, BATCH * M.c.seq_len / 16))) {
+        int p = 0, n_out;
+        for (int i = 1; i < n; i++) p = PROMPT_N[i] > PROMPT_N[p] ? i : p;
+        int32_t out[1][N_NEW];
+        run_jobs(e, "standard", p, 1, 0, 1, out, &n_out);
+        EngineStats before = engine_stats(e);
+        run_jobs(e, "eagle", p, 1, 0, 1, out, &n_out);
+        EngineStats after = engine_stats(e);
+        long long blocks = (PROMPT_N[p] - 1) / 16, hits = (long long)(after.prefix_hits - before.prefix_hits);
+        printf("  eagle from the cache: %lld of %lld blocks attached\n", hits, blocks);
+        CHECK(blocks > 0 && hits == blocks, "eagle from the cache: %lld of %lld blocks attached", hits, blocks);
+        CHECK(after.method_prefilled == before.method_prefilled,
+              "eagle from the cache: its start ran the prompt again");
+        CHECK(n_out == REF_N[p] && !memcmp(out[0], REF[p], sizeof(int32_t) * n_out),
+              "eagle from the cache: its answer differs from standard's");
+        engine_free(e);
+    }
 
     /* fixed trees: every round drafts, and the trees share the step's call */
     const char *drafter = have_medusa ? "medusa" : "prompt-lookup";

@@ -34,7 +34,9 @@
     "        N × ctx / 16 by default; --kv-type bf16: kv_dim × 4, q8_0: (kv_dim + 4 × kv heads) × 2)\n"            \
     "        + per step (N + 448) × (dim + vocab) × 4 bytes (N + 64 without speculation) + a thread and\n"           \
     "        the answer's text per open connection; --draft adds the draft model's weights twice;\n"                   \
-    "        an EAGLE request holds its prompt's states (prompt × dim × 4 bytes) until its method starts.\n"
+    "        with an EAGLE head, each request holds its prompt's states (prompt × dim × 4 bytes) until\n"            \
+    "        its prompt is in (EAGLE's until its method starts), and each cached block its positions'\n"               \
+    "        (16 × dim × 4 bytes).\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
 #define HIST_MAX 20

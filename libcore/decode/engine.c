@@ -29,7 +29,8 @@ struct Job {
     int gen_on;
     float *start_h;                       /* [dim] a drafter's: the state its last standard step chose from */
     int start_at;                         /* the context's length then (0: none) */
-    float *states;                        /* [n_prompt][dim] a reads_prompt method's prompt states, from its steps */
+    float *states;                        /* [n_prompt][dim] the prompt's states (a reads_prompt method's, or
+                                             for the prefix cache), from its steps or the cache */
     int n_states;                         /* positions 0 .. n_states - 1 kept */
     const uint8_t *mask;                  /* the step's planned round's own mask (side nodes), or NULL */
     double draft_cost;                    /* seconds a drafting round spends outside the forward call
@@ -140,6 +141,12 @@ static void job_unref(Job *j) {
     free(j);
 }
 
+/* is j's method a drafter? its rounds run inside the shared step */
+static int drafts(const Job *j) { return j->method && j->method->step == drafter_step; }
+static int shares(const Job *j) { return j->gen_on && drafts(j); }
+/* does its method start from the prompt's states (Job.states)? */
+static int reads_prompt(const Job *j) { return drafts(j) && j->method->reads_prompt; }
+
 /* logprobs wanted for the prompt, and not all computed yet: until then the job takes
    standard steps, which compute them, and is not over */
 static int prompt_lp_due(const Job *j) { return j->prompt_lp && !j->prompt_lp_done; }
@@ -170,7 +177,7 @@ static void kv_stats(Engine *e) {
 /* j's standard-step sequence goes: its full blocks stay in the prefix cache */
 static void drop_seq(Engine *e, Job *j) {
     if (j->seq < 0) return;
-    if (!e->o.no_prefix_cache) kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_kv);
+    if (!e->o.no_prefix_cache) kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_kv, j->states, j->n_states);
     kv_seq_free(&e->kv, j->seq);
     j->seq = -1, j->n_kv = 0, j->start_at = 0;
 }
@@ -270,10 +277,13 @@ static int gather_room(Engine *e, int *take, int *n_rows) {
             Job *j = e->run[i];
             if (j->seq >= 0 || j->gen_on) continue;
             if ((j->seq = kv_seq_new(&e->kv)) < 0) return pd_error("serve: no free KV sequence");
-            /* a job keeping its prompt's states runs all of it: a cached prefix would
-               save it nothing, as its method would run the prompt again at its start */
-            if (!e->o.no_prefix_cache && !prompt_lp_due(j) && !j->states)
-                j->n_kv = kv_prefix_attach(&e->kv, j->seq, j->ctx, j->n_ctx - 1);
+            /* a job keeping its prompt's states takes only blocks that keep theirs (a
+               resumed one's context is past its prompt: its method runs it again anyway) */
+            if (!e->o.no_prefix_cache && !prompt_lp_due(j)) {
+                float *st = j->states && j->n_ctx == j->n_prompt ? j->states : NULL;
+                j->n_kv = kv_prefix_attach(&e->kv, j->seq, j->ctx, j->n_ctx - 1, st);
+                if (st && j->n_kv > j->n_states) j->n_states = j->n_kv;
+            }
         }
         int n = gather(e, take, n_rows), i = 0;
         while (i < e->n_run && (!take[i] || kv_reserve(&e->kv, e->run[i]->seq, e->run[i]->n_kv + take[i]) == 0)) i++;
@@ -283,10 +293,6 @@ static int gather_room(Engine *e, int *take, int *n_rows) {
         pthread_mutex_unlock(&e->mu);
     }
 }
-
-/* is j's method a drafter? its rounds run inside the shared step */
-static int drafts(const Job *j) { return j->method && j->method->step == drafter_step; }
-static int shares(const Job *j) { return j->gen_on && drafts(j); }
 
 /* ---- the node budget ----
    A step's forward call and LM-head call cost what the steps of as many nodes n cost
@@ -612,8 +618,9 @@ static int step(Engine *e) {
         /* once: a job that comes back from its method reads its context again */
         if (j->prompt_lp && j->n_kv >= j->n_prompt) j->prompt_lp_done = 1;
         if (!j->published && j->seq >= 0 && j->n_kv >= j->n_prompt && !e->o.no_prefix_cache) {
-            kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_prompt);
+            kv_prefix_publish(&e->kv, j->seq, j->ctx, j->n_prompt, j->states, j->n_states);
             j->published = 1;
+            if (!reads_prompt(j)) free(j->states), j->states = NULL; /* kept for the cache only */
         }
     }
     for (int r = 0; r < n_rows && !ids_only; r++) {
@@ -735,6 +742,9 @@ Engine *engine_new(Model *m, const EngineOptions *o) {
        from the request's own (method_turn) */
     if (kv_init_typed(&e->kv, &m->c, o->parallel + 1, o->kv_blocks * o->block_size, o->block_size, o->kv_type))
         return runner_free(e->fwd), free(e), NULL;
+    /* an EAGLE head reads the prompt's states: cached prefixes keep theirs */
+    if (o->opt.eagle && !o->no_prefix_cache && kv_prefix_states(&e->kv, (int)dim))
+        return kv_free(&e->kv), runner_free(e->fwd), free(e), NULL;
     kv_stats(e);
     e->tok = pd_alloc(sizeof(int32_t) * e->cap), e->pos = pd_alloc(sizeof(int32_t) * e->cap);
     e->seq = pd_alloc(sizeof(int32_t) * e->cap), e->parent = pd_alloc(sizeof(int32_t) * e->cap);
@@ -816,7 +826,7 @@ Job *engine_submit(Engine *e, const int32_t *prompt, int n_prompt, const JobOpti
     j->ctx = pd_alloc(sizeof(int32_t) * (n_prompt + max_new));
     if (o->logprobs >= 0) j->lp = pd_alloc(pd_mul(sizeof(TokenLogprob), n_prompt + max_new));
     j->method = decode_method(o->method) == decode_reference() ? NULL : decode_method(o->method);
-    int keeps = drafts(j) && j->method->reads_prompt; /* its prompt's states (Job.states) */
+    int keeps = reads_prompt(j) || e->kv.states; /* its prompt's states (Job.states) */
     if (drafts(j)) j->start_h = pd_alloc(sizeof(float) * e->m->c.dim);
     if (keeps) j->states = pd_alloc(pd_mul(sizeof(float) * e->m->c.dim, n_prompt));
     if (!j->ctx || (o->logprobs >= 0 && !j->lp) || (drafts(j) && !j->start_h) || (keeps && !j->states) ||

@@ -115,6 +115,7 @@ void kv_free(KVCache *kv) {
         dev_close(kv->dev);
     }
     arena_free(&kv->arena);
+    free(kv->states), free(kv->stated);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -484,15 +485,31 @@ int kv_fork(KVCache *kv, int seq, int len) {
 
 /* ---- the prefix cache ---- */
 
-int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n) {
-    if (kv->n_table[seq]) return 0; /* only an empty sequence starts from a prefix */
+/* block b's states, slot 0's first */
+static float *block_states(const KVCache *kv, int b) { return kv->states + (size_t)b * kv->block_size * kv->state_dim; }
+
+int kv_prefix_states(KVCache *kv, int dim) {
+    size_t n = pd_mul(pd_mul((size_t)kv->n_blocks, kv->block_size), dim);
+    if (n >= SIZE_MAX / sizeof(float) || !(kv->states = calloc(n, sizeof(float))) ||
+        !(kv->stated = calloc(kv->n_blocks, 1))) {
+        free(kv->states), kv->states = NULL;
+        return pd_error("kv cache: out of memory for the prefix cache's states");
+    }
+    kv->state_dim = dim;
+    return 0;
+}
+
+int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n, float *states) {
+    if (kv->n_table[seq] || (states && !kv->states)) return 0; /* only an empty sequence starts from a prefix */
     int bs = kv->block_size, *tab = kv->table + (size_t)seq * kv->max_blocks, prev = -1;
     uint64_t h = 0;
+    size_t per = (size_t)bs * kv->state_dim;
     for (int i = 0; i < n / bs && i < kv->max_blocks; i++) {
         kv->prefix_queried++;
         h = chain_hash(kv, h, tok + (size_t)i * bs);
         int b = map_find(kv, h, tok + (size_t)i * bs, prev, prev >= 0 ? kv->gen[prev] : 0);
-        if (b < 0) break;
+        if (b < 0 || (states && !kv->stated[b])) break;
+        if (states) memcpy(states + i * per, block_states(kv, b), sizeof(float) * per);
         if (!kv->ref[b]++) lru_unlink(kv, b);
         tab[kv->n_table[seq]++] = b;
         kv->prefix_hits++;
@@ -507,7 +524,22 @@ int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n) {
     return got;
 }
 
-void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n) {
+/* the published blocks that hold tok's first full blocks take their states, where they
+   lack them: whoever published them, the contents are the same */
+static void fill_states(KVCache *kv, const int32_t *tok, int n, const float *states) {
+    int bs = kv->block_size, prev = -1;
+    size_t per = (size_t)bs * kv->state_dim;
+    uint64_t h = 0;
+    for (int i = 0; i < n / bs; i++) {
+        h = chain_hash(kv, h, tok + (size_t)i * bs);
+        int b = map_find(kv, h, tok + (size_t)i * bs, prev, prev >= 0 ? kv->gen[prev] : 0);
+        if (b < 0) return;
+        if (!kv->stated[b]) memcpy(block_states(kv, b), states + i * per, sizeof(float) * per), kv->stated[b] = 1;
+        prev = b;
+    }
+}
+
+void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n, const float *states, int n_states) {
     int bs = kv->block_size, prev = -1;
     for (int l = 0; l < kv->n_layers; l++) n = kv_len(kv, seq, l) < n ? kv_len(kv, seq, l) : n;
     const int *tab = kv_table(kv, seq);
@@ -517,11 +549,13 @@ void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n) {
         const int32_t *t = tok + (size_t)i * bs;
         h = chain_hash(kv, h, t);
         if (!kv->hash[b]) {
-            if (map_find(kv, h, t, prev, prev >= 0 ? kv->gen[prev] : 0) >= 0) return; /* another block holds it */
+            if (map_find(kv, h, t, prev, prev >= 0 ? kv->gen[prev] : 0) >= 0) break; /* another block holds it */
             kv->hash[b] = h, kv->prev[b] = prev, kv->prev_gen[b] = prev >= 0 ? kv->gen[prev] : 0;
             memcpy(kv->btok + (size_t)b * bs, t, sizeof(int32_t) * bs);
             map_insert(kv, b);
-        } else if (kv->hash[b] != h) return; /* published under other tokens (cannot be: its contents are these) */
+            if (kv->states) kv->stated[b] = 0;
+        } else if (kv->hash[b] != h) break; /* published under other tokens (cannot be: its contents are these) */
         prev = b;
     }
+    if (kv->states && states) fill_states(kv, tok, n < n_states ? n : n_states, states);
 }

@@ -22,7 +22,10 @@
    compares the block's tokens and its predecessor (block id and generation, bumped
    whenever a block's contents may change), so a collision is a miss, never a wrong
    answer. A sequence cut inside a block it shares gets its own copy of that block first
-   (copy on write). */
+   (copy on write).
+   A cache may also keep each published slot's state after the last layer (kv_prefix_states):
+   a method that reads the prompt's states (EAGLE's head) then attaches a prefix too, and
+   takes the states a recomputation would give (published blocks never change). */
 #ifndef PD_KVCACHE_H
 #define PD_KVCACHE_H
 #include "backend.h"
@@ -53,6 +56,9 @@ typedef struct {
     int *lru_prev, *lru_next, lru_head, lru_tail;
     int n_idle;                          /* published blocks nobody holds (in the lru) */
     int64_t prefix_queried, prefix_hits; /* blocks looked up and found by kv_prefix_attach */
+    int state_dim;                       /* 0: no states kept */
+    float *states;                       /* [n_blocks][block_size][state_dim] a published block's */
+    uint8_t *stated;                     /* [n_blocks] its states are in */
     int *table;                          /* [max_seqs][max_blocks] block ids */
     int *n_table;                        /* [max_seqs] blocks held */
     int *len;                            /* [max_seqs][n_layers] filled slots per layer */
@@ -109,10 +115,15 @@ int kv_fork(KVCache *kv, int seq, int len);
 /* blocks a sequence can still take: the free ones and the idle published ones */
 int kv_blocks_available(const KVCache *kv);
 /* an empty sequence takes the published blocks that hold tok's first full blocks, at
-   most n tokens' worth (whole blocks); returns the tokens it now holds in every layer */
-int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n);
+   most n tokens' worth (whole blocks); returns the tokens it now holds in every layer.
+   states non-NULL: only blocks that keep their states, which go to states[got][state_dim] */
+int kv_prefix_attach(KVCache *kv, int seq, const int32_t *tok, int n, float *states);
 /* publishes seq's full blocks among its first n slots, which hold tok[0..n) in every
-   layer, from the start up to the first block published elsewhere already */
-void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n);
+   layer, from the start up to the first block published elsewhere already; a cache that
+   keeps states takes those of the blocks within states[n_states][state_dim] (NULL: none) */
+void kv_prefix_publish(KVCache *kv, int seq, const int32_t *tok, int n, const float *states, int n_states);
+/* published blocks keep their slots' states of dim floats from now on (host memory,
+   mapped as blocks are published) */
+int kv_prefix_states(KVCache *kv, int dim);
 
 #endif
