@@ -172,6 +172,32 @@ int main(void) {
         engine_free(e);
     }
 
+    /* EAGLE with fixed trees: four requests' proposals made together (one head call a level
+       for all four) draft what each drafts alone, token for token */
+    if (have_eagle && (e = engine(1, BATCH * M.c.seq_len / 16))) {
+        int32_t out[BATCH][N_NEW];
+        int n_out[BATCH], bad = 0;
+        EngineStats a0 = engine_stats(e);
+        for (int i = 0; i < 4; i++) run_jobs(e, "eagle", i, 1, 0, 1, out, n_out);
+        EngineStats a1 = engine_stats(e);
+        run_jobs(e, "eagle", 0, 4, 0, 1, out, n_out);
+        EngineStats a2 = engine_stats(e);
+        for (int i = 0; i < 4; i++) bad += n_out[i] != REF_N[i] || memcmp(out[i], REF[i], sizeof(int32_t) * REF_N[i]);
+        long long d1 = (long long)(a1.drafted - a0.drafted), k1 = (long long)(a1.drafts_kept - a0.drafts_kept),
+                  d2 = (long long)(a2.drafted - a1.drafted), k2 = (long long)(a2.drafts_kept - a1.drafts_kept);
+        printf(
+            "  eagle fixed trees: alone %lld drafted, %lld kept; four together %lld, %lld (%lld proposals grouped)\n",
+            d1, k1, d2, k2, (long long)(a2.proposals_grouped - a1.proposals_grouped));
+        CHECK(bad == 0, "eagle, four together: %d of 4 answers differ from standard's", bad);
+        CHECK(a1.proposals_grouped == a0.proposals_grouped && a2.proposals_grouped > a1.proposals_grouped + 16,
+              "eagle: proposals grouped alone %lld, together %lld",
+              (long long)(a1.proposals_grouped - a0.proposals_grouped),
+              (long long)(a2.proposals_grouped - a1.proposals_grouped));
+        CHECK(d1 > 0 && d1 == d2 && k1 == k2, "eagle: alone %lld drafted, %lld kept; together %lld, %lld", d1, k1, d2,
+              k2);
+        engine_free(e);
+    }
+
     /* a pool for about three of the eight: requests wait, and running ones are preempted
        (their methods stop and start again from their context) */
     if ((e = engine(0, 3 * (PROMPT_N[0] + N_NEW + 2 * MAX_TREE) / 16 + 3))) {

@@ -99,6 +99,8 @@ for m in $METHODS; do
     # EAGLE's head reads the prompt's states: its standard steps kept them for it
     [ $m = eagle ] && check "method eagle: its starts ran no token again" [ "$(metric method_prefill_tokens_total)" = "$again" ]
 done
+drafted=$(metric spec_draft_tokens_total) kept=$(metric spec_accepted_tokens_total)
+check "the methods drafted $drafted tokens and $kept were kept" [ "$kept" -gt 0 -a "$drafted" -gt "$kept" ]
 
 # sampling: a seeded request says the same alone and in company
 S='{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0.9, "top_p": 0.95, "seed": 7}'

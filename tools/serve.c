@@ -35,8 +35,9 @@
     "        + per step (N + 448) × (dim + vocab) × 4 bytes (N + 64 without speculation) + a thread and\n"           \
     "        the answer's text per open connection; --draft adds the draft model's weights twice;\n"                   \
     "        with an EAGLE head, each request holds its prompt's states (prompt × dim × 4 bytes) until\n"            \
-    "        its prompt is in (EAGLE's until its method starts), and each cached block its positions'\n"               \
-    "        (16 × dim × 4 bytes).\n"
+    "        its prompt is in (EAGLE's until its method starts), each cached block its positions'\n"                   \
+    "        (16 × dim × 4 bytes), and the head's own cache one layer's of (B × 16 + (N + 1) × 144)\n"             \
+    "        positions.\n"
 
 /* Prometheus histograms: upper bounds in seconds, a count per bucket (not cumulative) */
 #define HIST_MAX 20
@@ -212,6 +213,19 @@ static char *metrics(void) {
         "# HELP paradec_spec_rounds_shared_total Drafted trees verified in a forward call with other requests' work.\n"
         "# TYPE paradec_spec_rounds_shared_total counter\nparadec_spec_rounds_shared_total %lld\n",
         (long long)s.rounds_shared);
+    put(&b,
+        "# HELP paradec_spec_draft_tokens_total Tokens methods drafted (AdaDecode: exited early), as methods stop.\n"
+        "# TYPE paradec_spec_draft_tokens_total counter\nparadec_spec_draft_tokens_total %lld\n",
+        (long long)s.drafted);
+    put(&b,
+        "# HELP paradec_spec_accepted_tokens_total Drafted tokens verification kept, as methods stop.\n"
+        "# TYPE paradec_spec_accepted_tokens_total counter\nparadec_spec_accepted_tokens_total %lld\n",
+        (long long)s.drafts_kept);
+    put(&b,
+        "# HELP paradec_spec_proposals_grouped_total Drafters' proposals made together with other requests' "
+        "(their head calls shared).\n"
+        "# TYPE paradec_spec_proposals_grouped_total counter\nparadec_spec_proposals_grouped_total %lld\n",
+        (long long)s.proposals_grouped);
     put(&b,
         "# HELP paradec_method_prefill_tokens_total Context tokens methods' starts ran through the model again.\n"
         "# TYPE paradec_method_prefill_tokens_total counter\nparadec_method_prefill_tokens_total %lld\n",

@@ -440,9 +440,9 @@ int drafter_wants(void *state, double *tok, double *nodes) {
 }
 
 /* the round's tree, at most 2^cap nodes (the bucket the controller picks, or the
-   engine's cap below it); its positions and tokens in r */
-static int plan(DecodeCtx *d, DrafterRun *u, int cap) {
-    Drafter *dr = &u->dr;
+   engine's cap below it), up to the drafter's proposal: what it may propose in *p
+   (p->dr NULL: nothing, a plain round) */
+static void plan_open(DecodeCtx *d, DrafterRun *u, int cap, Proposal *p) {
     Round *r = &u->r;
     Sizer *z = &u->z;
     int P = u->P;
@@ -453,6 +453,7 @@ static int plan(DecodeCtx *d, DrafterRun *u, int cap) {
     }
     int bucket = sizer_pick(z), max_nodes;
     if (bucket > cap) bucket = cap;
+    u->bucket = bucket;
     limits(d, P, u->shadow ? z->top : bucket, &max_nodes, &u->max_depth);
     DraftTree *t = &r->t;
     t->n = 1;
@@ -463,14 +464,20 @@ static int plan(DecodeCtx *d, DrafterRun *u, int cap) {
     t->run_to = 0;
     t->hidden = r->hid;
     t->root_pos = P;
-    if (max_nodes > 1 && u->max_depth > 0 && dr->propose(dr, d, t, max_nodes, u->max_depth)) return -1;
+    *p = (Proposal){max_nodes > 1 && u->max_depth > 0 ? &u->dr : NULL, t, max_nodes, u->max_depth};
+}
+
+/* after the proposal: the tree checked, its positions and tokens in r */
+static int plan_close(DecodeCtx *d, DrafterRun *u, const Proposal *p) {
+    Round *r = &u->r;
+    DraftTree *t = &r->t;
+    int P = u->P, bucket = u->bucket, max_nodes = p->max_nodes;
     if (t->n < 1 || t->n > max_nodes || t->n_side < 0 || t->n_side > MAX_TREE || P + t->n + t->n_side > d->m->c.seq_len)
         return pd_error("drafter: %d + %d nodes proposed, %d allowed", t->n, t->n_side, max_nodes);
     if (u->shadow) { /* the whole tree waits for the output; the bucket's prefix is verified */
         shadow_add(&u->sh, t, d->n_out);
         if (t->n > 1 << bucket) t->n = 1 << bucket;
     }
-    u->bucket = bucket;
     u->plain = t->n == 1 && !t->n_side && !t->run_to;
     if (!u->plain && tree_check(t, u->max_depth, d->m->c.vocab_size)) return -1;
     for (int i = 0; i < t->n; i++) r->pos[i] = P + t->depth[i], r->tok[i] = t->token[i];
@@ -535,17 +542,29 @@ static int land(DecodeCtx *d, DrafterRun *u, double sec) {
     return over(d, u);
 }
 
+static int propose(DecodeCtx *d, const Proposal *p) {
+    return p->dr ? p->dr->propose(p->dr, d, p->t, p->max_nodes, p->max_depth) : 0;
+}
+
 int drafter_step(DecodeCtx *d, void *state) {
     DrafterRun *u = state;
+    Proposal p;
     if (over(d, u)) return 1;
-    if (plan(d, u, N_BUCKETS) || run_planned(d, u)) return -1;
+    plan_open(d, u, N_BUCKETS, &p);
+    if (propose(d, &p) || plan_close(d, u, &p) || run_planned(d, u)) return -1;
     return land(d, u, pd_now() - u->t0);
 }
 
-int drafter_plan(DecodeCtx *d, void *state, int cap, RoundNodes *rn) {
+int drafter_plan_open(DecodeCtx *d, void *state, int cap, Proposal *p) {
     DrafterRun *u = state;
     if (over(d, u)) return 1;
-    if (plan(d, u, cap)) return -1;
+    plan_open(d, u, cap, p);
+    return 0;
+}
+
+int drafter_plan_close(DecodeCtx *d, void *state, const Proposal *p, RoundNodes *rn) {
+    DrafterRun *u = state;
+    if (plan_close(d, u, p)) return -1;
     const DraftTree *t = &u->r.t;
     *rn = (RoundNodes){.n = t->n + t->n_side,
                        .token = u->r.tok,

@@ -57,6 +57,15 @@ typedef struct {
     int32_t root_pos; /* P, the root's position (set by the loop) */
 } DraftTree;
 
+struct Drafter;
+/* what a round's drafter may propose into t: at most max_nodes nodes in all, no deeper
+   than max_depth (dr NULL: nothing, a plain round) */
+typedef struct {
+    struct Drafter *dr;
+    DraftTree *t;
+    int max_nodes, max_depth;
+} Proposal;
+
 typedef struct Drafter {
     void *self;
     /* after the prompt: hidden[dim] = its last token's state after the last layer */
@@ -81,6 +90,11 @@ typedef struct Drafter {
     /* ≥ 0: kept drafts count as early exits at this exit head (d->early[exit_head]),
        not per depth */
     int exit_head;
+    /* optional: the proposals p[0..n) of drafters of this kind sharing d[i]->share, made
+       together: what each would propose alone, their model calls shared (EAGLE's head
+       levels, one call for every request) */
+    int (*propose_group)(DecodeCtx **d, const Proposal *p, int n);
+    int most; /* nodes its proposals hold at most, the root included (0: as many as allowed) */
 } Drafter;
 
 /* the verify loop every drafter runs in, as a method's begin / step / finish
@@ -92,9 +106,11 @@ int drafter_step(DecodeCtx *d, void *state);
 void drafter_finish(DecodeCtx *d, void *state);
 
 /* ---- rounds shared between requests (the serve engine) ----
-   drafter_step is drafter_plan, one forward call over the planned nodes and their rows,
-   then drafter_land. The engine puts several requests' planned rounds, and standard
-   requests' tokens, into one forward call and one LM-head call between the halves. */
+   drafter_step is drafter_plan_open, the drafter's proposal, drafter_plan_close, one
+   forward call over the planned nodes and their rows, then drafter_land. The engine
+   makes the proposals of drafters with a propose_group together, and puts several
+   requests' planned rounds, and standard requests' tokens, into one forward call and
+   one LM-head call. */
 typedef struct {
     int n;                      /* nodes: the tree's, then side nodes */
     const int32_t *token, *pos; /* [n] */
@@ -108,8 +124,11 @@ typedef struct {
    each bucket up to it the tokens its rounds keep beyond the bucket below and the nodes
    they run, on average (a bucket not seen yet: a guess) */
 int drafter_wants(void *state, double *tok, double *nodes);
-/* plans the next round within 2^cap nodes: 1 when the generation is over, -1 on error */
-int drafter_plan(DecodeCtx *d, void *state, int cap, RoundNodes *rn);
+/* plans the next round within 2^cap nodes up to its proposal (*p): 1 when the
+   generation is over, 0 */
+int drafter_plan_open(DecodeCtx *d, void *state, int cap, Proposal *p);
+/* once p is proposed: the round's nodes; -1 on error */
+int drafter_plan_close(DecodeCtx *d, void *state, const Proposal *p, RoundNodes *rn);
 /* the planned round's outcome from hid[n][dim], the nodes' states after the last layer,
    and their rows: ids[n] (their argmax) for a greedy generation without logprobs, else
    lg[n][vocab], their raw logits (ids too when at hand); sec: what the round cost, in

@@ -43,6 +43,7 @@ struct Job {
 };
 
 #define MAX_PARALLEL 256
+#define MAX_POOLS 8
 #define RATE_SECS 10
 
 typedef struct {
@@ -58,6 +59,11 @@ struct Engine {
     pthread_cond_t work, out; /* the step thread waits on work, readers on out */
     pthread_t thread;
     int quit;
+    struct {
+        const DecodeMethod *method;
+        void *pool;
+    } pools[MAX_POOLS]; /* what a method's requests share (DecodeMethod.pool_new), made on first use */
+    int n_pools;
     int aborting;     /* engine_abort: every job ends, new ones end at once */
     Job *head, *tail; /* the queue */
     int n_queued;
@@ -440,6 +446,7 @@ static void method_logits(void *ctx, int token, const float *logits) {
 static void method_stop(Engine *e, Job *j) {
     if (!j->gen_on) return;
     int kept = decode_kept(&j->dc, j->n_ctx - j->dc.n_out); /* the method's prompt and what it emitted */
+    e->st.drafted += j->dc.drafted, e->st.drafts_kept += j->dc.drafted - j->dc.rejected;
     decode_run_finish(&j->gen);
     j->seq = j->dc.seq, j->dc.seq = -1;
     decode_free(&j->dc);
@@ -503,6 +510,18 @@ static void start_from(const Engine *e, Job *j, const float *h) {
     }
 }
 
+/* what the requests of method m share in this engine, made on first use (NULL: each
+   its own) */
+static void *method_pool(Engine *e, const DecodeMethod *m) {
+    if (!m->pool_new) return NULL;
+    for (int i = 0; i < e->n_pools; i++)
+        if (e->pools[i].method == m) return e->pools[i].pool;
+    void *p = e->n_pools < MAX_POOLS ? m->pool_new(e->m, &e->o.opt, e->o.parallel + 1, e->o.kv_blocks * e->o.block_size)
+                                     : NULL;
+    if (p) e->pools[e->n_pools].method = m, e->pools[e->n_pools++].pool = p;
+    return p;
+}
+
 /* starts j's method on j's sequence (then its first round, for a method that does not
    share the step), or runs one round of a method that does not share it; under the
    lock, which it leaves while the model runs */
@@ -519,6 +538,7 @@ static void method_turn(Engine *e, Job *j) {
         j->dc.seq = j->seq, j->dc.reuse = j->n_kv; /* the method goes on from the job's sequence */
         j->seq = -1, j->n_kv = 0;
         j->dc.opt = e->o.opt;
+        j->dc.pool = method_pool(e, j->method);
         if (given) j->dc.given_hidden = j->start_h, j->dc.given_token = j->ctx[--n0];
         if (given && j->states) j->dc.given_states = j->states, j->dc.n_given_states = j->n_states;
         j->dc.emit = method_emit;
@@ -541,6 +561,55 @@ static void method_turn(Engine *e, Job *j) {
     if (rc) method_over(e, j, rc);
 }
 
+/* run[i]'s proposed round into the batch from row *n (at[i], got[i] its rows); a round
+   that cannot share the call runs alone now. got[i] < 0: over (-2) or failed (-1), its
+   method stops after the step */
+static void add_round(Engine *e, int i, const Proposal *p, int *n, int *at, int *got, int *masked) {
+    Job *j = e->run[i];
+    RoundNodes rn;
+    int rc = drafter_plan_close(&j->dc, j->gen.state, p, &rn);
+    if (rc == 0 && rn.alone) rc = drafter_land(&j->dc, j->gen.state, NULL, NULL, NULL, 0);
+    else if (rc == 0) {
+        at[i] = *n, got[i] = rn.n;
+        for (int k = 0, b = *n; k < rn.n; k++) {
+            e->tok[b + k] = rn.token[k], e->pos[b + k] = rn.pos[k], e->seq[b + k] = j->dc.seq;
+            e->parent[b + k] = rn.parent ? (rn.parent[k] >= 0 ? b + rn.parent[k] : -1) : -2;
+        }
+        j->mask = rn.mask; /* a round with side nodes: its own mask, for the batch's */
+        *masked |= rn.mask != NULL;
+        *n += rn.n;
+    }
+    if (rc) got[i] = rc < 0 ? -1 : -2;
+}
+
+/* the proposals left in prop[] (drafters with a propose_group), made together by kind
+   and pool (DecodeCtx.pool; none: alone), each request charged its share of the time;
+   returns how many were made in a group of two or more */
+static int group_proposals(Engine *e, Proposal *prop, double *spent, int *got) {
+    DecodeCtx *gd[MAX_PARALLEL];
+    Proposal gp[MAX_PARALLEL];
+    int gi[MAX_PARALLEL], grouped = 0;
+    uint8_t done[MAX_PARALLEL] = {0};
+    for (int i = 0; i < e->n_run; i++) {
+        if (!prop[i].dr || done[i]) continue;
+        void *pool = e->run[i]->dc.pool;
+        int k = 0;
+        for (int x = i; x < e->n_run; x++)
+            if (x == i || (pool && prop[x].dr && !done[x] && prop[x].dr->propose_group == prop[i].dr->propose_group &&
+                           e->run[x]->dc.pool == pool))
+                gd[k] = &e->run[x]->dc, gp[k] = prop[x], gi[k++] = x, done[x] = 1;
+        double t = pd_now();
+        int rc = prop[i].dr->propose_group(gd, gp, k);
+        t = (pd_now() - t) / k;
+        for (int g = 0; g < k; g++) {
+            spent[gi[g]] += t;
+            if (rc) got[gi[g]] = -1, prop[gi[g]].dr = NULL;
+        }
+        grouped += k > 1 ? k : 0;
+    }
+    return grouped;
+}
+
 /* the step: standard tokens and planned rounds in one forward call, then their rows */
 static int step(Engine *e) {
     int take[MAX_PARALLEL], cap[MAX_PARALLEL], at[MAX_PARALLEL], got[MAX_PARALLEL], n_rows = 0, dim = e->m->c.dim;
@@ -552,31 +621,33 @@ static int step(Engine *e) {
     int n_gen = 0, masked = 0, n_std = n;
     for (int r = 0; r < n_rows; r++) n_gen += e->row_pos[r] >= e->row_job[r]->n_prompt;
     budget(e, n, n_gen, cap);
-    int pending = 0; /* drafters still to plan: a node each at least */
+    /* each drafter's round, in the room left: planned, proposed (a proposal made in a
+       group after the others, with the room its nodes may take held), its nodes added */
+    Proposal prop[MAX_PARALLEL];
+    int pending = 0, held = n; /* drafters still to plan (a node each at least); rows taken or held */
     for (int i = 0; i < e->n_run; i++) pending += shares(e->run[i]);
-    for (int i = 0; i < e->n_run; i++) { /* each drafter's round, in the room left */
+    for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
-        at[i] = got[i] = 0;
+        at[i] = got[i] = 0, prop[i].dr = NULL;
         if (!shares(j)) continue;
-        int left = e->cap - n - (pending - 1), c = cap[i];
+        int left = e->cap - held - (pending-- - 1), c = cap[i];
         while (c > 0 && (1 << c) + MAX_TREE > left) c--; /* side nodes may come on top */
-        RoundNodes rn;
         double tp = pd_now();
-        int rc = drafter_plan(&j->dc, j->gen.state, c, &rn);
+        if (drafter_plan_open(&j->dc, j->gen.state, c, &prop[i])) got[i] = -2, prop[i].dr = NULL;
+        else if (prop[i].dr && prop[i].dr->propose_group) {
+            int most = prop[i].dr->most;
+            held += most > 0 && most < prop[i].max_nodes ? most : prop[i].max_nodes;
+        } else {
+            if (prop[i].dr && prop[i].dr->propose(prop[i].dr, &j->dc, prop[i].t, prop[i].max_nodes, prop[i].max_depth))
+                got[i] = -1;
+            else add_round(e, i, &prop[i], &n, at, got, &masked), held += got[i] > 0 ? got[i] : 0;
+            prop[i].dr = NULL;
+        }
         spent[i] = pd_now() - tp;
-        if (rc == 0 && rn.alone) rc = drafter_land(&j->dc, j->gen.state, NULL, NULL, NULL, 0);
-        else if (rc == 0) {
-            at[i] = n, got[i] = rn.n;
-            for (int k = 0; k < rn.n; k++) {
-                e->tok[n + k] = rn.token[k], e->pos[n + k] = rn.pos[k], e->seq[n + k] = j->dc.seq;
-                e->parent[n + k] = rn.parent ? (rn.parent[k] >= 0 ? n + rn.parent[k] : -1) : -2;
-            }
-            j->mask = rn.mask; /* a round with side nodes: its own mask, for the batch's */
-            masked |= rn.mask != NULL;
-            n += rn.n;
-        } else if (rc) got[i] = rc < 0 ? -1 : -2; /* over, or failed: its method stops after the step */
-        pending--;
     }
+    int grouped = group_proposals(e, prop, spent, got);
+    for (int i = 0; i < e->n_run; i++)
+        if (prop[i].dr) add_round(e, i, &prop[i], &n, at, got, &masked);
     if (masked) { /* a round with side nodes: the whole batch by an explicit mask */
         memset(e->mask, 0, (size_t)n * n);
         for (int i = 0; i < n; i++)
@@ -647,6 +718,7 @@ static int step(Engine *e) {
             start_from(e, j, e->rows + (size_t)r * dim);
         }
     e->st.steps++;
+    e->st.proposals_grouped += grouped;
     if (others > 1) e->st.rounds_shared += trees;
     kv_stats(e);
     pthread_mutex_unlock(&e->mu);
@@ -655,16 +727,16 @@ static int step(Engine *e) {
     double a, bb, sec = pd_now() - t0;
     if (planned && e->n_run > 1) line_add(e, n, t_call), tab_add(e, n, t_call);
     line_get(e, &a, &bb);
-    for (int i = 0, off = n_rows; i < e->n_run; i++) {
+    for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
         if (got[i] <= 0) continue;
+        int off = n_rows + at[i] - n_std; /* its rows */
         double tl = pd_now();
         int rc = drafter_land(&j->dc, j->gen.state, e->rows + (size_t)off * dim,
                               ids_only ? NULL : e->logits + (size_t)off * V, e->row_tok + off,
                               e->n_run == 1 ? sec : a + bb * got[i] + spent[i]);
         spent[i] += pd_now() - tl;
         if (got[i] > 1) j->draft_cost += (j->draft_cost > 0 ? 0.1 : 1) * (spent[i] - j->draft_cost);
-        off += got[i];
         if (rc) got[i] = rc < 0 ? -1 : -2;
     }
     pthread_mutex_lock(&e->mu);
@@ -787,6 +859,7 @@ void engine_free(Engine *e) {
         j->finish = "cancelled", j->state = JOB_DONE;
         job_unref(j);
     }
+    for (int i = 0; i < e->n_pools; i++) e->pools[i].method->pool_free(e->pools[i].pool);
     kv_free(&e->kv);
     runner_free(e->fwd);
     free_buffers(e);

@@ -49,6 +49,10 @@ typedef struct {
     int64_t waited;                      /* requests that found no room and waited in the queue */
     int64_t preempted;                   /* times a running request gave its blocks back to wait again */
     int64_t rejected;                    /* requests refused busy: the queue was full */
+    int64_t drafted, drafts_kept;        /* tokens methods drafted (AdaDecode: exited early), and kept, counted
+                                            as each method stops */
+    int64_t proposals_grouped;           /* drafters' proposals made together with others' (EAGLE's head
+                                            calls shared) */
     int64_t rounds_shared;               /* drafted trees (2 nodes or more) that shared a forward call with
                               another request's work */
     int64_t method_prefilled;            /* context tokens methods' starts ran again (none for a drafter

@@ -269,7 +269,7 @@ static int look_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **
     lk->rng = 0x9e3779b97f4a7c15ull;
     lk->rate = sh->oracle_rate;
     lk->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
-    Drafter dr = {lk, look_start, look_propose, look_accepted, look_free, 0, -1};
+    Drafter dr = {lk, look_start, look_propose, look_accepted, look_free, 0, -1, NULL, 0};
     return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 

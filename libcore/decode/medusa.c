@@ -236,7 +236,7 @@ static int medusa_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void 
     const MethodShared *sh = &d->opt;
     Medusa *md = pd_alloc(sizeof *md);
     if (!md) return -1;
-    Drafter dr = {md, medusa_start, medusa_propose, medusa_accepted, medusa_drafter_free, 0, -1};
+    Drafter dr = {md, medusa_start, medusa_propose, medusa_accepted, medusa_drafter_free, 0, -1, NULL, 0};
     md->m = d->m;
     md->h = sh->medusa;
     tree_root(&md->tr);

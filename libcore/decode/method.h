@@ -85,6 +85,8 @@ typedef struct DecodeCtx {
        layer): given for the whole prompt, its begin runs none of it again */
     const float *given_states;
     int n_given_states;
+    /* what the method's requests in one engine share (DecodeMethod.pool_new), or NULL */
+    void *pool;
     /* scratch the shared helpers use */
     float *hidden, *logits; /* [chunk][dim], [chunk][vocab] */
     int cap;
@@ -122,6 +124,12 @@ typedef struct {
     int samples;         /* lossless when sampling too (every method here) */
     int oracle;          /* takes the benchmarks' oracle (MethodShared.oracle) */
     int reads_prompt;    /* begin reads every prompt position's state (on_prefill) */
+    /* optional: state the method's requests in one engine share (EAGLE's head runner and
+       cache, so that the requests' head calls can be one call), for up to max_seqs
+       requests whose contexts hold max_tokens positions in all; the engine makes it once
+       and hands it to every generation's begin as DecodeCtx.pool (NULL: each its own) */
+    void *(*pool_new)(const Model *m, const MethodShared *o, int max_seqs, int max_tokens);
+    void (*pool_free)(void *pool);
     /* generation as a state machine over the method's own state: no method owns a loop
        or a thread. begin prefills the prompt (from d->reuse on) and accepts the first
        token, leaving its state in *state (NULL or partial on failure: finish frees it

@@ -177,7 +177,7 @@ static int lookup_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void 
     lk->draft_max = o->draft_max ? o->draft_max : LOOKUP_DEFAULT_DRAFT_MAX;
     lk->rate = sh->oracle_rate;
     lk->oracle = sh->oracle_rate > 0 ? sh->oracle : NULL;
-    Drafter dr = {lk, lookup_start, lookup_propose, lookup_accepted, lookup_free, 1, -1};
+    Drafter dr = {lk, lookup_start, lookup_propose, lookup_accepted, lookup_free, 1, -1, NULL, 0};
     return drafter_begin(d, &dr, prompt, n_prompt, state);
 }
 

@@ -146,7 +146,7 @@ static int selfspec_propose(Drafter *dr, DecodeCtx *d, DraftTree *t, int max_nod
 static int selfspec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     SelfSpec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
-    Drafter dr = {s, NULL, selfspec_propose, NULL, selfspec_free, 0, -1};
+    Drafter dr = {s, NULL, selfspec_propose, NULL, selfspec_free, 0, -1, NULL, 0};
     if (selfspec_init(s, d)) {
         selfspec_free(&dr);
         return -1;

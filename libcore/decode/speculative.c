@@ -221,7 +221,7 @@ static int spec_check_options(Spec *s, const DecodeCtx *d) {
 static int spec_begin(DecodeCtx *d, const int32_t *prompt, int n_prompt, void **state) {
     Spec *s = pd_alloc(sizeof *s);
     if (!s) return -1;
-    Drafter dr = {s, spec_start, spec_propose, spec_accepted, spec_free, 0, -1};
+    Drafter dr = {s, spec_start, spec_propose, spec_accepted, spec_free, 0, -1, NULL, 0};
     if (spec_check_options(s, d)) {
         spec_free(&dr);
         return -1;
