@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "check.h"
 #include "fixture.h"
 #include "recipe/recipe.h"
@@ -75,8 +77,8 @@ static void good(void) {
     CHECK(r.answers.ds[1].samples == 5 && ends_with(r.answers.ds[1].file, "datasets/mt_bench/question.jsonl"),
           "mt_bench");
     CHECK(r.exit.on && !strcmp(r.exit.layers, "1,3,4") && r.exit.steps == 120 && r.exit.lr == 0.01 &&
-              r.exit.seq_len == 64 && r.exit.norm == 1 && r.exit.batch == 0 && !r.exit.from_answers && !r.exit.special &&
-              r.exit.check_vocab == 64 && !r.draft.heads.check_vocab,
+              r.exit.seq_len == 64 && r.exit.norm == 1 && r.exit.batch == 0 && !r.exit.from_answers &&
+              !r.exit.special && r.exit.check_vocab == 64 && !r.draft.heads.check_vocab,
           "exit heads %s", r.exit.layers);
     CHECK(ends_with(r.exit.data, "datasets/tinystories/tinystories_val_sample.txt.gz"), "exit data");
     CHECK(r.draft.on && r.draft.layer == 3 && !r.draft.own_heads, "draft: exit_heads' head at 3 serves (norm 1)");
@@ -156,21 +158,46 @@ static void good(void) {
         ok = ok && !recipe_prompts(&d, &ev, &ne);
         d.part = RECIPE_TRAIN;
         ok = ok && !recipe_prompts(&d, &tr, &nt);
-        CHECK(ok && ne + nt == na && ne > na / 10 && ne < na * 3 / 10, "split: %d + %d of %d records", ne, nt, na);
+        /* ⌈20 % of the records⌉ (more only for prompts that tie at the cut), those of the
+           smallest hashes */
+        CHECK(ok && ne + nt == na && ne >= (na * 20 + 99) / 100 && ne < na * 3 / 10, "split: %d + %d of %d records", ne,
+              nt, na);
+        uint64_t max_e = 0, min_t = UINT64_MAX;
         for (int i = 0, e = 0, t = 0; ok && i < na; i++) { /* both parts keep the file's order */
             int in_e = e < ne && !strcmp(all[i], ev[e]), in_t = t < nt && !strcmp(all[i], tr[t]);
             e += in_e, t += in_t;
-            if (in_e + in_t != 1 || recipe_is_eval(&d, all[i]) != in_e) {
+            uint64_t h = XXH64(all[i], strlen(all[i]), 0);
+            if (in_e && h > max_e) max_e = h;
+            if (in_t && h < min_t) min_t = h;
+            if (in_e + in_t != 1) {
                 CHECK(0, "record %d ('%s') in %d parts", i, all[i], in_e + in_t);
                 break;
             }
         }
+        CHECK(max_e < min_t, "split: an evaluation prompt's hash %llx is not below every training prompt's %llx",
+              (unsigned long long)max_e, (unsigned long long)min_t);
         if (ok) recipe_prompts_free(all, na), recipe_prompts_free(ev, ne), recipe_prompts_free(tr, nt);
         d.eval_pct = 0, d.part = RECIPE_EVAL;
         CHECK(recipe_prompts(&d, &ps, &n) == -1 && strstr(pd_errmsg(), "none of its records is in the evaluation part"),
               "split 0: no evaluation part (%s)", pd_errmsg());
         recipe_free(&r);
     }
+
+    /* MT-Bench's 80 questions, 25 % held out: exactly 20 (a hash modulo 100 gave 18) */
+    const char *g5 =
+        "model:\n  source: $PD_TEST_MODEL_DIR/stories260K.bin\n  tokenizer: models/stories260K/tok512.bin\n"
+        "split: 25\ndatasets: [mt_bench]\n";
+    if (recipe_parse(&r, g5, strlen(g5), "g5.yaml") == 0) {
+        char **ps;
+        int n;
+        RecipeDataset d = r.ds[0];
+        d.samples = 1000;
+        if (recipe_prompts(&d, &ps, &n) == 0) {
+            CHECK(n == 20, "mt_bench, split 25: %d evaluation prompts", n);
+            recipe_prompts_free(ps, n);
+        } else printf("SKIP test_recipe: mt_bench: %s\n", pd_errmsg());
+        recipe_free(&r);
+    } else CHECK(0, "g5: %s", pd_errmsg());
 
     /* random weights: the config mapping becomes JSON */
     const char *g4 =

@@ -94,7 +94,7 @@ static void source_deps(Str *d, const char *path) {
 }
 
 static void dataset_settings(Str *s, const RecipeDataset *ds) {
-    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s part %d split %d\ntemplate %s\n",
+    put(s, "dataset %s file %s samples %d max_new %d chat %d gamma %g system %s part %d split %d ranked\ntemplate %s\n",
         ds->name, ds->file, ds->samples, ds->max_new, ds->chat, ds->gamma, ds->system ? ds->system : "-", ds->part,
         ds->eval_pct, ds->tmpl);
 }

@@ -667,7 +667,7 @@ static int answers_chat(const Recipe *r) {
 }
 
 static int read_answers(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"datasets", "samples", "max_new", "chat",    "parallel",
+    static const char *const keys[] = {"datasets", "samples", "max_new", "chat", "parallel",
                                        "temp",     "seed",    "threads", NULL};
     RecipeDataset def = {.samples = 60, .max_new = 128, .chat = 1, .part = RECIPE_TRAIN, .eval_pct = r->split};
     yaml_node_t *x;
@@ -916,7 +916,8 @@ static int add_method(P *p, yaml_node_t *at, Recipe *r, const char *name) {
     if ((need & RECIPE_NEEDS_MEDUSA) && !r->medusa.on)
         return bad(p, at, "methods", "'%s' needs a 'medusa' section", name);
     if ((need & RECIPE_NEEDS_DRAFT) && !r->draft.on) return bad(p, at, "methods", "'%s' needs a 'draft' section", name);
-    if ((need & RECIPE_NEEDS_EAGLE) && !r->eagle.on) return bad(p, at, "methods", "'%s' needs an 'eagle' section", name);
+    if ((need & RECIPE_NEEDS_EAGLE) && !r->eagle.on)
+        return bad(p, at, "methods", "'%s' needs an 'eagle' section", name);
     if (d->n_methods == RECIPE_MAX_METHODS) return bad(p, at, "methods", "more than %d methods", RECIPE_MAX_METHODS);
     return (d->methods[d->n_methods++] = pd_strdup(name)) ? 0 : -1;
 }
@@ -984,8 +985,8 @@ static int read_decoding(P *p, yaml_node_t *v, Recipe *r) {
 /* ---- the whole file ---- */
 
 static int read_root(P *p, yaml_node_t *root, Recipe *r) {
-    static const char *const keys[] = {"about",  "threads", "split",    "model",    "answers", "exit_heads",
-                                       "medusa", "eagle",   "draft",    "decoding", "datasets", NULL};
+    static const char *const keys[] = {"about",  "threads", "split", "model",    "answers",  "exit_heads",
+                                       "medusa", "eagle",   "draft", "decoding", "datasets", NULL};
     yaml_node_t *x;
     if (root->type != YAML_MAPPING_NODE)
         return bad(p, root, "(top)", "a recipe is a mapping of sections (model:, datasets:, ...)");
@@ -1096,8 +1097,27 @@ void recipe_prompts_free(char **prompts, int n) {
     free(prompts);
 }
 
-int recipe_is_eval(const RecipeDataset *ds, const char *prompt) {
-    return XXH64(prompt, strlen(prompt), 0) % 100 < (unsigned)ds->eval_pct;
+uint64_t recipe_prompt_hash(const char *prompt) { return XXH64(prompt, strlen(prompt), 0); }
+
+static int by_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* the split of all[n]: is_eval[i] for the records whose hash is at most the
+   ⌈n × eval_pct / 100⌉-th smallest (equal prompts fall on one side) */
+static int split(const RecipeDataset *ds, char **all, int n, uint8_t *is_eval) {
+    int k = (int)(((int64_t)n * ds->eval_pct + 99) / 100);
+    uint64_t *h = pd_alloc(sizeof(uint64_t) * (n ? n : 1));
+    if (!h) return -1;
+    for (int i = 0; i < n; i++) h[i] = recipe_prompt_hash(all[i]);
+    uint64_t *sorted = pd_alloc(sizeof(uint64_t) * (n ? n : 1));
+    if (!sorted) return free(h), -1;
+    memcpy(sorted, h, sizeof(uint64_t) * n);
+    qsort(sorted, n, sizeof(uint64_t), by_u64);
+    for (int i = 0; i < n; i++) is_eval[i] = k > 0 && h[i] <= sorted[k - 1];
+    free(h), free(sorted);
+    return 0;
 }
 
 static int push(char ***v, int *n, int *cap, char *s) {
@@ -1183,11 +1203,14 @@ int recipe_prompts(const RecipeDataset *ds, char ***prompts, int *n) {
     if (rc) return -1;
     if (!n_all)
         return recipe_prompts_free(all, 0), pd_error("%s: no record gives a prompt through the template", ds->file);
+    uint8_t *is_eval = pd_alloc(n_all);
+    if (!is_eval || split(ds, all, n_all, is_eval)) return free(is_eval), recipe_prompts_free(all, n_all), -1;
     int kept = 0;
     for (int i = 0; i < n_all; i++) {
-        if (ds->part == RECIPE_ALL || recipe_is_eval(ds, all[i]) == (ds->part == RECIPE_EVAL)) all[kept++] = all[i];
+        if (ds->part == RECIPE_ALL || is_eval[i] == (ds->part == RECIPE_EVAL)) all[kept++] = all[i];
         else free(all[i]);
     }
+    free(is_eval);
     if (!(n_all = kept))
         return free(all), pd_error("%s: none of its records is in the %s part (split: %d%% for evaluation)", ds->file,
                                    ds->part == RECIPE_EVAL ? "evaluation" : "training", ds->eval_pct);

@@ -23,8 +23,9 @@
 #define RECIPE_MAX_OPTS 32
 
 /* which of a dataset's records give prompts: the recipe's split holds out for evaluation
-   (the bench's tables) the records whose prompt hashes (xxh64, seed 0, of the rendered
-   prompt) below eval_pct modulo 100, so an evaluation prompt never reaches training */
+   (the bench's tables) the ⌈n × eval_pct / 100⌉ records of the smallest hashes (xxh64,
+   seed 0, of the rendered prompt; records with the hash at that boundary too, so equal
+   prompts fall on one side), so an evaluation prompt never reaches training */
 enum { RECIPE_ALL, RECIPE_TRAIN, RECIPE_EVAL };
 
 /* prompts from one dataset file */
@@ -180,8 +181,8 @@ int recipe_method_has_oracle(const char *method);
    when the file has fewer usable records), each malloc'd, in *prompts (malloc'd) */
 int recipe_prompts(const RecipeDataset *ds, char ***prompts, int *n);
 void recipe_prompts_free(char **prompts, int n);
-/* is this rendered prompt one the split holds out for evaluation? */
-int recipe_is_eval(const RecipeDataset *ds, const char *prompt);
+/* the hash the split ranks a rendered prompt by */
+uint64_t recipe_prompt_hash(const char *prompt);
 /* render one template against a JSON object (jansson json_t *) or plain text
    (rec = NULL, text = the record); malloc'd, NULL + message on a missing field */
 char *recipe_render(const char *tmpl, const void *rec, const char *text, const char *what);
