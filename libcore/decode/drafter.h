@@ -90,7 +90,7 @@ typedef struct Drafter {
     /* ≥ 0: kept drafts count as early exits at this exit head (d->early[exit_head]),
        not per depth */
     int exit_head;
-    /* optional: the proposals p[0..n) of drafters of this kind sharing d[i]->share, made
+    /* optional: the proposals p[0..n) of drafters of this kind sharing d[i]->pool, made
        together: what each would propose alone, their model calls shared (EAGLE's head
        levels, one call for every request) */
     int (*propose_group)(DecodeCtx **d, const Proposal *p, int n);

@@ -516,8 +516,8 @@ static void *method_pool(Engine *e, const DecodeMethod *m) {
     if (!m->pool_new) return NULL;
     for (int i = 0; i < e->n_pools; i++)
         if (e->pools[i].method == m) return e->pools[i].pool;
-    void *p = e->n_pools < MAX_POOLS ? m->pool_new(e->m, &e->o.opt, e->o.parallel + 1, e->o.kv_blocks * e->o.block_size)
-                                     : NULL;
+    void *p =
+        e->n_pools < MAX_POOLS ? m->pool_new(e->m, &e->o.opt, e->kv.max_seqs, e->kv.n_blocks * e->kv.block_size) : NULL;
     if (p) e->pools[e->n_pools].method = m, e->pools[e->n_pools++].pool = p;
     return p;
 }
