@@ -624,23 +624,23 @@ static int step(Engine *e) {
     /* each drafter's round, in the room left: planned, proposed (a proposal made in a
        group after the others, with the room its nodes may take held), its nodes added */
     Proposal prop[MAX_PARALLEL];
-    int pending = 0, held = n; /* drafters still to plan (a node each at least); rows taken or held */
+    int pending = 0, deferred = 0; /* drafters still to plan (a node each at least); rows the later proposals hold */
     for (int i = 0; i < e->n_run; i++) pending += shares(e->run[i]);
     for (int i = 0; i < e->n_run; i++) {
         Job *j = e->run[i];
         at[i] = got[i] = 0, prop[i].dr = NULL;
         if (!shares(j)) continue;
-        int left = e->cap - held - (pending-- - 1), c = cap[i];
+        int left = e->cap - n - deferred - (pending-- - 1), c = cap[i];
         while (c > 0 && (1 << c) + MAX_TREE > left) c--; /* side nodes may come on top */
         double tp = pd_now();
         if (drafter_plan_open(&j->dc, j->gen.state, c, &prop[i])) got[i] = -2, prop[i].dr = NULL;
         else if (prop[i].dr && prop[i].dr->propose_group) {
             int most = prop[i].dr->most;
-            held += most > 0 && most < prop[i].max_nodes ? most : prop[i].max_nodes;
+            deferred += most > 0 && most < prop[i].max_nodes ? most : prop[i].max_nodes;
         } else {
             if (prop[i].dr && prop[i].dr->propose(prop[i].dr, &j->dc, prop[i].t, prop[i].max_nodes, prop[i].max_depth))
                 got[i] = -1;
-            else add_round(e, i, &prop[i], &n, at, got, &masked), held += got[i] > 0 ? got[i] : 0;
+            else add_round(e, i, &prop[i], &n, at, got, &masked);
             prop[i].dr = NULL;
         }
         spent[i] = pd_now() - tp;

@@ -1097,8 +1097,6 @@ void recipe_prompts_free(char **prompts, int n) {
     free(prompts);
 }
 
-uint64_t recipe_prompt_hash(const char *prompt) { return XXH64(prompt, strlen(prompt), 0); }
-
 static int by_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
@@ -1110,7 +1108,7 @@ static int split(const RecipeDataset *ds, char **all, int n, uint8_t *is_eval) {
     int k = (int)(((int64_t)n * ds->eval_pct + 99) / 100);
     uint64_t *h = pd_alloc(sizeof(uint64_t) * (n ? n : 1));
     if (!h) return -1;
-    for (int i = 0; i < n; i++) h[i] = recipe_prompt_hash(all[i]);
+    for (int i = 0; i < n; i++) h[i] = XXH64(all[i], strlen(all[i]), 0);
     uint64_t *sorted = pd_alloc(sizeof(uint64_t) * (n ? n : 1));
     if (!sorted) return free(h), -1;
     memcpy(sorted, h, sizeof(uint64_t) * n);

@@ -181,8 +181,6 @@ int recipe_method_has_oracle(const char *method);
    when the file has fewer usable records), each malloc'd, in *prompts (malloc'd) */
 int recipe_prompts(const RecipeDataset *ds, char ***prompts, int *n);
 void recipe_prompts_free(char **prompts, int n);
-/* the hash the split ranks a rendered prompt by */
-uint64_t recipe_prompt_hash(const char *prompt);
 /* render one template against a JSON object (jansson json_t *) or plain text
    (rec = NULL, text = the record); malloc'd, NULL + message on a missing field */
 char *recipe_render(const char *tmpl, const void *rec, const char *text, const char *what);
