@@ -36,7 +36,7 @@ static double frand(void) { return (next() >> 11) * (1.0 / 9007199254740992.0) *
 /* ---------------- the head in double, from the definitions ---------------- */
 
 typedef struct {
-    int D, F, H, G, hd, K, V;
+    int D, F, H, G, hd, K, V, steps;
     double eps, w_reg, w_ce;
     double *w[EAGLE_TENSORS]; /* the trainable tensors, EagleParams' shapes */
     double *g, *E;            /* final norm [D], E_K [K][D] */
@@ -52,6 +52,7 @@ static void ref_init(Ref *r, EagleParams *p, const EagleTrain *t) {
                .hd = c->head_dim,
                .K = c->vocab_size,
                .V = M.c.vocab_size,
+               .steps = t->steps,
                .eps = c->norm_eps,
                .w_reg = t->w_reg,
                .w_ce = t->w_ce};
@@ -107,71 +108,84 @@ static int draft_id(const Ref *r, int32_t target) {
     return -1;
 }
 
-/* the loss Σ_{i ≥ from} L_i of a sequence tok[T] with features feat[T][D] and greedy
-   choices arg[T]; kinks: how many feature errors fell on each side of |e| = 1 */
+/* the loss Σ_k 0.8^k Σ_{i + k ≥ from} L^k_i of a sequence tok[T] with features feat[T][D]
+   and greedy choices arg[T], the draft unrolled r->steps steps on its own f' (step k's
+   row i at position i + k sees step 0's rows 0..i and its chain, steps 1..k of row i);
+   kinks: how many feature errors fell on each side of |e| = 1 */
 static double ref_loss(const Ref *r, const int32_t *tok, const float *feat, const int32_t *arg, int T, int from,
                        long kinks[2]) {
-    int D = r->D, F = r->F, H = r->H, G = r->G, hd = r->hd, Q = H * hd, KV = G * hd, n = T - 1;
-    double *x = calloc((size_t)n * D, 8), *q = calloc((size_t)n * Q, 8), *k = calloc((size_t)n * KV, 8);
-    double *v = calloc((size_t)n * KV, 8), *u = calloc(2 * D, 8), *a = calloc(D, 8), *att = calloc(Q, 8);
-    double *r1 = calloc(D, 8), *y = calloc(D, 8), *g1 = calloc(F, 8), *g3 = calloc(F, 8), *hh = calloc(D, 8);
-    double *fp = calloc(D, 8), *lg = calloc(r->K, 8), *sc = calloc(n, 8);
+    int D = r->D, F = r->F, H = r->H, G = r->G, hd = r->hd, Q = H * hd, KV = G * hd, n = T - 1, S = r->steps;
+    double *x = calloc((size_t)S * n * D, 8), *q = calloc((size_t)S * n * Q, 8), *k = calloc((size_t)S * n * KV, 8);
+    double *v = calloc((size_t)S * n * KV, 8), *fp = calloc((size_t)S * n * D, 8), *u = calloc(2 * D, 8);
+    double *a = calloc(D, 8), *att = calloc(Q, 8), *r1 = calloc(D, 8), *y = calloc(D, 8), *g1 = calloc(F, 8);
+    double *g3 = calloc(F, 8), *hh = calloc(D, 8), *lg = calloc(r->K, 8), *sc = calloc(n + S, 8);
     float *row = malloc(sizeof(float) * D);
-    for (int i = 0; i < n; i++) { /* x = W_fc [embed(t_{i+1}); f_i], then q, k, v with RoPE at i */
-        k_row_to_f32(row, M.embed.w, M.embed.t, tok[i + 1], D);
-        for (int d = 0; d < D; d++) u[d] = row[d], u[D + d] = feat[(size_t)i * D + d];
-        mv(x + (size_t)i * D, r->w[EAGLE_FC], u, D, 2 * D);
-        rmsnorm(a, x + (size_t)i * D, r->w[EAGLE_ATTN_NORM], D, r->eps);
-        mv(q + (size_t)i * Q, r->w[EAGLE_WQ], a, Q, D);
-        mv(k + (size_t)i * KV, r->w[EAGLE_WK], a, KV, D);
-        mv(v + (size_t)i * KV, r->w[EAGLE_WV], a, KV, D);
-        rope(q + (size_t)i * Q, H, hd, i);
-        rope(k + (size_t)i * KV, G, hd, i);
-    }
-    double loss = 0;
-    for (int i = from; i < n; i++) {
-        for (int h = 0; h < H; h++) { /* head h reads kv head h / (H / G) */
-            int g = h / (H / G);
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j <= i; j++) {
-                double s = 0;
-                for (int e = 0; e < hd; e++) s += q[(size_t)i * Q + h * hd + e] * k[(size_t)j * KV + g * hd + e];
-                sc[j] = s / sqrt((double)hd);
-                mx = fmax(mx, sc[j]);
-            }
-            for (int j = 0; j <= i; j++) sum += sc[j] = exp(sc[j] - mx);
-            for (int e = 0; e < hd; e++) {
-                double o = 0;
-                for (int j = 0; j <= i; j++) o += sc[j] / sum * v[(size_t)j * KV + g * hd + e];
-                att[h * hd + e] = o;
-            }
+#define AT(arr, width, s, i) ((arr) + ((size_t)(s)*n + (i)) * (width))
+    double loss = 0, w = 1;
+    float wf = 1;
+    for (int st = 0; st < S; st++, wf *= EAGLE_STEP_DECAY) {
+        w = wf;
+        for (int i = 0; i < n - st; i++) { /* x = W_fc [embed(t_{i+st+1}); f], then q, k, v with RoPE at i + st */
+            k_row_to_f32(row, M.embed.w, M.embed.t, tok[i + st + 1], D);
+            for (int d = 0; d < D; d++)
+                u[d] = row[d], u[D + d] = st ? AT(fp, D, st - 1, i)[d] : feat[(size_t)i * D + d];
+            mv(AT(x, D, st, i), r->w[EAGLE_FC], u, D, 2 * D);
+            rmsnorm(a, AT(x, D, st, i), r->w[EAGLE_ATTN_NORM], D, r->eps);
+            mv(AT(q, Q, st, i), r->w[EAGLE_WQ], a, Q, D);
+            mv(AT(k, KV, st, i), r->w[EAGLE_WK], a, KV, D);
+            mv(AT(v, KV, st, i), r->w[EAGLE_WV], a, KV, D);
+            rope(AT(q, Q, st, i), H, hd, i + st);
+            rope(AT(k, KV, st, i), G, hd, i + st);
         }
-        mv(y, r->w[EAGLE_WO], att, D, Q);
-        for (int d = 0; d < D; d++) r1[d] = x[(size_t)i * D + d] + y[d];
-        rmsnorm(a, r1, r->w[EAGLE_FFN_NORM], D, r->eps);
-        mv(g1, r->w[EAGLE_W1], a, F, D);
-        mv(g3, r->w[EAGLE_W3], a, F, D);
-        for (int j = 0; j < F; j++) g1[j] = g1[j] / (1 + exp(-g1[j])) * g3[j];
-        mv(y, r->w[EAGLE_W2], g1, D, F);
-        for (int d = 0; d < D; d++) hh[d] = r1[d] + y[d];
-        rmsnorm(fp, hh, r->g, D, r->eps);
-        double reg = 0;
-        for (int d = 0; d < D; d++) {
-            double e = fp[d] - feat[(size_t)(i + 1) * D + d];
-            reg += fabs(e) < 1 ? 0.5 * e * e : fabs(e) - 0.5;
-            if (kinks) kinks[fabs(e) >= 1]++;
+        for (int i = 0; i < n - st; i++) {
+            for (int h = 0; h < H; h++) { /* head h reads kv head h / (H / G); key j: step 0's row j, then the chain */
+                int g = h / (H / G);
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= i + st; j++) {
+                    const double *kj = j <= i ? AT(k, KV, 0, j) : AT(k, KV, j - i, i);
+                    double s = 0;
+                    for (int e = 0; e < hd; e++) s += AT(q, Q, st, i)[h * hd + e] * kj[g * hd + e];
+                    sc[j] = s / sqrt((double)hd);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= i + st; j++) sum += sc[j] = exp(sc[j] - mx);
+                for (int e = 0; e < hd; e++) {
+                    double o = 0;
+                    for (int j = 0; j <= i + st; j++)
+                        o += sc[j] / sum * (j <= i ? AT(v, KV, 0, j) : AT(v, KV, j - i, i))[g * hd + e];
+                    att[h * hd + e] = o;
+                }
+            }
+            mv(y, r->w[EAGLE_WO], att, D, Q);
+            for (int d = 0; d < D; d++) r1[d] = AT(x, D, st, i)[d] + y[d];
+            rmsnorm(a, r1, r->w[EAGLE_FFN_NORM], D, r->eps);
+            mv(g1, r->w[EAGLE_W1], a, F, D);
+            mv(g3, r->w[EAGLE_W3], a, F, D);
+            for (int j = 0; j < F; j++) g1[j] = g1[j] / (1 + exp(-g1[j])) * g3[j];
+            mv(y, r->w[EAGLE_W2], g1, D, F);
+            for (int d = 0; d < D; d++) hh[d] = r1[d] + y[d];
+            double *f = AT(fp, D, st, i);
+            rmsnorm(f, hh, r->g, D, r->eps);
+            if (i + st < from) continue;
+            double reg = 0;
+            for (int d = 0; d < D; d++) {
+                double e = f[d] - feat[(size_t)(i + st + 1) * D + d];
+                reg += fabs(e) < 1 ? 0.5 * e * e : fabs(e) - 0.5;
+                if (kinks) kinks[fabs(e) >= 1]++;
+            }
+            loss += w * r->w_reg * reg / D;
+            int yk = draft_id(r, arg[i + st + 1]);
+            if (yk < 0) continue;
+            mv(lg, r->E, f, r->K, D);
+            double mx = -INFINITY, s = 0;
+            for (int c = 0; c < r->K; c++) mx = fmax(mx, lg[c]);
+            for (int c = 0; c < r->K; c++) s += exp(lg[c] - mx);
+            loss += w * r->w_ce * (mx + log(s) - lg[yk]);
         }
-        loss += r->w_reg * reg / D;
-        int yk = draft_id(r, arg[i + 1]);
-        if (yk < 0) continue;
-        mv(lg, r->E, fp, r->K, D);
-        double mx = -INFINITY, s = 0;
-        for (int c = 0; c < r->K; c++) mx = fmax(mx, lg[c]);
-        for (int c = 0; c < r->K; c++) s += exp(lg[c] - mx);
-        loss += r->w_ce * (mx + log(s) - lg[yk]);
     }
-    free(x), free(q), free(k), free(v), free(u), free(a), free(att), free(r1), free(y), free(g1), free(g3);
-    free(hh), free(fp), free(lg), free(sc), free(row);
+#undef AT
+    free(x), free(q), free(k), free(v), free(fp), free(u), free(a), free(att), free(r1), free(y), free(g1), free(g3);
+    free(hh), free(lg), free(sc), free(row);
     return loss;
 }
 
@@ -238,7 +252,7 @@ static double fd_error(Ref *r, int k, const float *grad, size_t count, const int
 
 /* ---------------- gradients ---------------- */
 
-static void test_gradient(int from, float w_reg, float w_ce) {
+static void test_gradient(int from, float w_reg, float w_ce, int steps) {
     int D = M.c.dim, K = 300;
     EagleParams p;
     EagleTrain t;
@@ -247,7 +261,7 @@ static void test_gradient(int from, float w_reg, float w_ce) {
     /* the model's outputs first, through a head of any vocabulary */
     for (int v = 0; v < K; v++) vocab[v] = v;
     CHECK(eagle_params_init(&p, &M, vocab, K) == 0, "%s", pd_errmsg());
-    CHECK(eagle_train_init(&t, &M, &p, 32, 1e-3f) == 0, "%s", pd_errmsg());
+    CHECK(eagle_train_init(&t, &M, &p, 32, 1, 1e-3f) == 0, "%s", pd_errmsg());
     model_outputs(&t, TOK, T_LEN, feat, arg);
     eagle_train_free(&t);
     eagle_params_free(&p);
@@ -256,7 +270,7 @@ static void test_gradient(int from, float w_reg, float w_ce) {
     make_vocab(arg, T_LEN, out, 2, K, vocab);
     CHECK(eagle_params_init(&p, &M, vocab, K) == 0, "%s", pd_errmsg());
     randomise(&p, 0.3);
-    CHECK(eagle_train_init(&t, &M, &p, 32, 1e-3f) == 0, "%s", pd_errmsg());
+    CHECK(eagle_train_init(&t, &M, &p, 32, steps, 1e-3f) == 0, "%s", pd_errmsg());
     t.w_reg = w_reg, t.w_ce = w_ce;
     EagleGrad g;
     eagle_grad_init(&g, &p.c);
@@ -283,23 +297,27 @@ static void test_gradient(int from, float w_reg, float w_ce) {
     for (int i = from; i < T_LEN - 1; i++) n_out += draft_id(&r, arg[i + 1]) < 0;
     CHECK(fabs(s.loss - want) < 1e-4 * want, "loss %.6f, reference %.6f", s.loss, want);
     CHECK(s.positions == T_LEN - 1 - from, "positions %lld", (long long)s.positions);
+    for (int k = 0; k < steps; k++)
+        CHECK(s.positions_at[k] == T_LEN - 1 - (k > from ? k : from), "step %d: %lld positions", k,
+              (long long)s.positions_at[k]);
     CHECK(s.labelled == s.positions - n_out && n_out > 0, "labelled %lld of %lld, %d out of the vocabulary",
           (long long)s.labelled, (long long)s.positions, n_out);
     CHECK(kinks[0] > 0 && kinks[1] > 0, "smooth L1 on one side only: %ld below 1, %ld above", kinks[0], kinks[1]);
     double worst = 0;
     for (int k = 0; k < EAGLE_TENSORS; k++) {
         double e = fd_error(&r, k, g.t[k], g.n[k], TOK, feat, arg, T_LEN, from, 8);
-        CHECK(e < 2e-3, "from %d: d%s off central differences by %.2e (relative)", from, eagle_tensor_name[k], e);
+        CHECK(e < 2e-3, "from %d, %d steps: d%s off central differences by %.2e (relative)", from, steps,
+              eagle_tensor_name[k], e);
         printf("  d%-9s %.1e", eagle_tensor_name[k], e);
         if (k % 5 == 4) printf("\n");
         worst = fmax(worst, e);
     }
-    printf("gradient (from %d, w_reg %g, w_ce %g): loss %.6f (reference %.6f), %lld positions, %d without CE; "
-           "worst %.1e relative off central differences\n",
-           from, w_reg, w_ce, s.loss, want, (long long)s.positions, n_out, worst);
+    printf("gradient (from %d, w_reg %g, w_ce %g, %d steps): loss %.6f (reference %.6f), %lld positions, %d without "
+           "CE; worst %.1e relative off central differences\n",
+           from, w_reg, w_ce, steps, s.loss, want, (long long)s.positions, n_out, worst);
     /* the check can fail: fc's gradient with its halves [embed | f] swapped, wq's with each
        head's rotation pairs (j, j + hd/2) swapped */
-    if (from == 0) {
+    if (from == 0 && steps == 1) {
         float *sw = malloc(sizeof(float) * g.n[EAGLE_FC]);
         for (int i = 0; i < D; i++)
             for (int j = 0; j < 2 * D; j++)
@@ -337,13 +355,17 @@ static void test_training(void) {
     int K = 256, steps = 300, B = 8;
     int32_t vocab[512];
     CHECK(eagle_vocab_from_counts(&M, tr.tok, seqs_tokens(&tr), K, vocab) == 0, "%s", pd_errmsg());
-    EagleParams p, q;
-    EagleTrain t, u;
+    EagleParams p, q, p3;
+    EagleTrain t, u, t3; /* t3: the training-time test, 3 steps */
     MedusaCache ct, ch;
     SeqOrder o;
     float lr = 1.0f / M.c.dim; /* the tool's default */
-    CHECK(eagle_params_init(&p, &M, vocab, K) == 0 && eagle_params_init(&q, &M, vocab, K) == 0, "%s", pd_errmsg());
-    CHECK(eagle_train_init(&t, &M, &p, 64, lr) == 0 && eagle_train_init(&u, &M, &q, 64, lr) == 0, "%s", pd_errmsg());
+    CHECK(eagle_params_init(&p, &M, vocab, K) == 0 && eagle_params_init(&q, &M, vocab, K) == 0 &&
+              eagle_params_init(&p3, &M, vocab, K) == 0,
+          "%s", pd_errmsg());
+    CHECK(eagle_train_init(&t, &M, &p, 64, 1, lr) == 0 && eagle_train_init(&u, &M, &q, 64, 1, lr) == 0 &&
+              eagle_train_init(&t3, &M, &p3, 64, 3, lr) == 0,
+          "%s", pd_errmsg());
     CHECK(eagle_cache_build(&t, &tr, &ct, NULL) == 0 && eagle_cache_build(&t, &ho, &ch, NULL) == 0, "%s", pd_errmsg());
     EagleStats before, after, nocache;
     CHECK(eagle_train_eval(&t, &ho, &ch, &before) == 0 && eagle_train_eval(&t, &ho, NULL, &nocache) == 0, "%s",
@@ -359,6 +381,8 @@ static void test_training(void) {
         t.lr = distill_lr(lr, s, steps);
         EagleSums sum;
         CHECK(eagle_train_step(&t, &tr, &ct, idx, B, &sum) == 0, "%s", pd_errmsg());
+        t3.lr = t.lr;
+        CHECK(eagle_train_step(&t3, &tr, &ct, idx, B, NULL) == 0, "%s", pd_errmsg());
         positions += sum.positions;
         if (s < 20) first += sum.loss / sum.positions / 20;
         if (s >= steps - 20) last += sum.loss / sum.positions / 20;
@@ -373,7 +397,8 @@ static void test_training(void) {
     }
     double dt = pd_now() - t0;
     CHECK(eagle_train_eval(&t, &ho, &ch, &after) == 0, "%s", pd_errmsg());
-    printf("training: %d steps, %.0f positions/s; loss %.4f -> %.4f; %lld held-out positions (%.1f%% in the draft "
+    printf("training: %d steps, %.0f positions/s (with the three-step head's steps); loss %.4f -> %.4f; %lld held-out "
+           "positions (%.1f%% in the draft "
            "vocabulary): CE %.4f -> %.4f, reg %.4f -> %.4f, top-1 %.4f -> %.4f\n",
            steps, positions / dt, first, last, (long long)after.positions, 100 * after.coverage, before.ce, after.ce,
            before.reg, after.reg, before.top1, after.top1);
@@ -382,6 +407,15 @@ static void test_training(void) {
     CHECK(after.ce < before.ce && after.reg < before.reg, "held-out CE %.4f -> %.4f, reg %.4f -> %.4f", before.ce,
           after.ce, before.reg, after.reg);
     CHECK(t.t == steps, "adam steps %d", t.t);
+    /* the training-time test: the draft fed its own f' guesses deeper tokens better */
+    EagleStats deep;
+    CHECK(eagle_train_eval(&t3, &ho, &ch, &deep) == 0 && deep.depth == 3 && after.depth == 3, "%s", pd_errmsg());
+    printf("held-out top-1 at depths 1 / 2 / 3: one step trained %.4f / %.4f / %.4f, three steps %.4f / %.4f / %.4f\n",
+           after.top1_at[0], after.top1_at[1], after.top1_at[2], deep.top1_at[0], deep.top1_at[1], deep.top1_at[2]);
+    CHECK(after.top1_at[0] == after.top1, "depth 1's top-1 %.4f is not top-1 %.4f", after.top1_at[0], after.top1);
+    CHECK(deep.top1_at[1] > after.top1_at[1] + 0.05 && deep.top1_at[2] > after.top1_at[2] + 0.05,
+          "three steps trained: depth 2 %.4f (one step %.4f), depth 3 %.4f (%.4f)", deep.top1_at[1], after.top1_at[1],
+          deep.top1_at[2], after.top1_at[2]);
     int bad = tr.n;
     CHECK(eagle_train_step(&t, &tr, &ct, &bad, 1, NULL) == -1, "sequence %d of %d accepted", bad, tr.n);
     order_free(&o);
@@ -389,8 +423,10 @@ static void test_training(void) {
     medusa_cache_free(&ch);
     eagle_train_free(&t);
     eagle_train_free(&u);
+    eagle_train_free(&t3);
     eagle_params_free(&p);
     eagle_params_free(&q);
+    eagle_params_free(&p3);
     seqs_free(&tr);
     seqs_free(&ho);
     dataset_free(&ts);
@@ -407,14 +443,17 @@ static double rel_off(const float *a, const float *b, size_t n) {
 
 /* the head saved, loaded by eagle_load and run as decoding runs it (W_fc by eagle_input,
    the layer through forward_layers on given inputs, its final norm and tied E_K) gives
-   the training forward's f' and logits */
+   the training forward's f' and logits; and unrolled: a chain of drafts after the true
+   entries 0..i, each node fed its parent's f' at the next position (as a draft tree's
+   path), gives the training-time test's steps 1 and 2 at row i */
+#define CHAIN 3
 static void test_decode_forward(double scale) {
     int D = M.c.dim, K = 300, n = T_LEN - 1;
     EagleParams p;
     EagleTrain t;
     EagleHead h;
-    float *feat = malloc(sizeof(float) * T_LEN * D), *fp = malloc(sizeof(float) * n * D);
-    float *lg = malloc(sizeof(float) * n * K), *u = malloc(sizeof(float) * n * 2 * D);
+    float *feat = malloc(sizeof(float) * T_LEN * D), *fp = malloc(sizeof(float) * CHAIN * n * D);
+    float *lg = malloc(sizeof(float) * CHAIN * n * K), *u = malloc(sizeof(float) * n * 2 * D);
     float *x = malloc(sizeof(float) * n * D), *fp2 = malloc(sizeof(float) * n * D),
           *lg2 = malloc(sizeof(float) * n * K);
     int32_t arg[T_LEN], vocab[512], pos[T_LEN];
@@ -422,9 +461,9 @@ static void test_decode_forward(double scale) {
     for (int i = 0; i < T_LEN; i++) pos[i] = i;
     CHECK(eagle_params_init(&p, &M, vocab, K) == 0, "%s", pd_errmsg());
     randomise(&p, scale);
-    CHECK(eagle_train_init(&t, &M, &p, 32, 1e-3f) == 0, "%s", pd_errmsg());
+    CHECK(eagle_train_init(&t, &M, &p, 32, 1, 1e-3f) == 0, "%s", pd_errmsg());
     model_outputs(&t, TOK, T_LEN, feat, arg);
-    CHECK(eagle_seq_forward(&t, TOK + 1, feat, n, fp, lg) == 0, "%s", pd_errmsg());
+    CHECK(eagle_seq_forward(&t, TOK + 1, feat, n, CHAIN, fp, lg) == 0, "%s", pd_errmsg());
     char dir[] = "/tmp/test_eagle_train.XXXXXX", path[64];
     if (!mkdtemp(dir)) return;
     snprintf(path, sizeof path, "%s/head.safetensors", dir);
@@ -443,10 +482,29 @@ static void test_decode_forward(double scale) {
         model_final_norm(&h.layer, fp2, x, n);
         CHECK(final_logits(r, x, n, lg2) == 0, "%s", pd_errmsg());
         double ef = rel_off(fp, fp2, (size_t)n * D), el = rel_off(lg, lg2, (size_t)n * K);
+        /* the chains, from the last row down: truncating to i + 1 keeps the true entries 0..i */
+        double cf = 0, cl = 0;
+        for (int i = n - CHAIN; i >= 0; i--) {
+            float *prev = fp2, *out = fp2 + D, *lrow = lg2; /* free scratch by now */
+            memcpy(prev, fp + (size_t)i * D, sizeof(float) * D);
+            for (int k = 1; k < CHAIN; k++) {
+                CHECK(kv_truncate(&kv, 0, i + k) == 0, "%s", pd_errmsg());
+                int32_t p1 = i + k;
+                Batch one = {1, NULL, NULL, &p1, NULL, NULL};
+                eagle_input(&h, &M, TOK + 1 + i + k, prev, 1, u, x);
+                CHECK(forward_layers(r, &kv, &one, 0, 1, x) == 0, "%s", pd_errmsg());
+                model_final_norm(&h.layer, out, x, 1);
+                CHECK(final_logits(r, x, 1, lrow) == 0, "%s", pd_errmsg());
+                cf = fmax(cf, rel_off(fp + ((size_t)k * n + i) * D, out, D));
+                cl = fmax(cl, rel_off(lg + ((size_t)k * n + i) * K, lrow, K));
+                memcpy(prev, out, sizeof(float) * D);
+            }
+        }
         printf("decoding's forward (weights %g off the start's, norms random): f' %.1e, logits %.1e relative off "
-               "training's\n",
-               scale, ef, el);
+               "training's; chains of %d: f' %.1e, logits %.1e\n",
+               scale, ef, el, CHAIN, cf, cl);
         CHECK(ef < 1e-4 && el < 1e-4, "f' %.2e, logits %.2e relative off", ef, el);
+        CHECK(cf < 1e-4 && cl < 1e-4, "chains: f' %.2e, logits %.2e relative off", cf, cl);
         kv_free(&kv);
         runner_free(r);
         eagle_free(&h);
@@ -463,15 +521,15 @@ static void test_refusals(void) {
     EagleTrain t;
     int32_t vocab[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     eagle_params_init(&p, &M, vocab, 8);
-    CHECK(eagle_train_init(&t, &M, &p, M.c.seq_len + 1, 1e-3f) == -1, "a scratch past the context accepted");
-    CHECK(eagle_train_init(&t, &M, &p, 1, 1e-3f) == -1, "a scratch of one token accepted");
+    CHECK(eagle_train_init(&t, &M, &p, M.c.seq_len + 1, 1, 1e-3f) == -1, "a scratch past the context accepted");
+    CHECK(eagle_train_init(&t, &M, &p, 1, 1, 1e-3f) == -1, "a scratch of one token accepted");
     p.vocab[3] = 1;
-    CHECK(eagle_train_init(&t, &M, &p, 16, 1e-3f) == -1, "a vocabulary with a token twice accepted");
+    CHECK(eagle_train_init(&t, &M, &p, 16, 1, 1e-3f) == -1, "a vocabulary with a token twice accepted");
     p.vocab[3] = M.c.vocab_size;
-    CHECK(eagle_train_init(&t, &M, &p, 16, 1e-3f) == -1, "a vocabulary with a non-token accepted");
+    CHECK(eagle_train_init(&t, &M, &p, 16, 1, 1e-3f) == -1, "a vocabulary with a non-token accepted");
     p.vocab[3] = 3;
     p.c.dim++;
-    CHECK(eagle_train_init(&t, &M, &p, 16, 1e-3f) == -1, "a head of another width accepted");
+    CHECK(eagle_train_init(&t, &M, &p, 16, 1, 1e-3f) == -1, "a head of another width accepted");
     p.c.dim--;
     eagle_params_free(&p);
 }
@@ -497,8 +555,10 @@ int main(int argc, char **argv) {
     if (test_model_load(&M)) return check_done("eagle_train");
     k_init(1);
     if (argc > 1) return check_files(argc - 1, argv + 1);
-    test_gradient(0, 1.0f, 1.0f);
-    test_gradient(4, 0.5f, 2.0f);
+    test_gradient(0, 1.0f, 1.0f, 1);
+    test_gradient(4, 0.5f, 2.0f, 1);
+    test_gradient(0, 1.0f, 1.0f, 3); /* the training-time test: gradients through the fed-back f' */
+    test_gradient(4, 0.5f, 2.0f, 4);
     test_training();
     test_decode_forward(0);
     test_decode_forward(0.05);

@@ -2,7 +2,8 @@
 # steps: the head file it writes loads (eagle_load, through test_eagle_train FILE),
 # carries its draft vocabulary, held-out top-1 and training facts, beats the start's
 # top-1, is the same for the same seed, any -t and without the cache, streams to
-# stdout; --init goes on from it, --generate trains on the model's own text; every
+# stdout; --init goes on from it, --generate trains on the model's own text, --unroll
+# trains the draft on its own features (EAGLE-3's training-time test); every
 # kind of bad input is refused with one line and no output file.
 . tests/lib.sh
 need "every check (its head trains on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz ||
@@ -48,6 +49,12 @@ for key in '"paradec.eagle.vocab":"512"' '"paradec.eagle.generate":"8"' '"parade
     check "metadata $key" grep -aqF "$key" "$TMP/g.safetensors"
 done
 check "--generate judges the generated text" grep -q "held-out, the generated text" "$TMP/log"
+# the training-time test: --unroll 3 trains the draft on its own features; the log gives top-1 by depth
+$RUN --data "$TMP/small.txt" --draft-vocab 200 --unroll 3 -o "$TMP/u.safetensors" 2>"$TMP/log"
+check "--unroll 3" loads "$TMP/u.safetensors"
+check "metadata unroll 3" grep -aqF '"paradec.eagle.unroll":"3"' "$TMP/u.safetensors"
+check "the log gives top-1 at depths 1..3" grep -q "its own features, depth 1..3: 0\.[0-9]* 0\.[0-9]* 0\.[0-9]*$" "$TMP/log"
+check "--unroll 3 makes another head" sh -c "! cmp -s '$H' '$TMP/u.safetensors'"
 # --init goes on from a trained head (its vocabulary); --steps 0 evaluates it
 $RUN --data "$TMP/small.txt" --init "$TMP/e.safetensors" --steps 0 -o "$TMP/i.safetensors" 2>"$TMP/log"
 check "--init --steps 0" loads "$TMP/i.safetensors"
@@ -66,6 +73,9 @@ refuses "--draft-vocab x" "$O" $RUN $D --draft-vocab x -o "$O"
 refuses "--draft-vocab without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1 --draft-vocab 100 -o "$O"
 refuses "--reg-weight without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1 --reg-weight 1 -o "$O"
 refuses "--clip without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1 --clip 1 -o "$O"
+refuses "--unroll without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1 --unroll 2 -o "$O"
+refuses "--unroll 0" "$O" $RUN $D --unroll 0 -o "$O"
+refuses "--unroll 9" "$O" $RUN $D --unroll 9 -o "$O"
 refuses "--eagle with --heads" "$O" $RUN $D --heads 2 -o "$O"
 refuses "--eagle with --own-lm-head" "$O" $RUN $D --own-lm-head -o "$O"
 refuses "--eagle with --loss-weights" "$O" $RUN $D --loss-weights 1 -o "$O"

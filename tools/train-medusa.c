@@ -7,7 +7,7 @@
                     [--batch B] [--seq-len S] [--seed S] [--heldout F] [--cache-mb M] [-t N]
                     [--fields F] [--special] -o HEADS
    bin/train-medusa -m MODEL --data FILE --eagle [--draft-vocab K] [--reg-weight X] [--ce-weight X]
-                    [--clip X] [--init HEAD] [--generate N] [--steps N] [--lr X] [--batch B] [--seq-len S]
+                    [--clip X] [--unroll N] [--init HEAD] [--generate N] [--steps N] [--lr X] [--batch B] [--seq-len S]
                     [--seed S] [--heldout F] [--cache-mb M] [-t N] [--fields F] [--special] -o HEAD
    FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
    --special: control tokens written in the text are tokens. --generate N: every
@@ -32,16 +32,16 @@
     "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS\n"                         \
     "       train-medusa -m MODEL --data FILE --eagle [--draft-vocab K] [--steps N] ... -o HEAD"
 
-#define MEMORY                                                                                                         \
-    "memory: about " MEMORY_MODEL "\n"                                                                                 \
-    "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n"         \
-    "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"     \
-    "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"      \
-    "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"    \
-    "        kept for reuse, at most --cache-mb MiB (default 4096) + the data: its text twice and 4 bytes a token.\n" \
-    "        --eagle: instead of the lm_head's copies and the heads, 24 bytes a weight of the layer and W_fc\n"        \
+#define MEMORY                                                                                                          \
+    "memory: about " MEMORY_MODEL "\n"                                                                                  \
+    "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n"          \
+    "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"      \
+    "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"       \
+    "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"     \
+    "        kept for reuse, at most --cache-mb MiB (default 4096) + the data: its text twice and 4 bytes a token.\n"   \
+    "        --eagle: instead of the lm_head's copies and the heads, 24 bytes a weight of the layer and W_fc\n"         \
     "        (dim × (6 dim + 3 hidden) weights with full attention: the head, its gradient, Adam's moments, each\n"    \
-    "        packed both ways) + 12 × K × dim bytes (E_K, packed both ways) + seq-len × (24 × dim + 10 × hidden\n"     \
+    "        packed both ways) + 12 × K × dim bytes (E_K, packed both ways) + seq-len × (24 × dim + 10 × hidden\n" \
     "        + K) × 4 bytes of activations and their gradients + heads × seq-len² × 2 bytes of attention weights.\n"
 
 /* "1,0.8,0.5": exactly K positive numbers */
@@ -85,7 +85,7 @@ static void print_table(int K, const MedusaStats *before, const MedusaStats *aft
 
 typedef struct {
     const char *model, *data, *out, *fields, *weights, *init;
-    long K, generate, steps, batch, seq_len, seed, threads, cache_mb, draft_vocab;
+    long K, generate, steps, batch, seq_len, seed, threads, cache_mb, draft_vocab, unroll;
     const char *device;
     int special, own_lm, eagle;
     double lr, lm_lr, heldout, reg_weight, ce_weight, clip;
@@ -104,6 +104,7 @@ static Args parse(int argc, char **argv) {
               .reg_weight = EAGLE_W_REG,
               .ce_weight = EAGLE_W_CE,
               .clip = EAGLE_CLIP,
+              .unroll = 1,
               .targets = MEDUSA_TARGETS_SELF};
     const char *targets = NULL;
     Flag t[] = {
@@ -124,6 +125,8 @@ static Args parse(int argc, char **argv) {
          F_NUM(&a.reg_weight, 0, 1e6)},
         {"--ce-weight", "X", "1", "--eagle: the cross-entropy's weight in the loss", F_NUM(&a.ce_weight, 0, 1e6)},
         {"--clip", "X", "0.5", "--eagle: clip the gradient's global norm to X (0: off)", F_NUM(&a.clip, 0, 1e9)},
+        {"--unroll", "N", "1", "--eagle: EAGLE-3's training-time test, the draft run N steps on its own features",
+         F_LONG(&a.unroll, 1, EAGLE_MAX_STEPS)},
         {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's",
          F_STR(&targets)},
         {"--generate", "N", "0: off", "cut each sequence to N tokens and let the model continue it greedily",
@@ -150,11 +153,11 @@ static Args parse(int argc, char **argv) {
     if (!a.data) usage("--data FILE");
     if (!a.out) usage("-o HEADS");
     const char *medusa_only[] = {"--heads", "--loss-weights", "--own-lm-head", "--targets", "--lm-lr"};
-    const char *eagle_only[] = {"--draft-vocab", "--reg-weight", "--ce-weight", "--clip"};
+    const char *eagle_only[] = {"--draft-vocab", "--reg-weight", "--ce-weight", "--clip", "--unroll"};
     for (int i = 0; i < 5 && a.eagle; i++)
         if (flag_given(t, n_t, medusa_only[i]))
             die("%s: Medusa heads only; --eagle trains one EAGLE head", medusa_only[i]);
-    for (int i = 0; i < 4 && !a.eagle; i++)
+    for (int i = 0; i < 5 && !a.eagle; i++)
         if (flag_given(t, n_t, eagle_only[i])) die("%s: only with --eagle", eagle_only[i]);
     if (a.eagle) {
         if (a.init && a.draft_vocab) die("--init: the head sets its draft vocabulary; drop --draft-vocab");
@@ -203,6 +206,9 @@ static void eagle_table(const EagleStats *before, const EagleStats *after, int K
     fprintf(stderr, "  CE before  CE after  feature loss before  feature loss after  top-1 before  top-1 after\n");
     fprintf(stderr, "  %9.4f  %8.4f  %19.4f  %18.4f  %12.4f  %11.4f\n", before->ce, after->ce, before->reg, after->reg,
             before->top1, after->top1);
+    fprintf(stderr, "  top-1 after, the draft run on its own features, depth 1..%d:", after->depth);
+    for (int k = 0; k < after->depth; k++) fprintf(stderr, " %.4f", after->top1_at[k]);
+    fprintf(stderr, "\n");
 }
 
 /* trains an EAGLE head (from init, or fresh over the training text's most frequent
@@ -222,8 +228,9 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
     EagleTrain t;
     SeqOrder order;
     MedusaCache ctrain, cheld;
-    if (eagle_train_init(&t, m, &p, (int)a->seq_len, (float)a->lr) || order_init(&order, train->n, (uint64_t)a->seed) ||
-        eagle_maybe_cache(&t, train, a->cache_mb, &ctrain) || eagle_maybe_cache(&t, held, a->cache_mb, &cheld))
+    if (eagle_train_init(&t, m, &p, (int)a->seq_len, (int)a->unroll, (float)a->lr) ||
+        order_init(&order, train->n, (uint64_t)a->seed) || eagle_maybe_cache(&t, train, a->cache_mb, &ctrain) ||
+        eagle_maybe_cache(&t, held, a->cache_mb, &cheld))
         die_lib();
     t.w_reg = (float)a->reg_weight, t.w_ce = (float)a->ce_weight, t.clip = (float)a->clip;
     /* generated text: judge the head where decoding uses it, from the first generated token on */
@@ -270,6 +277,7 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
     meta_add(&meta, "paradec.eagle.reg_weight", "%g", a->reg_weight);
     meta_add(&meta, "paradec.eagle.ce_weight", "%g", a->ce_weight);
     meta_add(&meta, "paradec.eagle.clip", "%g", a->clip);
+    meta_add(&meta, "paradec.eagle.unroll", "%ld", a->unroll);
     meta_add(&meta, "paradec.eagle.generate", "%ld", a->generate);
     meta_add(&meta, "paradec.eagle.positions", "%lld", (long long)positions);
     meta_add(&meta, "paradec.eagle.data_digest", "%s", text->digest);

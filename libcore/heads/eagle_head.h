@@ -29,6 +29,9 @@
 #include "model/linear.h"
 #include "model/model.h"
 
+/* the most steps training unrolls the draft on its own features (train/eagle_train.h) */
+#define EAGLE_MAX_STEPS 8
+
 /* the head's parameters as f32 arrays, what training changes and saving writes
    (row-major, Hugging Face's [out][in]) */
 typedef struct {

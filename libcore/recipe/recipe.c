@@ -15,6 +15,7 @@
 #include <yaml.h>
 
 #include "decode/method.h"
+#include "heads/eagle_head.h" /* EAGLE_MAX_STEPS */
 #include "tokenizer/chat.h"
 
 /* the datasets paradec knows: file under the data folders, prompt template, and the
@@ -771,7 +772,7 @@ static int read_medusa(P *p, yaml_node_t *v, Recipe *r) {
 }
 
 static int read_eagle(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"data", "fields", "special", "draft_vocab", "steps",
+    static const char *const keys[] = {"data", "fields", "special", "draft_vocab", "steps", "unroll",
                                        "lr",   "batch",  "seq_len", "seed",        NULL};
     RecipeEagle *e = &r->eagle;
     yaml_node_t *x;
@@ -783,6 +784,7 @@ static int read_eagle(P *p, yaml_node_t *v, Recipe *r) {
     if ((x = get(p, v, "special")) && as_bool(p, x, "special", &e->special)) return -1;
     if ((x = get(p, v, "draft_vocab")) && as_int(p, x, "draft_vocab", 1, 1 << 20, &e->draft_vocab)) return -1;
     if ((x = get(p, v, "steps")) && as_int(p, x, "steps", 1, 10000000, &e->steps)) return -1;
+    if ((x = get(p, v, "unroll")) && as_int(p, x, "unroll", 1, EAGLE_MAX_STEPS, &e->unroll)) return -1;
     if ((x = get(p, v, "lr")) && as_num(p, x, "lr", 1e-9, 100, &e->lr)) return -1;
     if ((x = get(p, v, "batch")) && as_int(p, x, "batch", 1, 4096, &e->batch)) return -1;
     if ((x = get(p, v, "seq_len")) && as_int(p, x, "seq_len", 2, 1 << 20, &e->seq_len)) return -1;

@@ -103,6 +103,7 @@ typedef struct {
     int special;
     int draft_vocab; /* 0 = the tool's default */
     int steps, batch, seq_len, seed;
+    int unroll; /* the training-time test's steps (0 = the tool's default) */
     double lr;
 } RecipeEagle;
 

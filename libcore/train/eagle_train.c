@@ -136,8 +136,9 @@ static int pack_weights(EagleTrain *t) {
         packed_set(t, &t->wo, 1, wo, &D, Q) || packed_set(t, &t->w13, 2, w13, r13, D) ||
         packed_set(t, &t->w2, 1, w2, &D, F))
         return -1;
-    return packed_set_T(t, &t->qkvT, 3, qkv, rq, D) || packed_set_T(t, &t->woT, 1, wo, &D, Q) ||
-                   packed_set_T(t, &t->w13T, 2, w13, r13, D) || packed_set_T(t, &t->w2T, 1, w2, &D, F)
+    return packed_set_T(t, &t->fcT, 1, fc, &D, 2 * D) || packed_set_T(t, &t->qkvT, 3, qkv, rq, D) ||
+                   packed_set_T(t, &t->woT, 1, wo, &D, Q) || packed_set_T(t, &t->w13T, 2, w13, r13, D) ||
+                   packed_set_T(t, &t->w2T, 1, w2, &D, F)
                ? -1
                : 0;
 }
@@ -199,30 +200,37 @@ static int alloc_all(EagleTrain *t) {
     rc = rc || packed_alloc(&t->fc, (int)D, (int)(2 * D)) || packed_alloc(&t->qkv, (int)QKV, (int)D) ||
          packed_alloc(&t->wo, (int)D, (int)Q) || packed_alloc(&t->w13, (int)(2 * F), (int)D) ||
          packed_alloc(&t->w2, (int)D, (int)F) || packed_alloc(&t->E, (int)K, (int)D) ||
-         packed_alloc(&t->qkvT, (int)D, (int)QKV) || packed_alloc(&t->woT, (int)Q, (int)D) ||
-         packed_alloc(&t->w13T, (int)D, (int)(2 * F)) || packed_alloc(&t->w2T, (int)F, (int)D) ||
-         packed_alloc(&t->ET, (int)D, (int)K) || packed_alloc(&t->act, (int)in, (int)N);
+         packed_alloc(&t->fcT, (int)(2 * D), (int)D) || packed_alloc(&t->qkvT, (int)D, (int)QKV) ||
+         packed_alloc(&t->woT, (int)Q, (int)D) || packed_alloc(&t->w13T, (int)D, (int)(2 * F)) ||
+         packed_alloc(&t->w2T, (int)F, (int)D) || packed_alloc(&t->ET, (int)D, (int)K) ||
+         packed_alloc(&t->act, (int)in, (int)N);
     if (rc) return -1;
 #define A(p, n) ((p) = pd_alloc(pd_mul((n), sizeof *(p))))
+    for (int k = 0; k < t->depth; k++) {
+        struct EagleStep *S = &t->st[k];
+        if (!A(S->u, N * 2 * D) || !A(S->x, N * D) || !A(S->xa, N * D) || !A(S->qkvb, N * QKV) || !A(S->att, N * Q) ||
+            !A(S->r1, N * D) || !A(S->xf, N * D) || !A(S->g13, N * 2 * F) || !A(S->hact, N * F) || !A(S->h, N * D) ||
+            !A(S->fp, N * D) || !A(S->logits, N * K) || !A(S->rs_a, N) || !A(S->rs_f, N) || !A(S->rs_h, N) ||
+            !A(S->P, H * (N * (N + 1) / 2 + N * k)) || !A(S->dfp, N * D) || !A(S->dqkv, N * QKV))
+            return -1;
+    }
     if (!A(t->wtmp, maxz(maxz(wmax, in * N), K * D)) || !A(t->dT, out * N) || !A(t->dW, wmax) ||
-        !A(t->nsin, (size_t)t->m->c.seq_len * (t->hd / 2)) || !A(t->u, N * 2 * D) || !A(t->x, N * D) ||
-        !A(t->xa, N * D) || !A(t->qkvb, N * QKV) || !A(t->att, N * Q) || !A(t->r1, N * D) || !A(t->xf, N * D) ||
-        !A(t->g13, N * 2 * F) || !A(t->hact, N * F) || !A(t->h, N * D) || !A(t->fp, N * D) || !A(t->logits, N * K) ||
-        !A(t->rs_a, N) || !A(t->rs_f, N) || !A(t->rs_h, N) || !A(t->P, H * (N * (N + 1) / 2)) || !A(t->dfp, N * D) ||
-        !A(t->dh, N * D) || !A(t->dhact, N * F) || !A(t->dg13, N * 2 * F) || !A(t->dxf, N * D) || !A(t->dr1, N * D) ||
-        !A(t->datt, N * Q) || !A(t->dqkv, N * QKV) || !A(t->dxa, N * D) || !A(t->dx, N * D) || !A(t->fx, N * D) ||
-        !A(t->hid, N * D) || !A(t->dp, N) || !A(t->arg, N) || !A(t->pos, N) ||
-        !A(t->draft_of, (size_t)t->m->c.vocab_size))
+        !A(t->nsin, (size_t)t->m->c.seq_len * (t->hd / 2)) || !A(t->dh, N * D) || !A(t->dhact, N * F) ||
+        !A(t->dg13, N * 2 * F) || !A(t->dxf, N * D) || !A(t->dr1, N * D) || !A(t->datt, N * Q) || !A(t->dxa, N * D) ||
+        !A(t->dx, N * D) || !A(t->du, N * 2 * D) || !A(t->fx, N * D) || !A(t->hid, N * D) || !A(t->dp, N + t->depth) ||
+        !A(t->arg, N) || !A(t->pos, N + t->depth) || !A(t->draft_of, (size_t)t->m->c.vocab_size))
         return -1;
 #undef A
     return 0;
 }
 
-int eagle_train_init(EagleTrain *t, Model *m, EagleParams *p, int max_len, float lr) {
+int eagle_train_init(EagleTrain *t, Model *m, EagleParams *p, int max_len, int steps, float lr) {
     memset(t, 0, sizeof *t);
     const Config *c = &m->c, *pc = &p->c;
     if (max_len < 2 || max_len > c->seq_len)
         return pd_error("eagle: sequences of %d tokens; 2 to the model's context (%d) fit", max_len, c->seq_len);
+    if (steps < 1 || steps > EAGLE_MAX_STEPS)
+        return pd_error("eagle: %d unrolled steps; 1 to %d are trained", steps, EAGLE_MAX_STEPS);
     if (pc->dim != c->dim || pc->hidden_dim != c->hidden_dim || pc->n_heads != c->n_heads ||
         pc->n_kv_heads != c->n_kv_heads || pc->head_dim != c->head_dim)
         return pd_error("eagle: a head of dim %d, hidden %d, heads %d/%d for a model of %d, %d, %d/%d", pc->dim,
@@ -231,6 +239,7 @@ int eagle_train_init(EagleTrain *t, Model *m, EagleParams *p, int max_len, float
     if (pc->vocab_size < 1 || pc->vocab_size > c->vocab_size)
         return pd_error("eagle: a draft vocabulary of %d for a model of %d tokens", pc->vocab_size, c->vocab_size);
     t->m = m, t->p = p, t->lr = lr, t->cap = max_len;
+    t->steps = steps, t->depth = steps > EAGLE_EVAL_STEPS ? steps : EAGLE_EVAL_STEPS;
     t->w_reg = EAGLE_W_REG, t->w_ce = EAGLE_W_CE, t->clip = EAGLE_CLIP;
     t->dim = c->dim, t->hidden = c->hidden_dim, t->n_heads = c->n_heads, t->n_kv = c->n_kv_heads;
     t->hd = c->head_dim, t->K = pc->vocab_size;
@@ -249,7 +258,7 @@ int eagle_train_init(EagleTrain *t, Model *m, EagleParams *p, int max_len, float
         t->draft_of[v] = k;
     }
     for (size_t i = 0; i < (size_t)c->seq_len * (t->hd / 2); i++) t->nsin[i] = -m->rope_sin[i];
-    for (int i = 0; i < max_len; i++) t->pos[i] = i;
+    for (int i = 0; i < max_len + t->depth; i++) t->pos[i] = i;
     const float *E[1] = {p->emb};
     if (packed_set(t, &t->E, 1, E, &t->K, t->dim) || packed_set_T(t, &t->ET, 1, E, &t->K, t->dim)) {
         eagle_train_free(t);
@@ -260,15 +269,20 @@ int eagle_train_init(EagleTrain *t, Model *m, EagleParams *p, int max_len, float
 
 void eagle_train_free(EagleTrain *t) {
     Runner *r = t->run;
-    EaglePacked *all[] = {&t->fc,   &t->qkv, &t->wo,   &t->w13, &t->w2, &t->E,
+    EaglePacked *all[] = {&t->fc,   &t->qkv, &t->wo,   &t->w13, &t->w2, &t->E,  &t->fcT,
                           &t->qkvT, &t->woT, &t->w13T, &t->w2T, &t->ET, &t->act};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) packed_free(r, all[i]);
     eagle_grad_free(&t->g);
     eagle_grad_free(&t->am);
     eagle_grad_free(&t->av);
-    float *f[] = {t->wtmp, t->nsin, t->u,      t->x,    t->xa,   t->qkvb, t->att, t->r1,  t->xf, t->g13,   t->hact,
-                  t->h,    t->fp,   t->logits, t->rs_a, t->rs_f, t->rs_h, t->P,   t->dfp, t->dh, t->dhact, t->dg13,
-                  t->dxf,  t->dr1,  t->datt,   t->dqkv, t->dxa,  t->dx,   t->dT,  t->dW,  t->fx, t->hid,   t->dp};
+    for (int k = 0; k < EAGLE_MAX_STEPS; k++) {
+        struct EagleStep *S = &t->st[k];
+        float *f[] = {S->u, S->x,  S->xa,     S->qkvb, S->att,  S->r1,   S->xf, S->g13, S->hact,
+                      S->h, S->fp, S->logits, S->rs_a, S->rs_f, S->rs_h, S->P,  S->dfp, S->dqkv};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+    }
+    float *f[] = {t->wtmp, t->nsin, t->dh, t->dhact, t->dg13, t->dxf, t->dr1, t->datt,
+                  t->dxa,  t->dx,   t->du, t->dT,    t->dW,   t->fx,  t->hid, t->dp};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
     free(t->arg);
     free(t->pos);
@@ -280,101 +294,120 @@ void eagle_train_free(EagleTrain *t) {
 
 /* ---- one sequence ---- */
 
-/* the forward over n rows (inputs in_tok[n], feat[n][dim] at positions 0..n-1): every
-   activation the backward pass reads, f' in t->fp and the logits in t->logits */
-static int forward(EagleTrain *t, const int32_t *in_tok, const float *feat, int n) {
+/* row i of step k's attention weights (i + 1 + k of them) for head hh */
+static float *att_row(const EagleTrain *t, int k, int hh, int i) {
+    size_t per_head = (size_t)t->cap * (t->cap + 1) / 2 + (size_t)t->cap * k;
+    return t->st[k].P + hh * per_head + (size_t)i * (i + 1) / 2 + (size_t)i * k;
+}
+
+/* the row of q/k/v entries key j of step k's row i reads: step 0's rows 0..i, then its
+   chain, step j - i's row i */
+static float *key_row(const EagleTrain *t, float *const *qkv, int i, int j) {
+    return j <= i ? qkv[0] + (size_t)j * t->qkvd : qkv[j - i] + (size_t)i * t->qkvd;
+}
+
+/* step k's forward over n rows (inputs in_tok[n]; features feat[n][dim] at step 0, the
+   step before's f' after) at positions k..k+n-1: every activation the backward pass
+   reads, f' in st[k].fp and the logits in st[k].logits */
+static int forward_step(EagleTrain *t, int k, const int32_t *in_tok, const float *feat, int n) {
     const Model *m = t->m;
     const EagleParams *p = t->p;
-    int D = t->dim, F = t->hidden, H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd, R = t->qkvd;
+    struct EagleStep *S = &t->st[k];
+    int D = t->dim, F = t->hidden, H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd;
     int per_kv = H / t->n_kv;
     float eps = m->c.norm_eps, scale = 1.0f / sqrtf((float)hd);
+    if (k) feat = t->st[k - 1].fp;
     for (int i = 0; i < n; i++) {
         if (in_tok[i] < 0 || in_tok[i] >= m->c.vocab_size) return pd_error("eagle: token %d is not a token", in_tok[i]);
-        k_row_to_f32(t->u + (size_t)i * 2 * D, m->embed.w, m->embed.t, in_tok[i], D);
-        memcpy(t->u + (size_t)i * 2 * D + D, feat + (size_t)i * D, sizeof(float) * D);
+        k_row_to_f32(S->u + (size_t)i * 2 * D, m->embed.w, m->embed.t, in_tok[i], D);
+        memcpy(S->u + (size_t)i * 2 * D + D, feat + (size_t)i * D, sizeof(float) * D);
     }
-    if (mat_mul(t->run, &t->fc.dev, t->x, t->u, n)) return -1;
-    rms_forward(t->xa, t->rs_a, t->x, p->attn_norm, n, D, eps);
-    if (mat_mul(t->run, &t->qkv.dev, t->qkvb, t->xa, n)) return -1;
-    k_rope(t->qkvb, R, t->pos, n, H + t->n_kv, hd, m->rope_cos, m->rope_sin); /* q and k heads, as decoding does */
-    /* causal attention, head by head: P keeps the weights for the backward pass */
-    size_t tri = (size_t)t->cap * (t->cap + 1) / 2;
-    memset(t->att, 0, sizeof(float) * n * Q);
+    if (mat_mul(t->run, &t->fc.dev, S->x, S->u, n)) return -1;
+    rms_forward(S->xa, S->rs_a, S->x, p->attn_norm, n, D, eps);
+    if (mat_mul(t->run, &t->qkv.dev, S->qkvb, S->xa, n)) return -1;
+    k_rope(S->qkvb, t->qkvd, t->pos + k, n, H + t->n_kv, hd, m->rope_cos, m->rope_sin); /* q and k, as decoding */
+    /* attention, head by head: P keeps the weights for the backward pass */
+    float *qkv[EAGLE_MAX_STEPS];
+    for (int s = 0; s <= k; s++) qkv[s] = t->st[s].qkvb;
+    memset(S->att, 0, sizeof(float) * n * Q);
     for (int hh = 0; hh < H; hh++) {
         int g = hh / per_kv;
         for (int i = 0; i < n; i++) {
-            const float *q = t->qkvb + (size_t)i * R + hh * hd;
-            float *pr = t->P + hh * tri + (size_t)i * (i + 1) / 2, mx = -INFINITY, sum = 0;
-            for (int j = 0; j <= i; j++) {
-                pr[j] = dot(q, t->qkvb + (size_t)j * R + Q + g * hd, hd) * scale;
+            const float *q = S->qkvb + (size_t)i * t->qkvd + hh * hd;
+            float *pr = att_row(t, k, hh, i), mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= i + k; j++) {
+                pr[j] = dot(q, key_row(t, qkv, i, j) + Q + g * hd, hd) * scale;
                 mx = pr[j] > mx ? pr[j] : mx;
             }
-            for (int j = 0; j <= i; j++) sum += (pr[j] = expf(pr[j] - mx));
-            float inv = 1.0f / sum, *o = t->att + (size_t)i * Q + hh * hd;
-            for (int j = 0; j <= i; j++) {
+            for (int j = 0; j <= i + k; j++) sum += (pr[j] = expf(pr[j] - mx));
+            float inv = 1.0f / sum, *o = S->att + (size_t)i * Q + hh * hd;
+            for (int j = 0; j <= i + k; j++) {
                 pr[j] *= inv;
-                axpy(o, pr[j], t->qkvb + (size_t)j * R + Q + KV + g * hd, hd);
+                axpy(o, pr[j], key_row(t, qkv, i, j) + Q + KV + g * hd, hd);
             }
         }
     }
-    if (mat_mul(t->run, &t->wo.dev, t->r1, t->att, n)) return -1;
-    k_add(t->r1, t->x, (size_t)n * D);
-    rms_forward(t->xf, t->rs_f, t->r1, p->ffn_norm, n, D, eps);
-    if (mat_mul(t->run, &t->w13.dev, t->g13, t->xf, n)) return -1;
+    if (mat_mul(t->run, &t->wo.dev, S->r1, S->att, n)) return -1;
+    k_add(S->r1, S->x, (size_t)n * D);
+    rms_forward(S->xf, S->rs_f, S->r1, p->ffn_norm, n, D, eps);
+    if (mat_mul(t->run, &t->w13.dev, S->g13, S->xf, n)) return -1;
     for (int i = 0; i < n; i++) {
-        const float *g1 = t->g13 + (size_t)i * 2 * F, *g3 = g1 + F;
-        float *a = t->hact + (size_t)i * F;
+        const float *g1 = S->g13 + (size_t)i * 2 * F, *g3 = g1 + F;
+        float *a = S->hact + (size_t)i * F;
         for (int j = 0; j < F; j++) a[j] = g1[j] * sigmoid(g1[j]) * g3[j];
     }
-    if (mat_mul(t->run, &t->w2.dev, t->h, t->hact, n)) return -1;
-    k_add(t->h, t->r1, (size_t)n * D);
-    rms_forward(t->fp, t->rs_h, t->h, p->norm, n, D, eps);
-    return mat_mul(t->run, &t->E.dev, t->logits, t->fp, n);
+    if (mat_mul(t->run, &t->w2.dev, S->h, S->hact, n)) return -1;
+    k_add(S->h, S->r1, (size_t)n * D);
+    rms_forward(S->fp, S->rs_h, S->h, p->norm, n, D, eps);
+    return mat_mul(t->run, &t->E.dev, S->logits, S->fp, n);
 }
 
-/* attention's backward: dqkv (q and k after RoPE, v) from datt */
-static void attention_backward(EagleTrain *t, int n) {
+/* step k's attention backward from datt: dq into its own dqkv, dk and dv into the dqkv
+   of the rows read (step 0's and its chain's; a later step's share comes first) */
+static void attention_backward(EagleTrain *t, int k, int n) {
     int H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd, R = t->qkvd, per_kv = H / t->n_kv;
     float scale = 1.0f / sqrtf((float)hd);
-    size_t tri = (size_t)t->cap * (t->cap + 1) / 2;
-    memset(t->dqkv, 0, sizeof(float) * n * R);
+    float *qkv[EAGLE_MAX_STEPS], *dqkv[EAGLE_MAX_STEPS];
+    for (int s = 0; s <= k; s++) qkv[s] = t->st[s].qkvb, dqkv[s] = t->st[s].dqkv;
     for (int hh = 0; hh < H; hh++) {
         int g = hh / per_kv;
         for (int i = 0; i < n; i++) {
-            const float *pr = t->P + hh * tri + (size_t)i * (i + 1) / 2, *q = t->qkvb + (size_t)i * R + hh * hd;
+            const float *pr = att_row(t, k, hh, i), *q = qkv[k] + (size_t)i * R + hh * hd;
             const float *dout = t->datt + (size_t)i * Q + hh * hd;
-            float *dq = t->dqkv + (size_t)i * R + hh * hd, sum = 0;
-            for (int j = 0; j <= i; j++) { /* dL/dp_j = dout · v_j; v_j += p_j dout */
-                t->dp[j] = dot(dout, t->qkvb + (size_t)j * R + Q + KV + g * hd, hd);
+            float *dq = dqkv[k] + (size_t)i * R + hh * hd, sum = 0;
+            for (int j = 0; j <= i + k; j++) { /* dL/dp_j = dout · v_j; v_j += p_j dout */
+                t->dp[j] = dot(dout, key_row(t, qkv, i, j) + Q + KV + g * hd, hd);
                 sum += pr[j] * t->dp[j];
-                axpy(t->dqkv + (size_t)j * R + Q + KV + g * hd, pr[j], dout, hd);
+                axpy(key_row(t, dqkv, i, j) + Q + KV + g * hd, pr[j], dout, hd);
             }
-            for (int j = 0; j <= i; j++) { /* through the softmax: ds_j = p_j (dp_j - Σ p dp) */
+            for (int j = 0; j <= i + k; j++) { /* through the softmax: ds_j = p_j (dp_j - Σ p dp) */
                 float ds = pr[j] * (t->dp[j] - sum) * scale;
-                axpy(dq, ds, t->qkvb + (size_t)j * R + Q + g * hd, hd);
-                axpy(t->dqkv + (size_t)j * R + Q + g * hd, ds, q, hd);
+                axpy(dq, ds, key_row(t, qkv, i, j) + Q + g * hd, hd);
+                axpy(key_row(t, dqkv, i, j) + Q + g * hd, ds, q, hd);
             }
         }
     }
 }
 
-/* the backward pass from dlogits (in t->logits) and the regression's df' (in t->dfp,
-   already added): every trainable tensor's gradient into g */
-static int backward(EagleTrain *t, int n, EagleGrad *g) {
+/* step k's backward pass from its dlogits (in st[k].logits) and df' (st[k].dfp: the
+   losses', and the next step's through its input): every trainable tensor's gradient
+   into g, and for k > 0 df' of the step before */
+static int backward_step(EagleTrain *t, int k, int n, EagleGrad *g) {
     const EagleParams *p = t->p;
+    struct EagleStep *S = &t->st[k];
     int D = t->dim, F = t->hidden, H = t->n_heads, hd = t->hd, Q = t->qd, KV = t->kvd, R = t->qkvd;
     /* f' = E_K… frozen: only df' = dlogits · E_K, then the final norm (frozen gain) */
-    if (mat_mul(t->run, &t->ET.dev, t->dh, t->logits, n)) return -1;
-    k_add(t->dfp, t->dh, (size_t)n * D);
+    if (mat_mul(t->run, &t->ET.dev, t->dh, S->logits, n)) return -1;
+    k_add(S->dfp, t->dh, (size_t)n * D);
     memset(t->dh, 0, sizeof(float) * n * D);
-    rms_backward(t->dh, NULL, t->dfp, t->h, t->rs_h, p->norm, n, D);
+    rms_backward(t->dh, NULL, S->dfp, S->h, S->rs_h, p->norm, n, D);
     /* h = r1 + W2 (silu(W1 xf) ⊙ W3 xf) */
     memcpy(t->dr1, t->dh, sizeof(float) * n * D);
     float *g2[1] = {g->t[EAGLE_W2]};
-    if (weight_grad(t, t->dh, D, t->hact, F, n, g2, &D, 1) || mat_mul(t->run, &t->w2T.dev, t->dhact, t->dh, n))
+    if (weight_grad(t, t->dh, D, S->hact, F, n, g2, &D, 1) || mat_mul(t->run, &t->w2T.dev, t->dhact, t->dh, n))
         return -1;
     for (int i = 0; i < n; i++) {
-        const float *g1 = t->g13 + (size_t)i * 2 * F, *g3 = g1 + F, *da = t->dhact + (size_t)i * F;
+        const float *g1 = S->g13 + (size_t)i * 2 * F, *g3 = g1 + F, *da = t->dhact + (size_t)i * F;
         float *d1 = t->dg13 + (size_t)i * 2 * F, *d3 = d1 + F;
         for (int j = 0; j < F; j++) {
             float sg = sigmoid(g1[j]), silu = g1[j] * sg;
@@ -384,79 +417,111 @@ static int backward(EagleTrain *t, int n, EagleGrad *g) {
     }
     float *g13[2] = {g->t[EAGLE_W1], g->t[EAGLE_W3]};
     int r13[2] = {F, F};
-    if (weight_grad(t, t->dg13, 2 * F, t->xf, D, n, g13, r13, 2) || mat_mul(t->run, &t->w13T.dev, t->dxf, t->dg13, n))
+    if (weight_grad(t, t->dg13, 2 * F, S->xf, D, n, g13, r13, 2) || mat_mul(t->run, &t->w13T.dev, t->dxf, t->dg13, n))
         return -1;
-    rms_backward(t->dr1, g->t[EAGLE_FFN_NORM], t->dxf, t->r1, t->rs_f, p->ffn_norm, n, D);
+    rms_backward(t->dr1, g->t[EAGLE_FFN_NORM], t->dxf, S->r1, S->rs_f, p->ffn_norm, n, D);
     /* r1 = x + Wo attention(rope(Wq xa), rope(Wk xa), Wv xa) */
     memcpy(t->dx, t->dr1, sizeof(float) * n * D);
     float *go[1] = {g->t[EAGLE_WO]};
-    if (weight_grad(t, t->dr1, D, t->att, Q, n, go, &D, 1) || mat_mul(t->run, &t->woT.dev, t->datt, t->dr1, n))
+    if (weight_grad(t, t->dr1, D, S->att, Q, n, go, &D, 1) || mat_mul(t->run, &t->woT.dev, t->datt, t->dr1, n))
         return -1;
-    attention_backward(t, n);
-    k_rope(t->dqkv, R, t->pos, n, H + t->n_kv, hd, t->m->rope_cos, t->nsin); /* Rᵀ: the inverse rotation */
+    attention_backward(t, k, n); /* this step's dqkv is whole now: no earlier step reads its rows */
+    k_rope(S->dqkv, R, t->pos + k, n, H + t->n_kv, hd, t->m->rope_cos, t->nsin); /* Rᵀ: the inverse rotation */
     float *gqkv[3] = {g->t[EAGLE_WQ], g->t[EAGLE_WK], g->t[EAGLE_WV]};
     int rq[3] = {Q, KV, KV};
-    if (weight_grad(t, t->dqkv, R, t->xa, D, n, gqkv, rq, 3) || mat_mul(t->run, &t->qkvT.dev, t->dxa, t->dqkv, n))
+    if (weight_grad(t, S->dqkv, R, S->xa, D, n, gqkv, rq, 3) || mat_mul(t->run, &t->qkvT.dev, t->dxa, S->dqkv, n))
         return -1;
-    rms_backward(t->dx, g->t[EAGLE_ATTN_NORM], t->dxa, t->x, t->rs_a, p->attn_norm, n, D);
-    /* x = W_fc u */
+    rms_backward(t->dx, g->t[EAGLE_ATTN_NORM], t->dxa, S->x, S->rs_a, p->attn_norm, n, D);
+    /* x = W_fc u, u = [embed; f'^{k-1}] */
     float *gf[1] = {g->t[EAGLE_FC]};
-    return weight_grad(t, t->dx, D, t->u, 2 * D, n, gf, &D, 1);
+    if (weight_grad(t, t->dx, D, S->u, 2 * D, n, gf, &D, 1)) return -1;
+    if (!k) return 0;
+    if (mat_mul(t->run, &t->fcT.dev, t->du, t->dx, n)) return -1;
+    for (int i = 0; i < n; i++) k_add(t->st[k - 1].dfp + (size_t)i * D, t->du + (size_t)i * 2 * D + D, D);
+    return 0;
 }
 
 static float smooth_l1(float e) { return fabsf(e) < 1 ? 0.5f * e * e : fabsf(e) - 0.5f; }
 
-/* the losses and (g not NULL) the backward pass of one sequence; the weights packed */
-static int seq_pass(EagleTrain *t, const int32_t *tok, const float *feat, const int32_t *arg, int T, int from,
-                    EagleSums *s, EagleGrad *g) {
-    int n = T - 1, D = t->dim, K = t->K;
-    if (T > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", T, t->cap);
-    if (n < 1) return 0;
-    if (forward(t, tok + 1, feat, n)) return -1;
-    EagleSums add = {0};
+/* step k's losses over its n rows into *add (weighted by w in add->loss), and with
+   grad its dlogits (in place of the logits) and df' */
+static void step_losses(EagleTrain *t, int k, int n, const float *feat, const int32_t *arg, int from, float w,
+                        int trained, int grad, EagleSums *add) {
+    struct EagleStep *S = &t->st[k];
+    int D = t->dim, K = t->K;
     for (int i = 0; i < n; i++) {
-        float *row = t->logits + (size_t)i * K, *df = t->dfp + (size_t)i * D;
-        const float *fp = t->fp + (size_t)i * D, *next = feat + (size_t)(i + 1) * D;
-        int y = arg[i + 1] >= 0 && arg[i + 1] < t->m->c.vocab_size ? t->draft_of[arg[i + 1]] : -1;
-        if (i < from) {
-            if (g) memset(row, 0, sizeof(float) * K), memset(df, 0, sizeof(float) * D);
+        float *row = S->logits + (size_t)i * K, *df = S->dfp + (size_t)i * D;
+        const float *fp = S->fp + (size_t)i * D, *next = feat + (size_t)(i + k + 1) * D;
+        int32_t a = arg[i + k + 1];
+        int y = a >= 0 && a < t->m->c.vocab_size ? t->draft_of[a] : -1;
+        if (grad) memset(df, 0, sizeof(float) * D);
+        if (i + k < from) {
+            if (grad) memset(row, 0, sizeof(float) * K);
             continue;
         }
-        add.positions++;
+        int best = k_argmax(row, K);
+        add->positions_at[k]++;
+        add->hits_at[k] += y >= 0 && best == y;
+        if (!trained) continue;
         double reg = 0;
         for (int d = 0; d < D; d++) {
             float e = fp[d] - next[d];
             reg += smooth_l1(e);
-            if (g) df[d] = t->w_reg * (e > 1 ? 1 : e < -1 ? -1 : e) / D;
+            if (grad) df[d] = w * t->w_reg * (e > 1 ? 1 : e < -1 ? -1 : e) / D;
         }
-        add.reg += reg / D;
-        int best = k_argmax(row, K);
+        add->loss += w * t->w_reg * reg / D;
+        if (!k) add->positions++, add->reg += reg / D;
         if (y < 0) {
-            if (g) memset(row, 0, sizeof(float) * K);
+            if (grad) memset(row, 0, sizeof(float) * K);
             continue;
         }
-        add.labelled++;
-        add.hits += best == y;
         float ly = row[y], mx, se = k_exp_sum(row, K, &mx);
-        add.ce += mx + log((double)se) - ly; /* log Σ e^l - l_y */
-        if (!g) continue;
-        float w = t->w_ce / se; /* dCE/dl = softmax - onehot, weighted */
-        for (int k = 0; k < K; k++) row[k] *= w;
-        row[y] -= t->w_ce;
+        double ce = mx + log((double)se) - ly; /* log Σ e^l - l_y */
+        add->loss += w * t->w_ce * ce;
+        if (!k) add->labelled++, add->hits += best == y, add->ce += ce;
+        if (!grad) continue;
+        float c = w * t->w_ce, s = c / se; /* dCE/dl = softmax - onehot, weighted */
+        for (int j = 0; j < K; j++) row[j] *= s;
+        row[y] -= c;
     }
-    add.loss = t->w_reg * add.reg + t->w_ce * add.ce;
+}
+
+/* the losses and (g not NULL) the backward pass of one sequence; the weights packed */
+static int seq_pass(EagleTrain *t, const int32_t *tok, const float *feat, const int32_t *arg, int T, int from,
+                    EagleSums *s, EagleGrad *g) {
+    int n = T - 1, steps = g ? t->steps : t->depth;
+    if (T > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", T, t->cap);
+    if (n < 1) return 0;
+    if (steps > n) steps = n;
+    EagleSums add = {0};
+    float w = 1;
+    for (int k = 0; k < steps; k++, w *= EAGLE_STEP_DECAY) {
+        if (forward_step(t, k, tok + 1 + k, feat, n - k)) return -1;
+        step_losses(t, k, n - k, feat, arg, from, w, k < t->steps, g != NULL, &add);
+    }
     if (s) {
         s->loss += add.loss, s->reg += add.reg, s->ce += add.ce;
         s->positions += add.positions, s->labelled += add.labelled, s->hits += add.hits;
+        for (int k = 0; k < EAGLE_MAX_STEPS; k++)
+            s->positions_at[k] += add.positions_at[k], s->hits_at[k] += add.hits_at[k];
     }
-    return g ? backward(t, n, g) : 0;
+    if (!g) return 0;
+    for (int k = 0; k < steps; k++) memset(t->st[k].dqkv, 0, sizeof(float) * (n - k) * t->qkvd);
+    for (int k = steps - 1; k >= 0; k--)
+        if (backward_step(t, k, n - k, g)) return -1;
+    return 0;
 }
 
-int eagle_seq_forward(EagleTrain *t, const int32_t *in_tok, const float *feat, int n, float *fprime, float *logits) {
+int eagle_seq_forward(EagleTrain *t, const int32_t *in_tok, const float *feat, int n, int steps, float *fprime,
+                      float *logits) {
     if (n < 1 || n > t->cap) return pd_error("eagle: %d positions; 1 to %d fit", n, t->cap);
-    if (pack_weights(t) || forward(t, in_tok, feat, n)) return -1;
-    if (fprime) memcpy(fprime, t->fp, sizeof(float) * n * t->dim);
-    if (logits) memcpy(logits, t->logits, sizeof(float) * n * t->K);
+    if (steps < 1 || steps > t->depth || steps > n) return pd_error("eagle: %d steps; 1 to %d run", steps, t->depth);
+    if (pack_weights(t)) return -1;
+    for (int k = 0; k < steps; k++) {
+        if (forward_step(t, k, in_tok + k, feat, n - k)) return -1;
+        if (fprime) memcpy(fprime + (size_t)k * n * t->dim, t->st[k].fp, sizeof(float) * (n - k) * t->dim);
+        if (logits) memcpy(logits + (size_t)k * n * t->K, t->st[k].logits, sizeof(float) * (n - k) * t->K);
+    }
     return 0;
 }
 
@@ -538,5 +603,8 @@ int eagle_train_eval(EagleTrain *t, const Sequences *s, const MedusaCache *c, Ea
     out->ce = sum.labelled ? sum.ce / sum.labelled : 0;
     out->top1 = (double)sum.hits / sum.positions;
     out->coverage = (double)sum.labelled / sum.positions;
+    out->depth = t->depth;
+    for (int k = 0; k < t->depth; k++)
+        out->top1_at[k] = sum.positions_at[k] ? (double)sum.hits_at[k] / sum.positions_at[k] : 0;
     return 0;
 }
