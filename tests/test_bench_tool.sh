@@ -128,9 +128,11 @@ check "recipe rules: exit_heads.check_vocab becomes distill-heads --check-vocab"
     sh -c "grep -q 'distill-heads .*--check-vocab 32' '$TMP/cv.mk' && grep -q 'distill-heads' '$TMP/cv.mk'"
 sed 's/^eagle: {/eagle: {unroll: 3, /' "$TMP/r.yaml" >"$TMP/un.yaml"
 $BIN/recipe rules "$TMP/un.yaml" --stamps "$TMP/unstamps" -o "$TMP/un.mk" 2>/dev/null
-check "recipe rules: eagle.unroll becomes train-medusa --unroll" grep -q 'train-medusa .*--eagle.*--unroll 3' "$TMP/un.mk"
+check "recipe rules: eagle.unroll becomes train-medusa --unroll" \
+    grep -q 'train-medusa .*--eagle.*--unroll 3' "$TMP/un.mk"
 sed 's/^eagle: {/eagle: {unroll: 9, /' "$TMP/r.yaml" >"$TMP/un9.yaml"
-refuses "recipe rules: unroll past 8" "$TMP/un9.mk" $BIN/recipe rules "$TMP/un9.yaml" --stamps "$TMP/un9stamps" -o "$TMP/un9.mk"
+refuses "recipe rules: unroll past 8" "$TMP/un9.mk" \
+    $BIN/recipe rules "$TMP/un9.yaml" --stamps "$TMP/un9stamps" -o "$TMP/un9.mk"
 refuses "recipe: unknown command" "" $BIN/recipe cook "$TMP/r.yaml"
 for r in recipes/*.yaml; do
     case $r in

@@ -53,7 +53,8 @@ check "--generate judges the generated text" grep -q "held-out, the generated te
 $RUN --data "$TMP/small.txt" --draft-vocab 200 --unroll 3 -o "$TMP/u.safetensors" 2>"$TMP/log"
 check "--unroll 3" loads "$TMP/u.safetensors"
 check "metadata unroll 3" grep -aqF '"paradec.eagle.unroll":"3"' "$TMP/u.safetensors"
-check "the log gives top-1 at depths 1..3" grep -q "its own features, depth 1..3: 0\.[0-9]* 0\.[0-9]* 0\.[0-9]*$" "$TMP/log"
+check "the log gives top-1 at depths 1..3" \
+    grep -q "its own features, depth 1..3: 0\.[0-9]* 0\.[0-9]* 0\.[0-9]*$" "$TMP/log"
 check "--unroll 3 makes another head" sh -c "! cmp -s '$H' '$TMP/u.safetensors'"
 # --init goes on from a trained head (its vocabulary); --steps 0 evaluates it
 $RUN --data "$TMP/small.txt" --init "$TMP/e.safetensors" --steps 0 -o "$TMP/i.safetensors" 2>"$TMP/log"

@@ -32,18 +32,18 @@
     "-m MODEL --data FILE --heads K [--own-lm-head] [--generate N] [--steps N] ... -o HEADS\n"                         \
     "       train-medusa -m MODEL --data FILE --eagle [--draft-vocab K] [--steps N] ... -o HEAD"
 
-#define MEMORY                                                                                                           \
-    "memory: about " MEMORY_MODEL "\n"                                                                                   \
-    "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n"           \
-    "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"       \
-    "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"        \
-    "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"      \
-    "        kept for reuse, at most --cache-mb MiB (default 4096) + the data: its text twice and 4 bytes a token.\n"    \
-    "        --eagle: instead of the lm_head's copies and the heads, 24 bytes a weight of the layer and W_fc\n"          \
-    "        (dim × (6 dim + 3 hidden) weights with full attention: the head, its gradient, Adam's moments, each\n"     \
-    "        packed both ways) + 12 × K × dim bytes (E_K, packed both ways) + seq-len × (24 × dim + 10 × hidden\n"  \
-    "        + K) × 4 bytes of activations and their gradients + heads × seq-len² × 2 bytes of attention weights,\n" \
-    "        the activations and attention weights once per unrolled step (max(--unroll, 3) of them).\n"
+#define MEMORY                                                                                                         \
+    "memory: about " MEMORY_MODEL "\n"                                                                                 \
+    "        + the lm_head twice more as f32 (transposed, for the gradient) + 20 × dim² bytes a head (the\n"         \
+    "        head, its packed copy, Adam's two moments, the gradient), and 24 × vocab × dim bytes more a head\n"     \
+    "        with --own-lm-head + seq-len × (2 × vocab + 7 × dim) × 4 bytes of activations + a KV cache of\n"      \
+    "        seq-len × layers × kv_dim × 8 bytes (with --generate: 32 sequences' worth) + the model's outputs\n"    \
+    "        kept for reuse, at most --cache-mb MiB (default 4096) + the data: its text twice and 4 bytes a token.\n"  \
+    "        --eagle: instead of the lm_head's copies and the heads, 24 bytes a weight of the layer and W_fc\n"        \
+    "        (dim × (6 dim + 3 hidden) weights with full attention: the head, its gradient, Adam's moments, each\n"   \
+    "        packed both ways) + 12 × K × dim bytes (E_K, packed both ways) + seq-len × (24 × dim\n"               \
+    "        + 10 × hidden + K) × 4 bytes of activations and their gradients + heads × seq-len² × 2 bytes of\n"   \
+    "        attention weights, both once per unrolled step (max(--unroll, 3) steps).\n"
 
 /* "1,0.8,0.5": exactly K positive numbers */
 static void parse_weights(const char *s, int K, float *w) {
