@@ -412,7 +412,6 @@ static void test_training(void) {
     CHECK(eagle_train_eval(&t3, &ho, &ch, &deep) == 0 && deep.depth == 3 && after.depth == 3, "%s", pd_errmsg());
     printf("held-out top-1 at depths 1 / 2 / 3: one step trained %.4f / %.4f / %.4f, three steps %.4f / %.4f / %.4f\n",
            after.top1_at[0], after.top1_at[1], after.top1_at[2], deep.top1_at[0], deep.top1_at[1], deep.top1_at[2]);
-    CHECK(after.top1_at[0] == after.top1, "depth 1's top-1 %.4f is not top-1 %.4f", after.top1_at[0], after.top1);
     CHECK(deep.top1_at[1] > after.top1_at[1] + 0.05 && deep.top1_at[2] > after.top1_at[2] + 0.05,
           "three steps trained: depth 2 %.4f (one step %.4f), depth 3 %.4f (%.4f)", deep.top1_at[1], after.top1_at[1],
           deep.top1_at[2], after.top1_at[2]);

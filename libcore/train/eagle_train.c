@@ -470,7 +470,7 @@ static void step_losses(EagleTrain *t, int k, int n, const float *feat, const in
             if (grad) df[d] = w * t->w_reg * (e > 1 ? 1 : e < -1 ? -1 : e) / D;
         }
         add->loss += w * t->w_reg * reg / D;
-        if (!k) add->positions++, add->reg += reg / D;
+        if (!k) add->reg += reg / D;
         if (y < 0) {
             if (grad) memset(row, 0, sizeof(float) * K);
             continue;
@@ -478,7 +478,7 @@ static void step_losses(EagleTrain *t, int k, int n, const float *feat, const in
         float ly = row[y], mx, se = k_exp_sum(row, K, &mx);
         double ce = mx + log((double)se) - ly; /* log Σ e^l - l_y */
         add->loss += w * t->w_ce * ce;
-        if (!k) add->labelled++, add->hits += best == y, add->ce += ce;
+        if (!k) add->labelled++, add->ce += ce;
         if (!grad) continue;
         float c = w * t->w_ce, s = c / se; /* dCE/dl = softmax - onehot, weighted */
         for (int j = 0; j < K; j++) row[j] *= s;
@@ -501,7 +501,7 @@ static int seq_pass(EagleTrain *t, const int32_t *tok, const float *feat, const 
     }
     if (s) {
         s->loss += add.loss, s->reg += add.reg, s->ce += add.ce;
-        s->positions += add.positions, s->labelled += add.labelled, s->hits += add.hits;
+        s->positions += add.positions_at[0], s->labelled += add.labelled;
         for (int k = 0; k < EAGLE_MAX_STEPS; k++)
             s->positions_at[k] += add.positions_at[k], s->hits_at[k] += add.hits_at[k];
     }
@@ -601,10 +601,10 @@ int eagle_train_eval(EagleTrain *t, const Sequences *s, const MedusaCache *c, Ea
     out->positions = sum.positions;
     out->reg = sum.reg / sum.positions;
     out->ce = sum.labelled ? sum.ce / sum.labelled : 0;
-    out->top1 = (double)sum.hits / sum.positions;
     out->coverage = (double)sum.labelled / sum.positions;
     out->depth = t->depth;
     for (int k = 0; k < t->depth; k++)
         out->top1_at[k] = sum.positions_at[k] ? (double)sum.hits_at[k] / sum.positions_at[k] : 0;
+    out->top1 = out->top1_at[0];
     return 0;
 }
