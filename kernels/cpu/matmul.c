@@ -24,6 +24,7 @@
    took each column chunk in two halves, and verifying 2 tokens on the widened 110m
    cost 1.11 plain steps instead of 1.07. */
 #define BLOCK 4
+#define CACHED_BYTES (1 << 20) /* matrices up to this size are left to the caches, unprefetched */
 
 static int block_panels(int rows, int b) {
     int left = (rows - b * PANEL * BLOCK + PANEL - 1) / PANEL;
@@ -242,7 +243,8 @@ KERNEL(4)
     }
 /* tiles of 1-3 tokens × a whole block (24 chains at most) */
 TILE(1, 1)
-TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(1, 2)
+TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
     typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
@@ -257,9 +259,8 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
                                    {0, bf16t_2_1, bf16t_2_2, bf16t_2_3, bf16t_2_4},
                                    {0, bf16t_3_1, bf16t_3_2, bf16t_3_3, bf16t_3_4}};
 
-#define GROUP 12               /* tokens that share one pass over a block */
-#define CHUNK_BYTES 8192       /* a block's columns are taken a chunk at a time, well inside L1 */
-#define CACHED_BYTES (1 << 20) /* matrices up to this size are left to the caches, unchunked */
+#define GROUP 12         /* tokens that share one pass over a block */
+#define CHUNK_BYTES 8192 /* a block's columns are taken a chunk at a time, well inside L1 */
 
 /* tokens [t0, t0+nt) of block b. Tiles of up to 3 tokens take turns on a chunk of
    columns while it sits in L1. Left to the hardware, the next chunk's memory reads
@@ -272,6 +273,7 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
    addresses are integers until then, so no pointer points past the weights). A
    small matrix stays in cache from one call to the next: there chunks and prefetches
    would cost more than they save, so it is one chunk. */
+
 static int tile_size(int left) { return left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1; }
 
 static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
@@ -320,84 +322,138 @@ static void matmul_blocks(void *ctx, int bb, int be) {
     }
 }
 #elif defined(PD_AVX2)
-/* The same chains with a 16-row panel as two 8-lane halves: T tokens × NP panels
-   (T * NP ≤ 2 keeps the 8 chains in registers). y and x are T rows, ys and xs apart. */
+/* The same chains with a 16-row panel as two 8-lane halves: T tokens × NP panels × NH
+   halves (NH = 1: the 8 rows at P). At most 12 chains, so that they stay in registers
+   beside a column's weights and x. y and x are T rows, ys and xs apart. Every `every`
+   column pairs, pfl lines from pf on are prefetched. A broadcast of x that serves one
+   vector of weights only (NP · NH = 1) keeps GCC from hoisting broadcasts into the
+   registers the chains need. */
 static inline __attribute__((always_inline)) void chains(float *y, size_t ys, const float *x, size_t xs, int cols,
-                                                         const void *P, int W, const int BF16, const int T,
-                                                         const int NP) {
-    __m256 a[2][2][2], b[2][2][2]; /* [token][panel][half] */
+                                                         const void *P, int W, uintptr_t pf, int pfl, int every,
+                                                         const int BF16, const int T, const int NP, const int NH) {
+    __m256 a[6][2][2], b[6][2][2]; /* [token][panel][half] */
     for (int t = 0; t < T; t++)
-        for (int k = 0; k < NP; k++) a[t][k][0] = a[t][k][1] = b[t][k][0] = b[t][k][1] = _mm256_setzero_ps();
+        for (int k = 0; k < NP; k++)
+            for (int h = 0; h < NH; h++) a[t][k][h] = b[t][k][h] = _mm256_setzero_ps();
     const __m256i hi_half = _mm256_set1_epi32((int)0xffff0000);
-    for (int c = 0; c < cols; c += 2) {
-        __m256 w0[2][2], w1[2][2];
-        int odd = c + 1 < cols;
+    int c = 0;
+    for (int due = 0; c + 1 < cols; c += 2) {
+        if (pfl && --due <= 0) {
+            for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T1);
+            pf += 64 * (size_t)pfl, due = every;
+        }
+        __m256 w[2][2];
 #pragma GCC unroll 2
         for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                if (BF16) {
-                    __m256i v = _mm256_loadu_si256(
-                        (const __m256i *)((const uint32_t *)P + (size_t)(c / 2) * W + PANEL * k + 8 * h));
-                    w0[k][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-                    w1[k][h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_half));
-                } else {
-                    const float *Pc = (const float *)P + (size_t)c * W + PANEL * k + 8 * h;
-                    w0[k][h] = _mm256_loadu_ps(Pc);
-                    w1[k][h] = odd ? _mm256_loadu_ps(Pc + W) : _mm256_setzero_ps();
-                }
+            for (int h = 0; h < NH; h++) {
+                const void *q = (const uint32_t *)P + (size_t)(BF16 ? c / 2 : c) * W + PANEL * k + 8 * h;
+                w[k][h] = BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(q), 16)) : _mm256_loadu_ps(q);
             }
-#pragma GCC unroll 2
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             __m256 x0 = _mm256_set1_ps(x[t * xs + c]);
 #pragma GCC unroll 2
             for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) a[t][k][h] = _mm256_fmadd_ps(x0, w0[k][h], a[t][k][h]);
-            if (!odd) continue;
+                for (int h = 0; h < NH; h++) a[t][k][h] = _mm256_fmadd_ps(x0, w[k][h], a[t][k][h]);
+        }
+#pragma GCC unroll 2
+        for (int k = 0; k < NP; k++)
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) {
+                const void *q = (const uint32_t *)P + (size_t)(BF16 ? c / 2 : c + 1) * W + PANEL * k + 8 * h;
+                w[k][h] =
+                    BF16 ? _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(q), hi_half)) : _mm256_loadu_ps(q);
+            }
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
             __m256 x1 = _mm256_set1_ps(x[t * xs + c + 1]);
 #pragma GCC unroll 2
             for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) b[t][k][h] = _mm256_fmadd_ps(x1, w1[k][h], b[t][k][h]);
+                for (int h = 0; h < NH; h++) b[t][k][h] = _mm256_fmadd_ps(x1, w[k][h], b[t][k][h]);
         }
     }
+    if (c < cols) /* an odd count's last column: the even chain's */
+#pragma GCC unroll 2
+        for (int k = 0; k < NP; k++)
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) {
+                const void *q = (const uint32_t *)P + (size_t)(BF16 ? c / 2 : c) * W + PANEL * k + 8 * h;
+                __m256 w0 =
+                    BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(q), 16)) : _mm256_loadu_ps(q);
+#pragma GCC unroll 6
+                for (int t = 0; t < T; t++) a[t][k][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[t * xs + c]), w0, a[t][k][h]);
+            }
     for (int t = 0; t < T; t++)
         for (int k = 0; k < NP; k++)
-            for (int h = 0; h < 2; h++)
+            for (int h = 0; h < NH; h++)
                 _mm256_storeu_ps(y + t * ys + PANEL * k + 8 * h, _mm256_add_ps(a[t][k][h], b[t][k][h]));
 }
-typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void *, int);
-#define CHAINS(NAME, BF16, T, NP)                                                                                      \
-    static void NAME(float *y, size_t ys, const float *x, size_t xs, int cols, const void *P, int W) {                 \
-        chains(y, ys, x, xs, cols, P, W, BF16, T, NP);                                                                 \
+typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void *, int, uintptr_t, int, int);
+#define CHAINS(NAME, BF16, T, NP, NH)                                                                                  \
+    static void NAME(float *y, size_t ys, const float *x, size_t xs, int cols, const void *P, int W, uintptr_t pf,     \
+                     int pfl, int every) {                                                                             \
+        chains(y, ys, x, xs, cols, P, W, pf, pfl, every, BF16, T, NP, NH);                                             \
     }
-CHAINS(f32_1x1, 0, 1, 1)
-CHAINS(f32_1x2, 0, 1, 2)
-CHAINS(f32_2x1, 0, 2, 1)
-CHAINS(bf16_1x1, 1, 1, 1)
-CHAINS(bf16_1x2, 1, 1, 2)
-CHAINS(bf16_2x1, 1, 2, 1)
+/* [T]: a T-token tile's pass; [0]: one token over one panel (a block's odd last one) */
+CHAINS(f32_1, 0, 1, 2, 2)
+CHAINS(f32_1p, 0, 1, 1, 2)
+CHAINS(f32_2, 0, 2, 1, 1)
+CHAINS(f32_3, 0, 3, 1, 2)
+CHAINS(bf16_1p, 1, 1, 1, 2)
+CHAINS(bf16_2, 1, 2, 1, 2)
+CHAINS(bf16_3, 1, 3, 1, 1)
+CHAINS(bf16_4, 1, 4, 1, 1)
+CHAINS(bf16_5, 1, 5, 1, 1)
+CHAINS(bf16_6, 1, 6, 1, 1)
+static const ChainFn C_F32[4] = {f32_1p, f32_1, f32_2, f32_3};
+static const ChainFn C_BF16[7] = {bf16_1p, bf16_1p, bf16_2, bf16_3, bf16_4, bf16_5, bf16_6};
 
-    static void matmul_blocks(void *ctx, int bb, int be) {
+/* tokens a tile takes: up to `most`, the tiles as even as can be */
+static int avx2_tile(int left, int most) {
+    int tiles = (left + most - 1) / most;
+    return (left + tiles - 1) / tiles;
+}
+/* rows a pass of a T-token tile takes (what measured fastest streamed from memory) */
+static int pass_rows(int T, int bf) {
+    if (bf) return T <= 2 ? PANEL : PANEL / 2;
+    return T == 1 ? 2 * PANEL : T == 2 ? PANEL / 2 : PANEL;
+}
+
+/* A block at a time, each tile of tokens one pass over the block's columns for each of
+   its row groups. f32 takes up to 3 tokens a pass, bf16 up to 6: a pair of its columns
+   is one load, and its two widening operations then serve more tokens. Left to the hardware, the next block's reads would wait for the
+   passes over this one (from L2) to finish, so the passes prefetch the next block, each
+   its share. One f32 token is left to the hardware prefetchers, which stream it faster. */
+static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    _Alignas(64) float out[2][PANEL * BLOCK]; /* a block's rows for two tokens, before the tail cut */
-    int bf = j->wt == WT_BF16;
-    ChainFn one = bf ? bf16_1x1 : f32_1x1, two_panels = bf ? bf16_1x2 : f32_1x2, two_tokens = bf ? bf16_2x1 : f32_2x1;
+    _Alignas(64) float out[6][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
+    int bf = j->wt == WT_BF16, esize = bf ? 2 : 4, most = bf ? 6 : 3;
+    const ChainFn *fn = bf ? C_BF16 : C_F32;
+    int passes = 0, cached = (size_t)j->rows * j->cols * esize <= CACHED_BYTES, pfl = 0, every = 1;
+    for (int t = 0, T; t < j->n; t += T) T = avx2_tile(j->n - t, most), passes += PANEL * BLOCK / pass_rows(T, bf);
+    if (!cached && (j->n > 1 || bf)) {
+        long lines = (long)PANEL * BLOCK * j->cols * esize / 64, steps = (long)passes * pairs(j->cols);
+        if (lines >= steps) pfl = (int)((lines + steps - 1) / steps);
+        else pfl = 1, every = (int)(steps / lines);
+    }
+    size_t pass_bytes = (size_t)64 * pfl * ((pairs(j->cols) + every - 1) / every);
     for (int b = bb; b < be; b++) {
         int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
         int nr = j->rows - r0 < W ? j->rows - r0 : W;
         const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
-        for (int t = 0; t < j->n;) {
+        uintptr_t pf = (uintptr_t)((const uint32_t *)j->w + block_offset(j->wt, b + 1, j->cols));
+        for (int t = 0, T; t < j->n; t += T) {
             const float *x = j->x + (size_t)t * j->cols;
-            int T = j->n - t >= 2 ? 2 : 1;
-            if (T == 2)
-                for (int k = 0; k < G; k++)
-                    two_tokens(out[0] + PANEL * k, PANEL * BLOCK, x, j->cols, j->cols, P + PANEL * k, W);
-            else
-                for (int k = 0; k < G; k += 2)
-                    (G - k >= 2 ? two_panels : one)(out[0] + PANEL * k, 0, x, j->cols, j->cols, P + PANEL * k, W);
-            for (int i = 0; i < T; i++, t++) memcpy(j->y + (size_t)t * j->rows + r0, out[i], sizeof(float) * nr);
+            T = avx2_tile(j->n - t, most);
+            int rows = pass_rows(T, bf);
+            for (int r = 0; r < W; r += rows, pf += pass_bytes) {
+                ChainFn f = rows > W - r ? fn[0] : fn[T];
+                f(out[0] + r, PANEL * BLOCK, x, j->cols, j->cols, P + r, W, pf, pfl, every);
+            }
+            for (int i = 0; i < T; i++) memcpy(j->y + (size_t)(t + i) * j->rows + r0, out[i], sizeof(float) * nr);
         }
     }
 }
