@@ -424,9 +424,10 @@ static int pass_rows(int T, int bf) {
 
 /* A block at a time, each tile of tokens one pass over the block's columns for each of
    its row groups. f32 takes up to 3 tokens a pass, bf16 up to 6: a pair of its columns
-   is one load, and its two widening operations then serve more tokens. Left to the hardware, the next block's reads would wait for the
-   passes over this one (from L2) to finish, so the passes prefetch the next block, each
-   its share. One f32 token is left to the hardware prefetchers, which stream it faster. */
+   is one load, and its two widening operations then serve more tokens. Left to the
+   hardware, the next block's reads would wait for the passes over this one (from L2) to
+   finish, so the passes prefetch the next block, each its share. One f32 token is left
+   to the hardware prefetchers, which stream it faster. */
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
     _Alignas(64) float out[6][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
