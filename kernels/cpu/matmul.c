@@ -400,7 +400,7 @@ typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void 
 /* [T]: a T-token tile's pass; [0]: one token over one panel (a block's odd last one) */
 CHAINS(f32_1, 0, 1, 2, 2)
 CHAINS(f32_1p, 0, 1, 1, 2)
-CHAINS(f32_2, 0, 2, 1, 1)
+CHAINS(f32_2, 0, 2, 1, 2)
 CHAINS(f32_3, 0, 3, 1, 2)
 CHAINS(bf16_1p, 1, 1, 1, 2)
 CHAINS(bf16_2, 1, 2, 1, 2)
@@ -419,7 +419,7 @@ static int avx2_tile(int left, int most) {
 /* rows a pass of a T-token tile takes (what measured fastest streamed from memory) */
 static int pass_rows(int T, int bf) {
     if (bf) return T <= 2 ? PANEL : PANEL / 2;
-    return T == 1 ? 2 * PANEL : T == 2 ? PANEL / 2 : PANEL;
+    return T == 1 ? 2 * PANEL : PANEL;
 }
 
 /* A block at a time, each tile of tokens one pass over the block's columns for each of
