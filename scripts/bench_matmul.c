@@ -4,7 +4,7 @@
    benchmark, never a test). Build and run:
      cc -std=c11 -O2 -march=native -Ilibcore -Ikernels scripts/bench_matmul.c build/libcore.a \
         -o /tmp/bench_matmul -lzstd -ljansson -lyaml -lxxhash -lpcre2-8 -lz -lpthread -lm -lstdc++
-     /tmp/bench_matmul f32|bf16
+     /tmp/bench_matmul f32|bf16 [threads]
    Prints, per n, the least time of a round over 7 rounds (the n interleaved), its ratio to
    one token's and the weight bytes read per second. */
 #define _GNU_SOURCE
@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
     float *y = malloc(sizeof(float) * 8 * rows);
     uint16_t *h = malloc(2 * (size_t)rows * cols);
     void **P = malloc(MATRICES * sizeof *P);
-    if (!w || !x || !y || !h || !P || k_init(1)) return fprintf(stderr, "bench_matmul: out of memory\n"), 1;
+    if (!w || !x || !y || !h || !P || k_init(argc > 2 ? atoi(argv[2]) : 1))
+        return fprintf(stderr, "bench_matmul: out of memory\n"), 1;
     srand(1);
     for (int i = 0; i < rows * cols; i++) {
         w[i] = (rand() / (float)RAND_MAX - 0.5f) * 0.1f;
