@@ -24,7 +24,6 @@
    took each column chunk in two halves, and verifying 2 tokens on the widened 110m
    cost 1.11 plain steps instead of 1.07. */
 #define BLOCK 4
-#define CACHED_BYTES (1 << 20) /* matrices up to this size are left to the caches, unprefetched */
 
 static int block_panels(int rows, int b) {
     int left = (rows - b * PANEL * BLOCK + PANEL - 1) / PANEL;
@@ -243,9 +242,7 @@ KERNEL(4)
     }
 /* tiles of 1-3 tokens × a whole block (24 chains at most) */
 TILE(1, 1)
-TILE(1, 2)
-TILE(1, 3)
-TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
     typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
@@ -260,8 +257,9 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
                                    {0, bf16t_2_1, bf16t_2_2, bf16t_2_3, bf16t_2_4},
                                    {0, bf16t_3_1, bf16t_3_2, bf16t_3_3, bf16t_3_4}};
 
-#define GROUP 12         /* tokens that share one pass over a block */
-#define CHUNK_BYTES 8192 /* a block's columns are taken a chunk at a time, well inside L1 */
+#define GROUP 12               /* tokens that share one pass over a block */
+#define CHUNK_BYTES 8192       /* a block's columns are taken a chunk at a time, well inside L1 */
+#define CACHED_BYTES (1 << 20) /* matrices up to this size are left to the caches, unchunked */
 
 /* tokens [t0, t0+nt) of block b. Tiles of up to 3 tokens take turns on a chunk of
    columns while it sits in L1. Left to the hardware, the next chunk's memory reads
@@ -274,7 +272,6 @@ static const TBF16 T_BF16[3][5] = {{0, bf16t_1_1, bf16t_1_2, bf16t_1_3, bf16t_1_
    addresses are integers until then, so no pointer points past the weights). A
    small matrix stays in cache from one call to the next: there chunks and prefetches
    would cost more than they save, so it is one chunk. */
-
 static int tile_size(int left) { return left >= 3 && left != 4 ? 3 : left >= 2 ? 2 : 1; }
 
 static void block_tokens(const MatmulJob *j, int b, int t0, int nt) {
@@ -424,9 +421,8 @@ static int pass_rows(int T, int bf) {
 }
 
 /* Below this size a matrix is left to the hardware prefetchers. Above it, even one that
-   fits the caches is read from memory in a decode step: the other layers' weights have
-   pushed it out since the last (SmolLM2 bf16's 663 KB attention output matrices cost 5-10 %
-   of a step more without the prefetch). */
+   fits the caches comes from memory in a decode step: the other layers' weights have
+   pushed it out since the last. */
 #define SMALL_BYTES 65536
 
 /* A block at a time, each tile of tokens one pass over the block's columns for each of
@@ -440,9 +436,9 @@ static void matmul_blocks(void *ctx, int bb, int be) {
     _Alignas(64) float out[6][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
     int bf = j->wt == WT_BF16, esize = bf ? 2 : 4, most = bf ? 6 : 3;
     const ChainFn *fn = bf ? C_BF16 : C_F32;
-    int passes = 0, cached = (size_t)j->rows * j->cols * esize <= SMALL_BYTES, pfl = 0, every = 1;
+    int passes = 0, small = (size_t)j->rows * j->cols * esize <= SMALL_BYTES, pfl = 0, every = 1;
     for (int t = 0, T; t < j->n; t += T) T = avx2_tile(j->n - t, most), passes += PANEL * BLOCK / pass_rows(T, bf);
-    if (!cached && (j->n > 1 || bf)) {
+    if (!small && (j->n > 1 || bf)) {
         long lines = (long)PANEL * BLOCK * j->cols * esize / 64, steps = (long)passes * pairs(j->cols);
         if (lines >= steps) pfl = (int)((lines + steps - 1) / steps);
         else pfl = 1, every = (int)(steps / lines);
