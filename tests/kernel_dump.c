@@ -34,9 +34,10 @@ static void matmul(void) {
     static const int shape[][2] = {{1, 1},    {7, 3},     {16, 16},  {17, 33}, {64, 64},
                                    {65, 127}, {130, 257}, {200, 64}, {513, 96}};
     static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 13}; /* every tile size of every build */
+    enum { NS = sizeof ns / sizeof *ns };
     for (int wt = 0; wt < 2; wt++)
-        for (size_t s = 0; s < sizeof shape / sizeof *shape * 9; s++) {
-            int rows = shape[s / 9][0], cols = shape[s / 9][1], n = ns[s % 9];
+        for (size_t s = 0; s < sizeof shape / sizeof *shape * NS; s++) {
+            int rows = shape[s / NS][0], cols = shape[s / NS][1], n = ns[s % NS];
             float *w = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * n * cols);
             float *y = malloc(sizeof(float) * n * rows);
             uint16_t *h = malloc(2 * (size_t)rows * cols);

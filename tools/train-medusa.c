@@ -247,8 +247,8 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
         order_next(&order, idx, (int)a->batch);
         t.lr = (float)a->lr * distill_lr(1, s, a->steps); /* cosine decay */
         if (eagle_train_step(&t, train, &ctrain, idx, (int)a->batch, &sum)) die_lib();
-        positions += sum.positions;
-        double loss = sum.loss / sum.positions;
+        positions += sum.positions_at[0];
+        double loss = sum.loss / sum.positions_at[0];
         if (isnan(first)) first = loss;
         ema = isnan(ema) ? loss : 0.95 * ema + 0.05 * loss;
         double now = pd_now();

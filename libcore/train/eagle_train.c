@@ -501,7 +501,7 @@ static int seq_pass(EagleTrain *t, const int32_t *tok, const float *feat, const 
     }
     if (s) {
         s->loss += add.loss, s->reg += add.reg, s->ce += add.ce;
-        s->positions += add.positions_at[0], s->labelled += add.labelled;
+        s->labelled += add.labelled;
         for (int k = 0; k < EAGLE_MAX_STEPS; k++)
             s->positions_at[k] += add.positions_at[k], s->hits_at[k] += add.hits_at[k];
     }
@@ -570,11 +570,12 @@ int eagle_train_step(EagleTrain *t, const Sequences *s, const MedusaCache *c, co
             seq_pass(t, s->tok + s->off[idx[i]], x, arg, seq_len_of(s, idx[i]), 0, &sum, &t->g))
             return -1;
     }
-    if (!sum.positions) return pd_error("eagle: no position in the batch (every sequence is one token)");
+    int64_t positions = sum.positions_at[0];
+    if (!positions) return pd_error("eagle: no position in the batch (every sequence is one token)");
     double norm2 = 0;
     for (int k = 0; k < EAGLE_TENSORS; k++)
         for (size_t j = 0; j < t->g.n[k]; j++) norm2 += (double)t->g.t[k][j] * t->g.t[k][j];
-    double norm = sqrt(norm2) / sum.positions, f = 1.0 / sum.positions;
+    double norm = sqrt(norm2) / positions, f = 1.0 / positions;
     if (t->clip > 0 && norm > t->clip) f *= t->clip / norm;
     t->t++;
     for (int k = 0; k < EAGLE_TENSORS; k++) {
@@ -597,11 +598,12 @@ int eagle_train_eval(EagleTrain *t, const Sequences *s, const MedusaCache *c, Ea
             seq_pass(t, s->tok + s->off[i], x, arg, seq_len_of(s, i), t->eval_from, &sum, NULL))
             return -1;
     }
-    if (!sum.positions) return pd_error("eagle: nothing to evaluate (every sequence is too short)");
-    out->positions = sum.positions;
-    out->reg = sum.reg / sum.positions;
+    int64_t positions = sum.positions_at[0];
+    if (!positions) return pd_error("eagle: nothing to evaluate (every sequence is too short)");
+    out->positions = positions;
+    out->reg = sum.reg / positions;
     out->ce = sum.labelled ? sum.ce / sum.labelled : 0;
-    out->coverage = (double)sum.labelled / sum.positions;
+    out->coverage = (double)sum.labelled / positions;
     out->depth = t->depth;
     for (int k = 0; k < t->depth; k++)
         out->top1_at[k] = sum.positions_at[k] ? (double)sum.hits_at[k] / sum.positions_at[k] : 0;

@@ -66,12 +66,11 @@ void eagle_grad_free(EagleGrad *g);
 #define EAGLE_EVAL_STEPS 3 /* evaluation reports top-1 at depths 1..3 at least */
 #define EAGLE_STEP_DECAY 0.8f
 
-/* what a pass over positions adds up (sums, not means); reg, ce, positions and labelled
-   count step 0 (one step ahead) only */
+/* what a pass over positions adds up (sums, not means); reg, ce and labelled count step 0
+   (one step ahead) only */
 typedef struct {
     double loss;                           /* Σ_k decay^k (w_reg · reg + w_ce · ce) over the steps trained */
     double reg, ce;                        /* Σ smooth-L1 (each a mean over dim), Σ CE over labelled positions */
-    int64_t positions;                     /* positions counted (positions_at[0]) */
     int64_t labelled;                      /* those whose target is in the draft vocabulary */
     int64_t positions_at[EAGLE_MAX_STEPS]; /* positions counted at step k */
     int64_t hits_at[EAGLE_MAX_STEPS];      /* those whose draft argmax is the target */
