@@ -327,43 +327,48 @@ static inline __attribute__((always_inline)) void scales16(const Unit *u, const 
     }
 }
 
-/* the same lanes as AVX-512's, a 16-key chunk in two halves; heads four at a time */
-static inline __attribute__((always_inline)) void score_avx2_t(const Unit *u, float *const *p, float *max,
-                                                               const int T) {
+/* the same lanes as AVX-512's, a 16-key chunk in two halves; G heads from h0 (G a
+   constant once inlined: with a run-time count GCC kept the chains in memory) */
+static inline __attribute__((always_inline)) void score_heads(const Unit *u, float *const *p, float *max, int h0,
+                                                              const int G, const int T) {
     const AttnArgs *a = u->a;
     const void *kb = T == KV_F32 ? (const void *)a->k : a->kq;
-    __m256 sc = _mm256_set1_ps(a->scale);
-    for (int h0 = 0; h0 < u->g; h0 += 4) {
-        int G = u->g - h0 < 4 ? u->g - h0 : 4;
-        __m256 mx[4][2];
-        for (int h = 0; h < 4; h++) mx[h][0] = mx[h][1] = _mm256_set1_ps(-INFINITY);
-        for (int j = 0; j < u->nc; j += 16) {
-            size_t K = col_off(u, j);
-            int left = u->nc - j;
-            __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
-            scales16(u, a->k_scale, j, &s0, &s1, T);
-            __m256 acc[4][2];
-            for (int h = 0; h < 4; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
-            for (int d = 0; d < a->hd; d++) {
-                __m256 k0, k1;
-                load16(kb, K + (size_t)d * a->block_size, s0, s1, m0, m1, left, &k0, &k1, T);
-#pragma GCC unroll 4
-                for (int h = 0; h < 4; h++) {
-                    if (h >= G) break;
-                    __m256 q = _mm256_set1_ps(u->q[h0 + h][d]);
-                    acc[h][0] = _mm256_fmadd_ps(q, k0, acc[h][0]);
-                    acc[h][1] = _mm256_fmadd_ps(q, k1, acc[h][1]);
-                }
-            }
-            for (int h = 0; h < G; h++) {
-                __m256 r0 = _mm256_mul_ps(acc[h][0], sc), r1 = _mm256_mul_ps(acc[h][1], sc);
-                store8_n(p[h0 + h] + j, r0, left);
-                store8_n(p[h0 + h] + j + 8, r1, left - 8);
-                mx[h][0] = _mm256_blendv_ps(mx[h][0], _mm256_max_ps(mx[h][0], r0), m0);
-                mx[h][1] = _mm256_blendv_ps(mx[h][1], _mm256_max_ps(mx[h][1], r1), m1);
+    __m256 sc = _mm256_set1_ps(a->scale), mx[4][2];
+    _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) mx[h][0] = mx[h][1] = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < u->nc; j += 16) {
+        size_t K = col_off(u, j);
+        int left = u->nc - j;
+        __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1, acc[4][2];
+        scales16(u, a->k_scale, j, &s0, &s1, T);
+        _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+        for (int d = 0; d < a->hd; d++) {
+            __m256 k0, k1;
+            load16(kb, K + (size_t)d * a->block_size, s0, s1, m0, m1, left, &k0, &k1, T);
+            _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) {
+                __m256 q = _mm256_set1_ps(u->q[h0 + h][d]);
+                acc[h][0] = _mm256_fmadd_ps(q, k0, acc[h][0]);
+                acc[h][1] = _mm256_fmadd_ps(q, k1, acc[h][1]);
             }
         }
-        for (int h = 0; h < G; h++) max[h0 + h] = hmax2(mx[h][0], mx[h][1]);
+        _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) {
+            __m256 r0 = _mm256_mul_ps(acc[h][0], sc), r1 = _mm256_mul_ps(acc[h][1], sc);
+            store8_n(p[h0 + h] + j, r0, left);
+            store8_n(p[h0 + h] + j + 8, r1, left - 8);
+            mx[h][0] = _mm256_blendv_ps(mx[h][0], _mm256_max_ps(mx[h][0], r0), m0);
+            mx[h][1] = _mm256_blendv_ps(mx[h][1], _mm256_max_ps(mx[h][1], r1), m1);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) max[h0 + h] = hmax2(mx[h][0], mx[h][1]);
+}
+/* heads four at a time */
+static inline __attribute__((always_inline)) void score_avx2_t(const Unit *u, float *const *p, float *max,
+                                                               const int T) {
+    for (int h0 = 0; h0 < u->g; h0 += 4) {
+        int left = u->g - h0;
+        if (left >= 4) score_heads(u, p, max, h0, 4, T);
+        else if (left == 3) score_heads(u, p, max, h0, 3, T);
+        else if (left == 2) score_heads(u, p, max, h0, 2, T);
+        else score_heads(u, p, max, h0, 1, T);
     }
 }
 static void score_avx2(const Unit *u, float *const *p, float *max) {
@@ -379,44 +384,54 @@ static void score_avx2(const Unit *u, float *const *p, float *max) {
     }
 }
 
-/* four dimensions of a head at a time: their 16 partials in registers over the
-   committed keys, then the lone keys lane by lane and the tree */
-static inline __attribute__((always_inline)) void weighted_sums_avx2_t(const Unit *u, float *const *p, const float *mx,
-                                                                       const int T) {
+/* D dimensions of head h from d0: their 16 partials in registers over the committed
+   keys, then the lone keys lane by lane, then the tree, all in registers (D a constant
+   once inlined; a store's lanes read back one by one stalled) */
+static inline __attribute__((always_inline)) void sum_dims(const Unit *u, float *const *p, int h, int d0, float inv,
+                                                           const int D, const int T) {
     const AttnArgs *a = u->a;
     const void *vb = T == KV_F32 ? (const void *)a->v : a->vq;
-    int nk = u->nc + u->n_lone, bs = a->block_size;
+    int bs = a->block_size;
+    __m256 acc[4][2];
+    _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) acc[d][0] = acc[d][1] = _mm256_setzero_ps();
+    for (int j = 0; j < u->nc; j += 16) {
+        int left = u->nc - j;
+        __m256 p0 = load8_or(p[h] + j, left, 0), p1 = load8_or(p[h] + j + 8, left - 8, 0);
+        __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
+        scales16(u, a->v_scale, j, &s0, &s1, T);
+        size_t V = col_off(u, j) + (size_t)d0 * bs;
+        _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) {
+            __m256 v0, v1;
+            load16(vb, V + (size_t)d * bs, s0, s1, m0, m1, left, &v0, &v1, T);
+            acc[d][0] = _mm256_fmadd_ps(p0, v0, acc[d][0]);
+            acc[d][1] = _mm256_fmadd_ps(p1, v1, acc[d][1]);
+        }
+    }
+    for (int x = 0; x < u->n_lone; x++) { /* lane j % 16 alone takes the key (a blend: other lanes keep their bits) */
+        int j = u->nc + x, slot = lone_slot(u, x);
+        __m256 pj = _mm256_set1_ps(p[h][j]);
+        __m256 lane = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_set1_epi32(j & 7), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+        _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) {
+            __m256 *half = &acc[d][(j >> 3) & 1];
+            __m256 f = _mm256_fmadd_ps(pj, _mm256_set1_ps(value_at(u, slot, d0 + d)), *half);
+            *half = _mm256_blendv_ps(*half, f, lane);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) u->out[h][d0 + d] = hsum2(acc[d][0], acc[d][1]) * inv;
+}
+/* four dimensions of a head at a time */
+static inline __attribute__((always_inline)) void weighted_sums_avx2_t(const Unit *u, float *const *p, const float *mx,
+                                                                       const int T) {
+    int nk = u->nc + u->n_lone;
     for (int h = 0; h < u->g; h++) {
         float inv = inv_of(u, h, exp_sum(p[h], nk, mx[h]));
-        for (int d0 = 0; d0 < a->hd; d0 += 4) {
-            int D = a->hd - d0 < 4 ? a->hd - d0 : 4;
-            __m256 acc[4][2];
-            for (int d = 0; d < 4; d++) acc[d][0] = acc[d][1] = _mm256_setzero_ps();
-            for (int j = 0; j < u->nc; j += 16) {
-                int left = u->nc - j;
-                __m256 p0 = load8_or(p[h] + j, left, 0), p1 = load8_or(p[h] + j + 8, left - 8, 0);
-                __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
-                scales16(u, a->v_scale, j, &s0, &s1, T);
-                size_t V = col_off(u, j) + (size_t)d0 * bs;
-#pragma GCC unroll 4
-                for (int d = 0; d < 4; d++) {
-                    if (d >= D) break;
-                    __m256 v0, v1;
-                    load16(vb, V + (size_t)d * bs, s0, s1, m0, m1, left, &v0, &v1, T);
-                    acc[d][0] = _mm256_fmadd_ps(p0, v0, acc[d][0]);
-                    acc[d][1] = _mm256_fmadd_ps(p1, v1, acc[d][1]);
-                }
-            }
-            for (int d = 0; d < D; d++) {
-                float s[16];
-                _mm256_storeu_ps(s, acc[d][0]);
-                _mm256_storeu_ps(s + 8, acc[d][1]);
-                for (int x = 0; x < u->n_lone; x++) {
-                    int j = u->nc + x;
-                    s[j & 15] = fmaf(p[h][j], value_at(u, lone_slot(u, x), d0 + d), s[j & 15]);
-                }
-                u->out[h][d0 + d] = tree_sum16(s) * inv;
-            }
+        for (int d0 = 0; d0 < u->a->hd; d0 += 4) {
+            int left = u->a->hd - d0;
+            if (left >= 4) sum_dims(u, p, h, d0, inv, 4, T);
+            else if (left == 3) sum_dims(u, p, h, d0, inv, 3, T);
+            else if (left == 2) sum_dims(u, p, h, d0, inv, 2, T);
+            else sum_dims(u, p, h, d0, inv, 1, T);
         }
     }
 }
