@@ -333,6 +333,8 @@ static inline __attribute__((always_inline)) void score_heads(const Unit *u, flo
                                                               const int G, const int T) {
     const AttnArgs *a = u->a;
     const void *kb = T == KV_F32 ? (const void *)a->k : a->kq;
+    const char *vbytes = T == KV_F32 ? (const char *)a->v : (const char *)a->vq;
+    const int esize = T == KV_F32 ? 4 : T == KV_BF16 ? 2 : 1;
     __m256 sc = _mm256_set1_ps(a->scale), mx[4][2];
     _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) mx[h][0] = mx[h][1] = _mm256_set1_ps(-INFINITY);
     for (int j = 0; j < u->nc; j += 16) {
@@ -344,6 +346,9 @@ static inline __attribute__((always_inline)) void score_heads(const Unit *u, flo
         for (int d = 0; d < a->hd; d++) {
             __m256 k0, k1;
             load16(kb, K + (size_t)d * a->block_size, s0, s1, m0, m1, left, &k0, &k1, T);
+            /* the values' same line, for the weighted sums: they read each block a few lines
+               a pass, too little for the core's prefetchers to follow */
+            if ((d * esize) % 4 == 0) _mm_prefetch(vbytes + (K + (size_t)d * a->block_size) * esize, _MM_HINT_T0);
             _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) {
                 __m256 q = _mm256_set1_ps(u->q[h0 + h][d]);
                 acc[h][0] = _mm256_fmadd_ps(q, k0, acc[h][0]);
