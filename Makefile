@@ -14,7 +14,8 @@ OPT    ?= -O2 -march=native
 ifeq ($(SAN),1)
 BUILD  := build-san
 BIN    := build-san/bin
-OPT    := -O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# -O2: the same checks as at -O1, and the suite's forward passes run about twice as fast
+OPT    := -O2 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=address,undefined
 endif
 # make CUDA=1: the same with the "cuda" device (kernels/cuda through nvcc, the CUDA

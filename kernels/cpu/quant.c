@@ -113,7 +113,24 @@ typedef struct {
 static size_t panel_qs(WType wt) { return (size_t)GROUP * 4 * (wt == WT_Q8_0 ? 8 : wt == WT_Q5_0 ? 5 : 4); }
 static size_t panel_sc(WType wt) { return (size_t)GROUP * 2 * (wt == WT_Q4_1 ? 2 : 1); }
 static size_t panel_bytes(WType wt) { return panel_qs(wt) + panel_sc(wt); } /* GROUP blocks' bytes */
-static size_t group_bytes(WType wt, int nb) { return ((size_t)nb * panel_bytes(wt) + 63) & ~(size_t)63; }
+/* Where a block's panels are not a whole number of vectors (Q8_0, Q4_0, Q5_0: 16 or 32
+   bytes of scales after the quads), blocks go in pairs, the two quads' panels and then
+   the two scales' panels, so that every quads' vector sits on a vector boundary: unpaired,
+   half the loads crossed two cache lines. An odd last block keeps its pair's room. */
+INLINE int unit_blocks(WType wt) { return panel_bytes(wt) % (GROUP * 4) ? 2 : 1; }
+INLINE size_t unit_bytes(WType wt) { return unit_blocks(wt) * panel_bytes(wt); }
+INLINE size_t quads_at(WType wt, int b) {
+    if (unit_blocks(wt) == 1) return (size_t)b * panel_bytes(wt);
+    return (size_t)(b >> 1) * unit_bytes(wt) + (size_t)(b & 1) * panel_qs(wt);
+}
+INLINE size_t scales_at(WType wt, int b) {
+    if (unit_blocks(wt) == 1) return (size_t)b * panel_bytes(wt) + panel_qs(wt);
+    return (size_t)(b >> 1) * unit_bytes(wt) + 2 * panel_qs(wt) + (size_t)(b & 1) * panel_sc(wt);
+}
+static size_t group_bytes(WType wt, int nb) {
+    int u = unit_blocks(wt);
+    return ((size_t)(nb + u - 1) / u * unit_bytes(wt) + 63) & ~(size_t)63;
+}
 
 #ifdef VNNI
 /* AVX-512 VNNI: vpdpbusd multiplies unsigned bytes by signed ones and adds each 4 into
@@ -152,7 +169,7 @@ INLINE void unpack16(__m512i w[8], const uint8_t *q, const WType wt) {
    first: the tile that prefetches */
 INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, const int NT, int first,
                    const WType wt) {
-    const size_t qs = panel_qs(wt), pb = panel_bytes(wt);
+    const size_t pb = panel_bytes(wt);
     const int off = offset(wt);
     const QX *x = &j->x;
     __m512 a[TT];
@@ -161,8 +178,8 @@ INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, c
     for (int b = 0; b < j->nb; b++) {
         if (first) prefetch(&next, G + (b + 1) * pb);
         __m512i w[8];
-        unpack16(w, G + b * pb, wt);
-        const uint8_t *sc = G + b * pb + qs;
+        unpack16(w, G + quads_at(wt, b), wt);
+        const uint8_t *sc = G + scales_at(wt, b);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc)), m = d;
         if (wt == WT_Q4_1) m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32)));
         _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) {
@@ -304,19 +321,32 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
    straight from the panels; more take a chunk of blocks unpacked once into vectors
    that stay in L1, two tokens at a time (two chains in flight). */
 INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
-    const size_t qs = panel_qs(wt), pb = panel_bytes(wt);
+    const size_t pb = panel_bytes(wt);
     const QX *x = &j->x;
     if (nt == 1) {
         size_t o = (size_t)t0 * j->nb;
         __m256 a = _mm256_setzero_ps();
         const uint8_t *next = G + PREFETCH;
-        for (int b = 0; b < j->nb; b++) {
-            PV w[16];
-            prefetch(&next, G + (b + 1) * pb);
-            unpack(w, G + b * pb, wt);
-            __m256 d, m;
-            load_scales(&d, &m, G + b * pb + qs, wt);
-            a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->so[o + b], x->sf[o + b], wt);
+        if (unit_blocks(wt) == 1)
+            for (int b = 0; b < j->nb; b++) {
+                PV w[16];
+                prefetch(&next, G + (b + 1) * pb);
+                unpack(w, G + quads_at(wt, b), wt);
+                __m256 d, m;
+                load_scales(&d, &m, G + scales_at(wt, b), wt);
+                a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->so[o + b], x->sf[o + b], wt);
+            }
+        else {
+            const uint8_t *P = G; /* a pair's blocks from a pointer: indexing each block's place cost 15 % */
+            for (int b = 0; b < j->nb; P += unit_bytes(wt))
+                for (int h = 0; h < 2 && b < j->nb; h++, b++) {
+                    PV w[16];
+                    prefetch(&next, P + (h + 1) * pb);
+                    unpack(w, P + h * panel_qs(wt), wt);
+                    __m256 d, m;
+                    load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
+                    a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->so[o + b], x->sf[o + b], wt);
+                }
         }
         _mm256_storeu_ps(acc, a);
         return;
@@ -329,8 +359,8 @@ INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] 
         const uint8_t *next = G + (size_t)c0 * pb + PREFETCH;
         for (int b = 0; b < nc; b++) {
             prefetch(&next, G + (size_t)(c0 + b + 1) * pb);
-            unpack(U + b * PANELS, G + (size_t)(c0 + b) * pb, wt);
-            load_scales(&D[b], &M[b], G + (size_t)(c0 + b) * pb + qs, wt);
+            unpack(U + b * PANELS, G + quads_at(wt, c0 + b), wt);
+            load_scales(&D[b], &M[b], G + scales_at(wt, c0 + b), wt);
         }
         int t = t0;
         for (; t + 1 < t0 + nt; t += 2) {
@@ -489,7 +519,7 @@ static void pack_groups(void *ctx, int begin, int end) {
     const PackJob *p = ctx;
     const WType wt = p->wt;
     const int nb = (p->cols + QK - 1) / QK;
-    const size_t bb = block_bytes(wt), rb = q_row_bytes(wt, p->cols), qs = panel_qs(wt), pb = panel_bytes(wt);
+    const size_t bb = block_bytes(wt), rb = q_row_bytes(wt, p->cols);
     const int off = wt == WT_Q8_0 || wt == WT_Q4_0 ? 2 : wt == WT_Q4_1 ? 4 : 6, quads = wt == WT_Q8_0 ? 8 : 4;
     for (int g = begin; g < end; g++) {
         uint8_t *G = p->dst + (size_t)g * group_bytes(wt, nb);
@@ -498,7 +528,7 @@ static void pack_groups(void *ctx, int begin, int end) {
             const uint8_t *row = q_row(p->w, rb, g * GROUP + i);
             for (int b = 0; b < nb; b++) {
                 const uint8_t *blk = row + (size_t)b * bb;
-                uint8_t *Q = G + b * pb, *S = Q + qs;
+                uint8_t *Q = G + quads_at(wt, b), *S = G + scales_at(wt, b);
                 for (int k = 0; k < quads; k++) memcpy(Q + k * GROUP * 4 + i * 4, blk + off + 4 * k, 4);
                 memcpy(S + i * 2, blk, 2);
                 if (wt == WT_Q4_1) memcpy(S + GROUP * 2 + i * 2, blk + 2, 2);
