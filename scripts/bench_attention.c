@@ -4,6 +4,9 @@
    Prints the median milliseconds per call over 30 layers × reps. bench_flashdecoding.sh
    builds it twice, split (ATT_SPLIT 256) and unsplit (-DATT_SPLIT=65536).
    usage: bench_attention POSITIONS THREADS [REPS] */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
