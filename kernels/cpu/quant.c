@@ -317,40 +317,51 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
     return acc;
 }
 
-/* One group of 8 rows (its panels G) for every token. One token takes each block
-   straight from the panels; more take a chunk of blocks unpacked once into vectors
-   that stay in L1, two tokens at a time (two chains in flight). */
+/* a block's step for NT tokens, their chains a[t] (x's blocks nb apart from ob) */
+INLINE void steps(__m256 *a, const PV *w, __m256 d, __m256 m, const Job *j, size_t ob, const int NT, const WType wt) {
+    _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++, ob += j->nb) {
+        a[t] = step(a[t], w, d, m, j->x.q + ob * QK, j->x.d[ob], j->x.so[ob], j->x.sf[ob], wt);
+    }
+}
+/* NT (1 or 2) tokens from t0 for one group of 8 rows, each block straight from the
+   panels into registers, the tokens' chains side by side */
+INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int NT, const WType wt) {
+    const size_t pb = panel_bytes(wt);
+    size_t o = (size_t)t0 * j->nb;
+    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const uint8_t *next = G + PREFETCH;
+    if (unit_blocks(wt) == 1)
+        for (int b = 0; b < j->nb; b++) {
+            PV w[16];
+            prefetch(&next, G + (b + 1) * pb);
+            unpack(w, G + quads_at(wt, b), wt);
+            __m256 d, m;
+            load_scales(&d, &m, G + scales_at(wt, b), wt);
+            steps(a, w, d, m, j, o + b, NT, wt);
+        }
+    else {
+        const uint8_t *P = G; /* a pair's blocks from a pointer: indexing each block's place cost 15 % */
+        for (int b = 0; b < j->nb; P += unit_bytes(wt))
+            for (int h = 0; h < 2 && b < j->nb; h++, b++) {
+                PV w[16];
+                prefetch(&next, P + (h + 1) * pb);
+                unpack(w, P + h * panel_qs(wt), wt);
+                __m256 d, m;
+                load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
+                steps(a, w, d, m, j, o + b, NT, wt);
+            }
+    }
+    _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) _mm256_storeu_ps(acc + (size_t)t * GROUP, a[t]);
+}
+
+/* One group of 8 rows (its panels G) for every token. One or two tokens take each block
+   straight from the panels; more take a chunk of blocks unpacked once into vectors that
+   stay in L1, two tokens at a time (two chains in flight). */
 INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
     const size_t pb = panel_bytes(wt);
     const QX *x = &j->x;
-    if (nt == 1) {
-        size_t o = (size_t)t0 * j->nb;
-        __m256 a = _mm256_setzero_ps();
-        const uint8_t *next = G + PREFETCH;
-        if (unit_blocks(wt) == 1)
-            for (int b = 0; b < j->nb; b++) {
-                PV w[16];
-                prefetch(&next, G + (b + 1) * pb);
-                unpack(w, G + quads_at(wt, b), wt);
-                __m256 d, m;
-                load_scales(&d, &m, G + scales_at(wt, b), wt);
-                a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->so[o + b], x->sf[o + b], wt);
-            }
-        else {
-            const uint8_t *P = G; /* a pair's blocks from a pointer: indexing each block's place cost 15 % */
-            for (int b = 0; b < j->nb; P += unit_bytes(wt))
-                for (int h = 0; h < 2 && b < j->nb; h++, b++) {
-                    PV w[16];
-                    prefetch(&next, P + (h + 1) * pb);
-                    unpack(w, P + h * panel_qs(wt), wt);
-                    __m256 d, m;
-                    load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
-                    a = step(a, w, d, m, x->q + (o + b) * QK, x->d[o + b], x->so[o + b], x->sf[o + b], wt);
-                }
-        }
-        _mm256_storeu_ps(acc, a);
-        return;
-    }
+    if (nt == 1) return direct(j, G, acc, t0, 1, wt);
+    if (nt == 2) return direct(j, G, acc, t0, 2, wt);
     const int PANELS = PV_BLOCK(wt);
     _Alignas(64) PV U[CHUNK * 16];
     _Alignas(32) __m256 D[CHUNK], M[CHUNK];
