@@ -107,16 +107,17 @@ typedef struct {
    (vector k: quad k of the block for the group's rows, 4 bytes each; Q4: one vector of
    bytes holds quads k and k + 4, as low and high nibbles; Q5_0: then one vector whose
    byte i holds, in bit k, the fifth bit of byte i of quad k), then its f16 scales (d;
-   Q4_1: then m), the group's blocks one after another: one stream, read straight into
-   registers (the scales apart from the quads, two streams a group, halved the read
-   rate). */
+   Q4_1: then m), the group's blocks one after another (or in pairs, below): one
+   stream, read straight into registers (the scales apart from the quads, two streams a
+   group, halved the read rate). */
 static size_t panel_qs(WType wt) { return (size_t)GROUP * 4 * (wt == WT_Q8_0 ? 8 : wt == WT_Q5_0 ? 5 : 4); }
 static size_t panel_sc(WType wt) { return (size_t)GROUP * 2 * (wt == WT_Q4_1 ? 2 : 1); }
 static size_t panel_bytes(WType wt) { return panel_qs(wt) + panel_sc(wt); } /* GROUP blocks' bytes */
 /* Where a block's panels are not a whole number of vectors (Q8_0, Q4_0, Q5_0: 16 or 32
    bytes of scales after the quads), blocks go in pairs, the two quads' panels and then
-   the two scales' panels, so that every quads' vector sits on a vector boundary: unpaired,
-   half the loads crossed two cache lines. An odd last block keeps its pair's room. */
+   the two scales' panels, so that every quads' vector sits on a vector boundary (unpaired,
+   a quarter of AVX2's loads and half of AVX-512's crossed two cache lines). An odd last
+   block keeps its pair's room. */
 INLINE int unit_blocks(WType wt) { return panel_bytes(wt) % (GROUP * 4) ? 2 : 1; }
 INLINE size_t unit_bytes(WType wt) { return unit_blocks(wt) * panel_bytes(wt); }
 INLINE size_t quads_at(WType wt, int b) {
