@@ -27,7 +27,6 @@
 #define AVX_VNNI 1 /* AVX2 with the VEX vpdpbusd (Alder Lake and later cores without AVX-512) */
 #endif
 #endif
-#define CHUNK 32 /* AVX2: blocks unpacked at a time: 8 rows × 32 blocks × 32 bytes = 8 KiB (Q8_0: 16) */
 #define STACK_BYTES 32768
 #define TILE 64 /* tokens a group's blocks take at a time */
 
@@ -226,11 +225,6 @@ INLINE void load_scales(__m256 *d, __m256 *m, const uint8_t *s, const WType wt) 
 }
 
 typedef __m256i PV;
-#ifdef AVX_VNNI
-#define PV_BLOCK(wt) 8
-#else
-#define PV_BLOCK(wt) ((wt) == WT_Q8_0 ? 16 : 8) /* Q8_0: w, then |w| */
-#endif
 /* a block of 8 rows as panels, w[k] = quad k (Q4: the nibbles as bytes; Q5_0: with the
    fifth bit as 16; Q8_0: then |w| in w[8 + k], or with AVX-VNNI w + 128 as unsigned) */
 INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
@@ -320,21 +314,24 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
 
 /* a block's step for NT tokens, their chains a[t] (x's blocks nb apart from ob) */
 INLINE void steps(__m256 *a, const PV *w, __m256 d, __m256 m, const Job *j, size_t ob, const int NT, const WType wt) {
-    _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++, ob += j->nb) {
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) {
         a[t] = step(a[t], w, d, m, j->x.q + ob * QK, j->x.d[ob], j->x.so[ob], j->x.sf[ob], wt);
     }
 }
-/* NT (1 or 2) tokens from t0 for one group of 8 rows, each block straight from the
-   panels into registers, the tokens' chains side by side */
-INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int NT, const WType wt) {
+/* NT (1 to TT) tokens from t0 for one group of 8 rows, each block straight from the
+   panels into registers, the tokens' chains side by side; first: the tile that
+   prefetches (later tiles find the group's panels in L1) */
+#define TT 4
+INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int NT, int first, const WType wt) {
     const size_t pb = panel_bytes(wt);
     size_t o = (size_t)t0 * j->nb;
-    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 a[TT];
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a[t] = _mm256_setzero_ps();
     const uint8_t *next = G + PREFETCH;
     if (unit_blocks(wt) == 1)
         for (int b = 0; b < j->nb; b++) {
             PV w[16];
-            prefetch(&next, G + (b + 1) * pb);
+            if (first) prefetch(&next, G + (b + 1) * pb);
             unpack(w, G + quads_at(wt, b), wt);
             __m256 d, m;
             load_scales(&d, &m, G + scales_at(wt, b), wt);
@@ -345,58 +342,28 @@ INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int
         for (int b = 0; b < j->nb; P += unit_bytes(wt))
             for (int h = 0; h < 2 && b < j->nb; h++, b++) {
                 PV w[16];
-                prefetch(&next, P + (h + 1) * pb);
+                if (first) prefetch(&next, P + (h + 1) * pb);
                 unpack(w, P + h * panel_qs(wt), wt);
                 __m256 d, m;
                 load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
                 steps(a, w, d, m, j, o + b, NT, wt);
             }
     }
-    _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) _mm256_storeu_ps(acc + (size_t)t * GROUP, a[t]);
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) _mm256_storeu_ps(acc + (size_t)t * GROUP, a[t]);
 }
 
-/* One group of 8 rows (its panels G) for every token. One or two tokens take each block
-   straight from the panels; more take a chunk of blocks unpacked once into vectors that
-   stay in L1, two tokens at a time (two chains in flight). */
+/* One group of 8 rows (its panels G) for every token, TT tokens at a time, each tile's
+   blocks unpacked again from the panels: cheaper than staging them unpacked, which left
+   the unpacking's memory reads and the tokens' arithmetic unoverlapped */
 INLINE void group_vec(const Job *j, const uint8_t *G, float *acc /* [nt][GROUP] */, int t0, int nt, const WType wt) {
-    const size_t pb = panel_bytes(wt);
-    const QX *x = &j->x;
-    if (nt == 1) return direct(j, G, acc, t0, 1, wt);
-    if (nt == 2) return direct(j, G, acc, t0, 2, wt);
-    const int PANELS = PV_BLOCK(wt);
-    _Alignas(64) PV U[CHUNK * 16];
-    _Alignas(32) __m256 D[CHUNK], M[CHUNK];
-    for (int c0 = 0; c0 < j->nb; c0 += CHUNK) {
-        int nc = j->nb - c0 < CHUNK ? j->nb - c0 : CHUNK;
-        const uint8_t *next = G + (size_t)c0 * pb + PREFETCH;
-        for (int b = 0; b < nc; b++) {
-            prefetch(&next, G + (size_t)(c0 + b + 1) * pb);
-            unpack(U + b * PANELS, G + quads_at(wt, c0 + b), wt);
-            load_scales(&D[b], &M[b], G + scales_at(wt, c0 + b), wt);
-        }
-        int t = t0;
-        for (; t + 1 < t0 + nt; t += 2) {
-            size_t o0 = (size_t)t * j->nb + c0, o1 = o0 + j->nb;
-            float *r0 = acc + (size_t)(t - t0) * GROUP, *r1 = r0 + GROUP;
-            __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps(),
-                   a1 = c0 ? _mm256_loadu_ps(r1) : _mm256_setzero_ps();
-            for (int b = 0; b < nc; b++) {
-                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->so[o0 + b],
-                          x->sf[o0 + b], wt);
-                a1 = step(a1, U + b * PANELS, D[b], M[b], x->q + (o1 + b) * QK, x->d[o1 + b], x->so[o1 + b],
-                          x->sf[o1 + b], wt);
-            }
-            _mm256_storeu_ps(r0, a0), _mm256_storeu_ps(r1, a1);
-        }
-        if (t < t0 + nt) {
-            size_t o0 = (size_t)t * j->nb + c0;
-            float *r0 = acc + (size_t)(t - t0) * GROUP;
-            __m256 a0 = c0 ? _mm256_loadu_ps(r0) : _mm256_setzero_ps();
-            for (int b = 0; b < nc; b++)
-                a0 = step(a0, U + b * PANELS, D[b], M[b], x->q + (o0 + b) * QK, x->d[o0 + b], x->so[o0 + b],
-                          x->sf[o0 + b], wt);
-            _mm256_storeu_ps(r0, a0);
-        }
+    for (int tt = t0; tt < t0 + nt; tt += TT) {
+        int left = t0 + nt - tt, first = tt == t0;
+        float *at = acc + (size_t)(tt - t0) * GROUP;
+        /* NT a constant in each call, so that the chains stay in registers */
+        if (left >= 4) direct(j, G, at, tt, 4, first, wt);
+        else if (left == 3) direct(j, G, at, tt, 3, first, wt);
+        else if (left == 2) direct(j, G, at, tt, 2, first, wt);
+        else direct(j, G, at, tt, 1, first, wt);
     }
 }
 #endif
