@@ -115,6 +115,7 @@ typedef struct {
     const void *w; /* packed */
     WType wt;
     int n, cols, rows;
+    const float *xi; /* x as the tiles read it: AVX2 bf16 tiles interleaved (interleave), else x */
 } MatmulJob;
 
 #ifdef __AVX512F__
@@ -242,7 +243,9 @@ KERNEL(4)
     }
 /* tiles of 1-3 tokens × a whole block (24 chains at most) */
 TILE(1, 1)
-TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(1, 2)
+TILE(1, 3)
+TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
     typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
@@ -334,23 +337,30 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
         for (int k = 0; k < NP; k++)
             for (int h = 0; h < NH; h++) a[t][k][h] = b[t][k][h] = _mm256_setzero_ps();
     const __m256i hi_half = _mm256_set1_epi32((int)0xffff0000);
+    /* IL: a bf16 tile of 3 or more, whose x comes interleaved (interleave) and whose
+       column pairs are walked by pointer (with a pointer a token, the loop spilled);
+       else indices (for one or two tokens, and for f32, the faster) */
+    const int IL = BF16 && T > 2;
+    const uint32_t *qw = P;
+    const float *xw = x;
     int c = 0;
-    for (int due = 0; c + 1 < cols; c += 2) {
+    for (int due = 0; c + 1 < cols; c += 2, qw += W, xw += 2 * T) {
         if (pfl && --due <= 0) {
             for (int l = 0; l < pfl; l++) _mm_prefetch((const char *)(pf + 64 * l), _MM_HINT_T1);
             pf += 64 * (size_t)pfl, due = every;
         }
+        const uint32_t *qc = IL ? qw : (const uint32_t *)P + (size_t)(BF16 ? c / 2 : c) * W;
         __m256 w[2][2];
 #pragma GCC unroll 2
         for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
             for (int h = 0; h < NH; h++) {
-                const void *q = (const uint32_t *)P + (size_t)(BF16 ? c / 2 : c) * W + PANEL * k + 8 * h;
+                const void *q = qc + PANEL * k + 8 * h;
                 w[k][h] = BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(q), 16)) : _mm256_loadu_ps(q);
             }
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
-            __m256 x0 = _mm256_set1_ps(x[t * xs + c]);
+            __m256 x0 = _mm256_set1_ps(IL ? xw[t] : x[t * xs + c]);
 #pragma GCC unroll 2
             for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
@@ -360,13 +370,13 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
         for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
             for (int h = 0; h < NH; h++) {
-                const void *q = (const uint32_t *)P + (size_t)(BF16 ? c / 2 : c + 1) * W + PANEL * k + 8 * h;
+                const void *q = qc + (BF16 ? 0 : W) + PANEL * k + 8 * h;
                 w[k][h] =
                     BF16 ? _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(q), hi_half)) : _mm256_loadu_ps(q);
             }
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
-            __m256 x1 = _mm256_set1_ps(x[t * xs + c + 1]);
+            __m256 x1 = _mm256_set1_ps(IL ? xw[T + t] : x[t * xs + c + 1]);
 #pragma GCC unroll 2
             for (int k = 0; k < NP; k++)
 #pragma GCC unroll 2
@@ -382,7 +392,8 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
                 __m256 w0 =
                     BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(q), 16)) : _mm256_loadu_ps(q);
 #pragma GCC unroll 6
-                for (int t = 0; t < T; t++) a[t][k][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[t * xs + c]), w0, a[t][k][h]);
+                for (int t = 0; t < T; t++)
+                    a[t][k][h] = _mm256_fmadd_ps(_mm256_set1_ps(IL ? xw[t] : x[t * xs + c]), w0, a[t][k][h]);
             }
     for (int t = 0; t < T; t++)
         for (int k = 0; k < NP; k++)
@@ -408,11 +419,23 @@ CHAINS(bf16_5, 1, 5, 1, 1)
 CHAINS(bf16_6, 1, 6, 1, 1)
 static const ChainFn C_F32[4] = {f32_1p, f32_1, f32_2, f32_3};
 static const ChainFn C_BF16[7] = {bf16_1p, bf16_1p, bf16_2, bf16_3, bf16_4, bf16_5, bf16_6};
+#define BF16_MOST 6 /* tokens a bf16 tile takes at most */
 
 /* tokens a tile takes: up to `most`, the tiles as even as can be */
 static int avx2_tile(int left, int most) {
     int tiles = (left + most - 1) / most;
     return (left + tiles - 1) / tiles;
+}
+/* x as bf16 tiles read it: a tile of 3 or more tokens side by side, column by column
+   ([c][T]); a smaller one as it is */
+static void interleave(float *xi, const float *x, int n, int cols) {
+    for (int t = 0, T; t < n; t += T) {
+        T = avx2_tile(n - t, BF16_MOST);
+        for (int c = 0; c < cols; c++)
+            for (int i = 0; i < T; i++)
+                xi[(size_t)t * cols + (T > 2 ? (size_t)c * T + i : (size_t)i * cols + c)] =
+                    x[(size_t)(t + i) * cols + c];
+    }
 }
 /* rows a pass of a T-token tile takes (what measured fastest streamed from memory) */
 static int pass_rows(int T, int bf) {
@@ -424,6 +447,7 @@ static int pass_rows(int T, int bf) {
    fits the caches comes from memory in a decode step: the other layers' weights have
    pushed it out since the last. */
 #define SMALL_BYTES 65536
+#define XI_FLOATS 16384 /* interleaved tokens on the stack; more from the heap */
 
 /* A block at a time, each tile of tokens one pass over the block's columns for each of
    its row groups. f32 takes up to 3 tokens a pass, bf16 up to 6: a pair of its columns
@@ -434,7 +458,7 @@ static int pass_rows(int T, int bf) {
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
     _Alignas(64) float out[6][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
-    int bf = j->wt == WT_BF16, esize = bf ? 2 : 4, most = bf ? 6 : 3;
+    int bf = j->wt == WT_BF16, esize = bf ? 2 : 4, most = bf ? BF16_MOST : 3;
     const ChainFn *fn = bf ? C_BF16 : C_F32;
     int passes = 0, small = (size_t)j->rows * j->cols * esize <= SMALL_BYTES, pfl = 0, every = 1;
     for (int t = 0, T; t < j->n; t += T) T = avx2_tile(j->n - t, most), passes += PANEL * BLOCK / pass_rows(T, bf);
@@ -450,7 +474,7 @@ static void matmul_blocks(void *ctx, int bb, int be) {
         const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
         uintptr_t pf = (uintptr_t)((const uint32_t *)j->w + block_offset(j->wt, b + 1, j->cols));
         for (int t = 0, T; t < j->n; t += T) {
-            const float *x = j->x + (size_t)t * j->cols;
+            const float *x = j->xi + (size_t)t * j->cols;
             T = avx2_tile(j->n - t, most);
             int rows = pass_rows(T, bf);
             for (int r = 0; r < W; r += rows, pf += pass_bytes) {
@@ -540,10 +564,28 @@ void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols
         for (int s = 1; s < q->n_src; s++) mixed |= q->wt[s] != q->wt[0];
         return mixed ? mixed_matmul(y, x, q, n, cols, rows) : block_matmul(y, x, q, n, cols, rows);
     }
-    MatmulJob j = {y, x, w, wt, n, cols, rows};
     /* below ~64K multiply-adds per thread the hand-off costs more than it saves */
-    int per_block = PANEL * BLOCK * cols * n;
-    pool_run(matmul_blocks, &j, n_blocks(rows), 1, 1 + 65536 / (per_block ? per_block : 1));
+    int per_block = PANEL * BLOCK * cols * n, least = 1 + 65536 / (per_block ? per_block : 1);
+    MatmulJob j = {y, x, w, wt, n, cols, rows, x};
+#ifdef PD_AVX2
+    if (wt == WT_BF16 && n > 2) {
+        _Alignas(64) float stack[XI_FLOATS];
+        size_t need = (size_t)n * cols;
+        float *xi = need <= XI_FLOATS ? stack : aligned_alloc(64, (need * sizeof(float) + 63) & ~(size_t)63);
+        if (!xi) { /* out of memory: as many tokens at a time as the stack holds (the same bits) */
+            int fit = XI_FLOATS / cols > 1 ? XI_FLOATS / cols : 1;
+            for (int t0 = 0; t0 < n; t0 += fit)
+                k_matmul(y + (size_t)t0 * rows, x + (size_t)t0 * cols, w, wt, n - t0 < fit ? n - t0 : fit, cols, rows);
+            return;
+        }
+        interleave(xi, x, n, cols);
+        j.xi = xi;
+        pool_run(matmul_blocks, &j, n_blocks(rows), 1, least);
+        if (xi != stack) free(xi);
+        return;
+    }
+#endif
+    pool_run(matmul_blocks, &j, n_blocks(rows), 1, least);
 }
 
 void k_row_to_f32(float *y, const void *w, WType wt, size_t row, int cols) {
