@@ -131,6 +131,16 @@ sed 's/^eagle: {/eagle: {unroll: 3, /' "$TMP/r.yaml" >"$TMP/un.yaml"
 $BIN/recipe rules "$TMP/un.yaml" --stamps "$TMP/unstamps" -o "$TMP/un.mk" 2>/dev/null
 check "recipe rules: eagle.unroll becomes train-medusa --unroll" \
     grep -q 'train-medusa .*--eagle.*--unroll 3' "$TMP/un.mk"
+sed 's/^eagle: {/eagle: {unroll: 3, unroll_from: 200, steps: 300, /' "$TMP/r.yaml" >"$TMP/uf.yaml"
+$BIN/recipe rules "$TMP/uf.yaml" --stamps "$TMP/ufstamps" -o "$TMP/uf.mk" 2>/dev/null
+check "recipe rules: eagle.unroll_from becomes train-medusa --unroll-from" \
+    grep -q 'train-medusa .*--eagle.*--unroll 3 --unroll-from 200' "$TMP/uf.mk"
+sed 's/^eagle: {/eagle: {unroll_from: 200, /' "$TMP/r.yaml" >"$TMP/uf1.yaml"
+refuses "recipe rules: unroll_from without unroll" "$TMP/uf1.mk" \
+    $BIN/recipe rules "$TMP/uf1.yaml" --stamps "$TMP/uf1stamps" -o "$TMP/uf1.mk"
+sed 's/^eagle: {/eagle: {unroll: 2, unroll_from: 300, steps: 300, /' "$TMP/r.yaml" >"$TMP/uf2.yaml"
+refuses "recipe rules: unroll_from at the last step" "$TMP/uf2.mk" \
+    $BIN/recipe rules "$TMP/uf2.yaml" --stamps "$TMP/uf2stamps" -o "$TMP/uf2.mk"
 sed 's/^eagle: {/eagle: {unroll: 9, /' "$TMP/r.yaml" >"$TMP/un9.yaml"
 refuses "recipe rules: unroll past 8" "$TMP/un9.mk" \
     $BIN/recipe rules "$TMP/un9.yaml" --stamps "$TMP/un9stamps" -o "$TMP/un9.mk"

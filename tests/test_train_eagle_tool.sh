@@ -3,7 +3,8 @@
 # carries its draft vocabulary, held-out top-1 and training facts, beats the start's
 # top-1, is the same for the same seed, any -t and without the cache, streams to
 # stdout; --init goes on from it, --generate trains on the model's own text, --unroll
-# trains the draft on its own features (EAGLE-3's training-time test); every
+# trains the draft on its own features (EAGLE-3's training-time test), --unroll-from after a
+# first phase one step deep, as two runs through --init would; every
 # kind of bad input is refused with one line and no output file.
 . tests/lib.sh
 need "every check (its head trains on TinyStories text)" datasets/tinystories/tinystories_val_sample.txt.gz ||
@@ -56,6 +57,20 @@ check "metadata unroll 3" grep -aqF '"paradec.eagle.unroll":"3"' "$TMP/u.safeten
 check "the log gives top-1 at depths 1..3" \
     grep -q "its own features, depth 1..3: 0\.[0-9]* 0\.[0-9]* 0\.[0-9]*$" "$TMP/log"
 check "--unroll 3 makes another head" sh -c "! cmp -s '$H' '$TMP/u.safetensors'"
+# --unroll-from: one run, one step deep and then three, is the head that two runs make, the
+# second from the first's head through --init (the tensors' digest; the metadata differ)
+$RUN --data "$TMP/small.txt" --draft-vocab 200 --steps 24 --unroll 3 --unroll-from 16 -o "$TMP/p.safetensors" \
+    2>"$TMP/log"
+check "--unroll-from" loads "$TMP/p.safetensors"
+check "metadata unroll_from" grep -aqF '"paradec.eagle.unroll_from":"16"' "$TMP/p.safetensors"
+$RUN --data "$TMP/small.txt" --draft-vocab 200 --steps 16 -o "$TMP/p1.safetensors" 2>/dev/null
+$RUN --data "$TMP/small.txt" --init "$TMP/p1.safetensors" --steps 8 --unroll 3 -o "$TMP/p2.safetensors" 2>/dev/null
+digest() { grep -ao '"paradec.digest":"[0-9a-f]*"' "$1"; }
+check "--unroll-from: a digest" test -n "$(digest "$TMP/p.safetensors")"
+check "--unroll-from: the head of two runs through --init" \
+    test "$(digest "$TMP/p.safetensors")" = "$(digest "$TMP/p2.safetensors")"
+check "--unroll-from: not the first run's head" \
+    test "$(digest "$TMP/p.safetensors")" != "$(digest "$TMP/p1.safetensors")"
 # --init goes on from a trained head (its vocabulary); --steps 0 evaluates it
 $RUN --data "$TMP/small.txt" --init "$TMP/e.safetensors" --steps 0 -o "$TMP/i.safetensors" 2>"$TMP/log"
 check "--init --steps 0" loads "$TMP/i.safetensors"
@@ -77,6 +92,10 @@ refuses "--clip without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1
 refuses "--unroll without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1 --unroll 2 -o "$O"
 refuses "--unroll 0" "$O" $RUN $D --unroll 0 -o "$O"
 refuses "--unroll 9" "$O" $RUN $D --unroll 9 -o "$O"
+refuses "--unroll-from without --eagle" "$O" $BIN/train-medusa -m "$MODEL" $D --heads 1 --unroll-from 2 -o "$O"
+refuses "--unroll-from without --unroll" "$O" $RUN $D --unroll-from 5 -o "$O"
+refuses "--unroll-from at the last step" "$O" $RUN $D --unroll 2 --unroll-from 40 -o "$O"
+refuses "--unroll-from -1" "$O" $RUN $D --unroll 2 --unroll-from -1 -o "$O"
 refuses "--eagle with --heads" "$O" $RUN $D --heads 2 -o "$O"
 refuses "--eagle with --own-lm-head" "$O" $RUN $D --own-lm-head -o "$O"
 refuses "--eagle with --loss-weights" "$O" $RUN $D --loss-weights 1 -o "$O"

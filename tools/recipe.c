@@ -210,6 +210,7 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
         if (e->draft_vocab) put(&cmd, " --draft-vocab %d", e->draft_vocab);
         if (e->steps) put(&cmd, " --steps %d", e->steps);
         if (e->unroll) put(&cmd, " --unroll %d", e->unroll);
+        if (e->unroll_from) put(&cmd, " --unroll-from %d", e->unroll_from);
         if (e->lr) put(&cmd, " --lr %g", e->lr);
         if (e->batch) put(&cmd, " --batch %d", e->batch);
         if (e->seq_len) put(&cmd, " --seq-len %d", e->seq_len);

@@ -7,8 +7,9 @@
                     [--batch B] [--seq-len S] [--seed S] [--heldout F] [--cache-mb M] [-t N]
                     [--fields F] [--special] -o HEADS
    bin/train-medusa -m MODEL --data FILE --eagle [--draft-vocab K] [--reg-weight X] [--ce-weight X]
-                    [--clip X] [--unroll N] [--init HEAD] [--generate N] [--steps N] [--lr X] [--batch B] [--seq-len S]
-                    [--seed S] [--heldout F] [--cache-mb M] [-t N] [--fields F] [--special] -o HEAD
+                    [--clip X] [--unroll N [--unroll-from S]] [--init HEAD] [--generate N] [--steps N] [--lr X]
+                    [--batch B] [--seq-len S] [--seed S] [--heldout F] [--cache-mb M] [-t N] [--fields F] [--special]
+                    -o HEAD
    FILE: plain text (.gz or not) or jsonl (its `text` field, or --fields), "-" = stdin;
    --special: control tokens written in the text are tokens. --generate N: every
    sequence is cut to its first N tokens and the model continues it greedily, so the
@@ -86,7 +87,7 @@ static void print_table(int K, const MedusaStats *before, const MedusaStats *aft
 
 typedef struct {
     const char *model, *data, *out, *fields, *weights, *init;
-    long K, generate, steps, batch, seq_len, seed, threads, cache_mb, draft_vocab, unroll;
+    long K, generate, steps, batch, seq_len, seed, threads, cache_mb, draft_vocab, unroll, unroll_from;
     const char *device;
     int special, own_lm, eagle;
     double lr, lm_lr, heldout, reg_weight, ce_weight, clip;
@@ -128,6 +129,10 @@ static Args parse(int argc, char **argv) {
         {"--clip", "X", "0.5", "--eagle: clip the gradient's global norm to X (0: off)", F_NUM(&a.clip, 0, 1e9)},
         {"--unroll", "N", "1", "--eagle: EAGLE-3's training-time test, the draft run N steps on its own features",
          F_LONG(&a.unroll, 1, EAGLE_MAX_STEPS)},
+        {"--unroll-from", "S", "0",
+         "--eagle: steps before S train one step deep; from S on, --unroll deep, with Adam "
+         "and the cosine decay begun afresh (as --init from the head at S would)",
+         F_LONG(&a.unroll_from, 0, 100000000)},
         {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's",
          F_STR(&targets)},
         {"--generate", "N", "0: off", "cut each sequence to N tokens and let the model continue it greedily",
@@ -154,15 +159,19 @@ static Args parse(int argc, char **argv) {
     if (!a.data) usage("--data FILE");
     if (!a.out) usage("-o HEADS");
     const char *medusa_only[] = {"--heads", "--loss-weights", "--own-lm-head", "--targets", "--lm-lr"};
-    const char *eagle_only[] = {"--draft-vocab", "--reg-weight", "--ce-weight", "--clip", "--unroll"};
+    const char *eagle_only[] = {"--draft-vocab", "--reg-weight", "--ce-weight", "--clip", "--unroll", "--unroll-from"};
     for (int i = 0; i < 5 && a.eagle; i++)
         if (flag_given(t, n_t, medusa_only[i]))
             die("%s: Medusa heads only; --eagle trains one EAGLE head", medusa_only[i]);
-    for (int i = 0; i < 5 && !a.eagle; i++)
+    for (int i = 0; i < 6 && !a.eagle; i++)
         if (flag_given(t, n_t, eagle_only[i])) die("%s: only with --eagle", eagle_only[i]);
     if (a.eagle) {
         if (a.init && a.draft_vocab) die("--init: the head sets its draft vocabulary; drop --draft-vocab");
         if (a.reg_weight == 0 && a.ce_weight == 0) die("--reg-weight and --ce-weight: both 0 leaves nothing to learn");
+        if (a.unroll_from && a.unroll < 2) die("--unroll-from: needs --unroll 2 or more");
+        if (a.unroll_from && a.unroll_from >= a.steps)
+            die("--unroll-from %ld: the training has %ld steps; the unrolled phase would have none", a.unroll_from,
+                a.steps);
         if (!strcmp(a.model, "-") && !strcmp(a.data, "-")) die("-m and --data cannot both be stdin");
         return a;
     }
@@ -242,10 +251,16 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
     if (!idx) die("out of memory");
     double t0 = pd_now(), last = 0, ema = NAN, first = NAN;
     int64_t positions = 0;
+    const long S = a->unroll_from; /* the unrolled phase's first step (0: unrolled throughout) */
+    if (S && eagle_train_phase(&t, 1)) die_lib();
     for (long s = 0; s < a->steps; s++) {
         EagleSums sum;
+        if (S && s == S) { /* as a second run from this head: the sequences' order begins again too */
+            order_free(&order);
+            if (eagle_train_phase(&t, (int)a->unroll) || order_init(&order, train->n, (uint64_t)a->seed)) die_lib();
+        }
         order_next(&order, idx, (int)a->batch);
-        t.lr = (float)a->lr * distill_lr(1, s, a->steps); /* cosine decay */
+        t.lr = (float)a->lr * (s < S ? distill_lr(1, s, S) : distill_lr(1, s - S, a->steps - S)); /* cosine decay */
         if (eagle_train_step(&t, train, &ctrain, idx, (int)a->batch, &sum)) die_lib();
         positions += sum.positions_at[0];
         double loss = sum.loss / sum.positions_at[0];
@@ -279,6 +294,7 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
     meta_add(&meta, "paradec.eagle.ce_weight", "%g", a->ce_weight);
     meta_add(&meta, "paradec.eagle.clip", "%g", a->clip);
     meta_add(&meta, "paradec.eagle.unroll", "%ld", a->unroll);
+    meta_add(&meta, "paradec.eagle.unroll_from", "%ld", a->unroll_from);
     meta_add(&meta, "paradec.eagle.generate", "%ld", a->generate);
     meta_add(&meta, "paradec.eagle.positions", "%lld", (long long)positions);
     meta_add(&meta, "paradec.eagle.data_digest", "%s", text->digest);

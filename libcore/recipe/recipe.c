@@ -772,8 +772,8 @@ static int read_medusa(P *p, yaml_node_t *v, Recipe *r) {
 }
 
 static int read_eagle(P *p, yaml_node_t *v, Recipe *r) {
-    static const char *const keys[] = {"data", "fields", "special", "draft_vocab", "steps", "unroll",
-                                       "lr",   "batch",  "seq_len", "seed",        NULL};
+    static const char *const keys[] = {"data",        "fields", "special", "draft_vocab", "steps", "unroll",
+                                       "unroll_from", "lr",     "batch",   "seq_len",     "seed",  NULL};
     RecipeEagle *e = &r->eagle;
     yaml_node_t *x;
     if (want_map(p, v, "eagle") || check_keys(p, v, "eagle", keys)) return -1;
@@ -785,6 +785,12 @@ static int read_eagle(P *p, yaml_node_t *v, Recipe *r) {
     if ((x = get(p, v, "draft_vocab")) && as_int(p, x, "draft_vocab", 1, 1 << 20, &e->draft_vocab)) return -1;
     if ((x = get(p, v, "steps")) && as_int(p, x, "steps", 1, 10000000, &e->steps)) return -1;
     if ((x = get(p, v, "unroll")) && as_int(p, x, "unroll", 1, EAGLE_MAX_STEPS, &e->unroll)) return -1;
+    if ((x = get(p, v, "unroll_from"))) {
+        if (as_int(p, x, "unroll_from", 1, 10000000, &e->unroll_from)) return -1;
+        if (e->unroll < 2) return bad(p, x, "eagle", "'unroll_from' needs 'unroll' of 2 or more");
+        if (e->steps && e->unroll_from >= e->steps)
+            return bad(p, x, "eagle", "'unroll_from' must come before the last of 'steps'");
+    }
     if ((x = get(p, v, "lr")) && as_num(p, x, "lr", 1e-9, 100, &e->lr)) return -1;
     if ((x = get(p, v, "batch")) && as_int(p, x, "batch", 1, 4096, &e->batch)) return -1;
     if ((x = get(p, v, "seq_len")) && as_int(p, x, "seq_len", 2, 1 << 20, &e->seq_len)) return -1;

@@ -103,7 +103,8 @@ typedef struct {
     int special;
     int draft_vocab; /* 0 = the tool's default */
     int steps, batch, seq_len, seed;
-    int unroll; /* the training-time test's steps (0 = the tool's default) */
+    int unroll;      /* the training-time test's steps (0 = the tool's default) */
+    int unroll_from; /* the step where unroll begins, after a first phase one step deep (0: from the start) */
     double lr;
 } RecipeEagle;
 

@@ -557,6 +557,13 @@ int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, Progres
 
 /* ---- steps and evaluation ---- */
 
+int eagle_train_phase(EagleTrain *t, int steps) {
+    if (steps < 1 || steps > t->depth) return pd_error("eagle: %d unrolled steps; 1 to %d fit", steps, t->depth);
+    t->steps = steps, t->t = 0;
+    eagle_grad_zero(&t->am), eagle_grad_zero(&t->av);
+    return 0;
+}
+
 int eagle_train_step(EagleTrain *t, const Sequences *s, const MedusaCache *c, const int *idx, int b, EagleSums *out) {
     EagleSums sum = {0};
     for (int i = 0; i < b; i++)

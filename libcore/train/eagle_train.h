@@ -166,6 +166,10 @@ int eagle_seq_loss(EagleTrain *t, const int32_t *tok, const float *feat, const i
    frees it); pg may be NULL */
 int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, Progress *pg);
 
+/* a new phase of training: `steps` unrolled steps (1..t->depth) and Adam's state afresh,
+   as a run from the head so far (--init) would begin */
+int eagle_train_phase(EagleTrain *t, int steps);
+
 /* one step on sequences idx[0..b) of s (c: their cache, or NULL to run the model): the
    gradient of Σ L_i divided by the batch's positions, clipped (t->clip), Adam with t->lr.
    out (optional): the batch's sums before the step */
