@@ -243,9 +243,7 @@ KERNEL(4)
     }
 /* tiles of 1-3 tokens × a whole block (24 chains at most) */
 TILE(1, 1)
-TILE(1, 2)
-TILE(1, 3)
-TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
     typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
@@ -419,18 +417,20 @@ CHAINS(bf16_5, 1, 5, 1, 1)
 CHAINS(bf16_6, 1, 6, 1, 1)
 static const ChainFn C_F32[4] = {f32_1p, f32_1, f32_2, f32_3};
 static const ChainFn C_BF16[7] = {bf16_1p, bf16_1p, bf16_2, bf16_3, bf16_4, bf16_5, bf16_6};
-#define BF16_MOST 6 /* tokens a bf16 tile takes at most */
 
-/* tokens a tile takes: up to `most`, the tiles as even as can be */
-static int avx2_tile(int left, int most) {
-    int tiles = (left + most - 1) / most;
+/* tokens a tile takes: f32 up to 3, the tiles as even as can be; bf16 up to 6, as many as
+   are left (evened out, 8 tokens were two tiles of 4, whose 8 chains wait on the FMAs'
+   latency: 8 % slower) */
+static int avx2_tile(int left, int bf) {
+    if (bf) return left < 6 ? left : 6;
+    int tiles = (left + 2) / 3;
     return (left + tiles - 1) / tiles;
 }
 /* x as bf16 tiles read it: a tile of 3 or more tokens side by side, column by column
    ([c][T]); a smaller one as it is */
 static void interleave(float *xi, const float *x, int n, int cols) {
     for (int t = 0, T; t < n; t += T) {
-        T = avx2_tile(n - t, BF16_MOST);
+        T = avx2_tile(n - t, 1);
         for (int c = 0; c < cols; c++)
             for (int i = 0; i < T; i++)
                 xi[(size_t)t * cols + (T > 2 ? (size_t)c * T + i : (size_t)i * cols + c)] =
@@ -458,10 +458,10 @@ static int pass_rows(int T, int bf) {
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
     _Alignas(64) float out[6][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
-    int bf = j->wt == WT_BF16, esize = bf ? 2 : 4, most = bf ? BF16_MOST : 3;
+    int bf = j->wt == WT_BF16, esize = bf ? 2 : 4;
     const ChainFn *fn = bf ? C_BF16 : C_F32;
     int passes = 0, small = (size_t)j->rows * j->cols * esize <= SMALL_BYTES, pfl = 0, every = 1;
-    for (int t = 0, T; t < j->n; t += T) T = avx2_tile(j->n - t, most), passes += PANEL * BLOCK / pass_rows(T, bf);
+    for (int t = 0, T; t < j->n; t += T) T = avx2_tile(j->n - t, bf), passes += PANEL * BLOCK / pass_rows(T, bf);
     if (!small && (j->n > 1 || bf)) {
         long lines = (long)PANEL * BLOCK * j->cols * esize / 64, steps = (long)passes * pairs(j->cols);
         if (lines >= steps) pfl = (int)((lines + steps - 1) / steps);
@@ -475,7 +475,7 @@ static void matmul_blocks(void *ctx, int bb, int be) {
         uintptr_t pf = (uintptr_t)((const uint32_t *)j->w + block_offset(j->wt, b + 1, j->cols));
         for (int t = 0, T; t < j->n; t += T) {
             const float *x = j->xi + (size_t)t * j->cols;
-            T = avx2_tile(j->n - t, most);
+            T = avx2_tile(j->n - t, bf);
             int rows = pass_rows(T, bf);
             for (int r = 0; r < W; r += rows, pf += pass_bytes) {
                 ChainFn f = rows > W - r ? fn[0] : fn[T];
