@@ -130,8 +130,8 @@ static Args parse(int argc, char **argv) {
         {"--unroll", "N", "1", "--eagle: EAGLE-3's training-time test, the draft run N steps on its own features",
          F_LONG(&a.unroll, 1, EAGLE_MAX_STEPS)},
         {"--unroll-from", "S", "0",
-         "--eagle: steps before S train one step deep; from S on, --unroll deep, with Adam "
-         "and the cosine decay begun afresh (as --init from the head at S would)",
+         "--eagle: steps before S train one step deep; from S on, --unroll deep, as a second run "
+         "from the head at S would (--init: Adam, the cosine decay and the order afresh)",
          F_LONG(&a.unroll_from, 0, 100000000)},
         {"--targets", "self|data", "self", "what the heads learn: the model's greedy tokens or the data's",
          F_STR(&targets)},
