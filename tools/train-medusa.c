@@ -221,6 +221,12 @@ static void eagle_table(const EagleStats *before, const EagleStats *after, int K
     fprintf(stderr, "\n");
 }
 
+/* steps 0..s-1's work for the ETA: an unrolled step runs the draft `unroll` times */
+static double eagle_work(const Args *a, long s) {
+    long S = a->unroll_from, one = s < S ? s : S;
+    return (double)one + (double)(s - one) * (double)a->unroll;
+}
+
 /* trains an EAGLE head (from init, or fresh over the training text's most frequent
    tokens) and writes it to a->out */
 static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSet *text, const Sequences *train,
@@ -269,7 +275,8 @@ static void train_eagle(const Args *a, Model *m, EagleParams *init, const TextSe
         double now = pd_now();
         if (tty && (now - last > 0.1 || s + 1 == a->steps)) {
             last = now;
-            bar(s + 1, a->steps, ema, positions / (now - t0 + 1e-9), (a->steps - s - 1) * (now - t0) / (s + 1));
+            double done = eagle_work(a, s + 1), eta = (eagle_work(a, a->steps) - done) * (now - t0) / done;
+            bar(s + 1, a->steps, ema, positions / (now - t0 + 1e-9), eta);
         }
     }
     double dt = pd_now() - t0;
