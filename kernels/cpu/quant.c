@@ -258,13 +258,13 @@ INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
     }
 }
 
-/* one token's block: acc advanced for 8 rows (Q8_0's sign moved onto x, so that maddubs
+/* one token's block: 8 rows' integer sums (Q8_0's sign moved onto x, so that maddubs
    multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
    quads stay exact, ≤ 8·2·15·127) */
-INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t so,
-                   float sf, const WType wt) {
+INLINE __m256i block_sum(const __m256i w[16], const int8_t *xb, int32_t so, const WType wt) {
     __m256i sum;
 #ifdef AVX_VNNI
+    (void)wt;
     /* vpdpbusd: 4 u8 × s8 products into each int32 lane, exact; the weights' offsets
        (Q8_0's +128 included) come back out through so, as in the AVX-512 path */
     __m256i s0 = _mm256_set1_epi32(so), s1 = _mm256_setzero_si256();
@@ -306,22 +306,44 @@ INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const in
         if (wt == WT_Q4_0) sum = _mm256_add_epi32(sum, _mm256_set1_epi32(so));
     }
 #endif
+    return sum;
+}
+/* the block's float chain step: acc + d·dx·sum (+ m·dx·Σx for Q4_1) */
+INLINE __m256 fold(__m256 acc, __m256i sum, __m256 d, __m256 m, float dx, float sf, const WType wt) {
     __m256 vdx = _mm256_set1_ps(dx);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(sum), acc);
     if (wt == WT_Q4_1) acc = _mm256_fmadd_ps(_mm256_mul_ps(m, vdx), _mm256_set1_ps(sf), acc);
     return acc;
 }
+INLINE __m256 step(__m256 acc, const __m256i w[16], __m256 d, __m256 m, const int8_t *xb, float dx, int32_t so,
+                   float sf, const WType wt) {
+    return fold(acc, block_sum(w, xb, so, wt), d, m, dx, sf, wt);
+}
 
-/* a block's step for NT tokens, their chains a[t] (x's blocks nb apart from ob) */
-INLINE void steps(__m256 *a, const PV *w, __m256 d, __m256 m, const Job *j, size_t ob, const int NT, const WType wt) {
-    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) {
-        a[t] = step(a[t], w, d, m, j->x.q + ob * QK, j->x.d[ob], j->x.so[ob], j->x.sf[ob], wt);
+#define TT 4 /* tokens a tile takes */
+/* a block's step for NT tokens, their chains a[t] (x's blocks nb apart from ob; sc: its
+   scales). From 3 tokens on, every token's integer sums first, then the chains: the
+   chains no longer share the registers with the unpacked quads (which spilled them) */
+INLINE void steps(__m256 *a, const PV *w, const uint8_t *sc, const Job *j, size_t ob, const int NT, const WType wt) {
+    __m256 d, m;
+    if (NT < 3) {
+        load_scales(&d, &m, sc, wt);
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) {
+            a[t] = step(a[t], w, d, m, j->x.q + ob * QK, j->x.d[ob], j->x.so[ob], j->x.sf[ob], wt);
+        }
+        return;
     }
+    _Alignas(32) int32_t sum[TT][8];
+    size_t o = ob;
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, o += j->nb)
+        _mm256_store_si256((__m256i *)sum[t], block_sum(w, j->x.q + o * QK, j->x.so[o], wt));
+    load_scales(&d, &m, sc, wt);
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) a[t] =
+        fold(a[t], _mm256_load_si256((const __m256i *)sum[t]), d, m, j->x.d[ob], j->x.sf[ob], wt);
 }
 /* NT (1 to TT) tokens from t0 for one group of 8 rows, each block straight from the
    panels into registers, the tokens' chains side by side; first: the tile that
    prefetches (later tiles find the group's panels in L1) */
-#define TT 4
 INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int NT, int first, const WType wt) {
     const size_t pb = panel_bytes(wt);
     size_t o = (size_t)t0 * j->nb;
@@ -333,9 +355,7 @@ INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int
             PV w[16];
             if (first) prefetch(&next, G + (b + 1) * pb);
             unpack(w, G + quads_at(wt, b), wt);
-            __m256 d, m;
-            load_scales(&d, &m, G + scales_at(wt, b), wt);
-            steps(a, w, d, m, j, o + b, NT, wt);
+            steps(a, w, G + scales_at(wt, b), j, o + b, NT, wt);
         }
     else {
         const uint8_t *P = G; /* a pair's blocks from a pointer: indexing each block's place cost 15 % */
@@ -344,9 +364,7 @@ INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int
                 PV w[16];
                 if (first) prefetch(&next, P + (h + 1) * pb);
                 unpack(w, P + h * panel_qs(wt), wt);
-                __m256 d, m;
-                load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
-                steps(a, w, d, m, j, o + b, NT, wt);
+                steps(a, w, P + 2 * panel_qs(wt) + h * panel_sc(wt), j, o + b, NT, wt);
             }
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) _mm256_storeu_ps(acc + (size_t)t * GROUP, a[t]);
