@@ -18,7 +18,8 @@
 #include "pool.h"
 #include "quant.h"
 
-#define PANEL 16 /* rows a vector holds */
+#define PANEL 16      /* rows a vector holds */
+#define INTERLEAVED 3 /* AVX2: bf16 tiles of this many tokens or more read x interleaved */
 /* Panels a block holds (64 rows). A tile of 2 tokens then reads a block's columns
    whole, one after another, as a stream: with 8 (two tiles' worth of registers) it
    took each column chunk in two halves, and verifying 2 tokens on the widened 110m
@@ -335,10 +336,10 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
         for (int k = 0; k < NP; k++)
             for (int h = 0; h < NH; h++) a[t][k][h] = b[t][k][h] = _mm256_setzero_ps();
     const __m256i hi_half = _mm256_set1_epi32((int)0xffff0000);
-    /* IL: a bf16 tile of 3 or more, whose x comes interleaved (interleave) and whose
-       column pairs are walked by pointer (with a pointer a token, the loop spilled);
-       else indices (for one or two tokens, and for f32, the faster) */
-    const int IL = BF16 && T > 2;
+    /* IL: a bf16 tile of INTERLEAVED tokens or more, whose x comes interleaved (interleave)
+       and whose column pairs are walked by pointer (with a pointer a token, the loop
+       spilled); else indices (for fewer tokens, and for f32, the faster) */
+    const int IL = BF16 && T >= INTERLEAVED;
     const uint32_t *qw = P;
     const float *xw = x;
     int c = 0;
@@ -426,14 +427,14 @@ static int avx2_tile(int left, int bf) {
     int tiles = (left + 2) / 3;
     return (left + tiles - 1) / tiles;
 }
-/* x as bf16 tiles read it: a tile of 3 or more tokens side by side, column by column
-   ([c][T]); a smaller one as it is */
+/* x as bf16 tiles read it: a tile of INTERLEAVED tokens or more side by side, column by
+   column ([c][T]); a smaller one as it is */
 static void interleave(float *xi, const float *x, int n, int cols) {
     for (int t = 0, T; t < n; t += T) {
         T = avx2_tile(n - t, 1);
         for (int c = 0; c < cols; c++)
             for (int i = 0; i < T; i++)
-                xi[(size_t)t * cols + (T > 2 ? (size_t)c * T + i : (size_t)i * cols + c)] =
+                xi[(size_t)t * cols + (T >= INTERLEAVED ? (size_t)c * T + i : (size_t)i * cols + c)] =
                     x[(size_t)(t + i) * cols + c];
     }
 }
@@ -568,7 +569,7 @@ void k_matmul(float *y, const float *x, const void *w, WType wt, int n, int cols
     int per_block = PANEL * BLOCK * cols * n, least = 1 + 65536 / (per_block ? per_block : 1);
     MatmulJob j = {y, x, w, wt, n, cols, rows, x};
 #ifdef PD_AVX2
-    if (wt == WT_BF16 && n > 2) {
+    if (wt == WT_BF16 && n >= INTERLEAVED) {
         _Alignas(64) float stack[XI_FLOATS];
         size_t need = (size_t)n * cols;
         float *xi = need <= XI_FLOATS ? stack : aligned_alloc(64, (need * sizeof(float) + 63) & ~(size_t)63);
