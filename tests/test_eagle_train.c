@@ -199,7 +199,7 @@ static void model_outputs(EagleTrain *t, const int32_t *tok, int n, float *feat,
     int64_t off[2] = {0, n};
     Sequences s = {1, (int32_t *)tok, off, n};
     MedusaCache c;
-    CHECK(eagle_cache_build(t, &s, &c, NULL) == 0, "%s", pd_errmsg());
+    CHECK(eagle_cache_build(t, &s, &c, 1, NULL) == 0, "%s", pd_errmsg());
     memcpy(feat, c.x, sizeof(float) * n * M.c.dim);
     memcpy(arg, c.arg, sizeof(int32_t) * n);
     medusa_cache_free(&c);
@@ -365,7 +365,8 @@ static void test_training(void) {
     CHECK(eagle_train_init(&t, &M, &p, 64, 1, lr) == 0 && eagle_train_init(&u, &M, &q, 64, 1, lr) == 0 &&
               eagle_train_init(&t3, &M, &p3, 64, 3, lr) == 0,
           "%s", pd_errmsg());
-    CHECK(eagle_cache_build(&t, &tr, &ct, NULL) == 0 && eagle_cache_build(&t, &ho, &ch, NULL) == 0, "%s", pd_errmsg());
+    CHECK(eagle_cache_build(&t, &tr, &ct, 0, NULL) == 0 && eagle_cache_build(&t, &ho, &ch, 1, NULL) == 0, "%s",
+          pd_errmsg());
     EagleStats before, after, nocache;
     CHECK(eagle_train_eval(&t, &ho, &ch, &before) == 0 && eagle_train_eval(&t, &ho, NULL, &nocache) == 0, "%s",
           pd_errmsg());

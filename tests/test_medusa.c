@@ -423,7 +423,8 @@ static void test_training(void) {
     medusa_init(&plain, &M, 2, 1);
     CHECK(medusa_train_init(&t, &M, &mh, 64, 1.0f / 64, 1.0f / 640, NULL, MEDUSA_TARGETS_SELF) == 0, "%s", pd_errmsg());
     medusa_train_init(&u, &M, &plain, 64, 1.0f / 64, 1.0f / 640, NULL, MEDUSA_TARGETS_SELF);
-    CHECK(medusa_cache_build(&t, &tr, &ct, NULL) == 0 && medusa_cache_build(&t, &ho, &ch, NULL) == 0, "%s",
+    /* the training set's outputs computed as drawn, the held-out set's up front */
+    CHECK(medusa_cache_build(&t, &tr, &ct, 0, NULL) == 0 && medusa_cache_build(&t, &ho, &ch, 1, NULL) == 0, "%s",
           pd_errmsg());
     MedusaStats before[2], after[2], nocache[2];
     CHECK(medusa_train_eval(&t, &ho, &ch, before) == 0 && medusa_train_eval(&t, &ho, NULL, nocache) == 0, "%s",
@@ -443,6 +444,17 @@ static void test_training(void) {
                 same &= !memcmp(mh.W[k], plain.W[k], sizeof(float) * 64 * 64) && !memcmp(mh.b[k], plain.b[k], 64 * 4) &&
                         !memcmp(mh.lm[k], plain.lm[k], sizeof(float) * 64 * M.c.vocab_size);
             CHECK(same, "step %d: the cache changes the heads", s);
+        }
+        if (s == 2) { /* the training set through its cache, which the steps filled in part:
+                         rows computed then and rows computed now both equal the model's */
+            int drawn = 0;
+            for (int i = 0; i < tr.n; i++) drawn += ct.have[i];
+            CHECK(drawn > 0 && drawn <= 3 * 8 && drawn < tr.n, "%d of %d sequences computed in 3 steps of 8", drawn,
+                  tr.n);
+            MedusaStats viacache[2], direct[2];
+            CHECK(medusa_train_eval(&t, &tr, &ct, viacache) == 0 && medusa_train_eval(&t, &tr, NULL, direct) == 0, "%s",
+                  pd_errmsg());
+            CHECK(!memcmp(viacache, direct, sizeof direct), "a cache filled as drawn changes the evaluation");
         }
     }
     CHECK(medusa_train_eval(&t, &ho, &ch, after) == 0, "%s", pd_errmsg());

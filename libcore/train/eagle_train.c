@@ -533,26 +533,18 @@ int eagle_seq_loss(EagleTrain *t, const int32_t *tok, const float *feat, const i
 
 /* ---- the frozen model's side ---- */
 
-static int model_features(EagleTrain *t, const int32_t *tok, int n, float *x, int32_t *arg) {
-    if (n > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", n, t->cap);
-    return model_seq_outputs(t->run, &t->kv, tok, t->pos, n, t->hid, x, arg);
+static int features(EagleTrain *t, const Sequences *s, MedusaCache *c, int i, const float **x, const int32_t **arg) {
+    if (seq_len_of(s, i) > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", seq_len_of(s, i), t->cap);
+    float *fx = t->fx;
+    int32_t *fa = t->arg;
+    int rc = model_outputs_of(t->run, &t->kv, t->pos, t->hid, s, c, i, &fx, &fa);
+    *x = fx, *arg = fa;
+    return rc;
 }
 
-static int features(EagleTrain *t, const Sequences *s, const MedusaCache *c, int i, const float **x,
-                    const int32_t **arg) {
-    if (c && c->s == s) {
-        *x = c->x + (size_t)s->off[i] * t->dim;
-        *arg = c->arg + s->off[i];
-        return 0;
-    }
-    *x = t->fx;
-    *arg = t->arg;
-    return model_features(t, s->tok + s->off[i], seq_len_of(s, i), t->fx, t->arg);
-}
-
-int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, Progress *pg) {
+int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg) {
     if (s->max_len > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", s->max_len, t->cap);
-    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, "eagle: the model's outputs", pg);
+    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, fill, "eagle: the model's outputs", pg);
 }
 
 /* ---- steps and evaluation ---- */
@@ -564,7 +556,7 @@ int eagle_train_phase(EagleTrain *t, int steps) {
     return 0;
 }
 
-int eagle_train_step(EagleTrain *t, const Sequences *s, const MedusaCache *c, const int *idx, int b, EagleSums *out) {
+int eagle_train_step(EagleTrain *t, const Sequences *s, MedusaCache *c, const int *idx, int b, EagleSums *out) {
     EagleSums sum = {0};
     for (int i = 0; i < b; i++)
         if (idx[i] < 0 || idx[i] >= s->n) return pd_error("eagle: no sequence %d", idx[i]);
@@ -593,7 +585,7 @@ int eagle_train_step(EagleTrain *t, const Sequences *s, const MedusaCache *c, co
     return 0;
 }
 
-int eagle_train_eval(EagleTrain *t, const Sequences *s, const MedusaCache *c, EagleStats *out) {
+int eagle_train_eval(EagleTrain *t, const Sequences *s, MedusaCache *c, EagleStats *out) {
     EagleSums sum = {0};
     memset(out, 0, sizeof *out);
     if (pack_weights(t)) return -1;

@@ -161,10 +161,10 @@ int eagle_seq_forward(EagleTrain *t, const int32_t *in_tok, const float *feat, i
 int eagle_seq_loss(EagleTrain *t, const int32_t *tok, const float *feat, const int32_t *arg, int T, int from,
                    EagleSums *s, EagleGrad *g);
 
-/* the model's features and greedy choices for all of s, as medusa_cache_build makes them
-   (x = norm(h_L), arg = argmax; memory tokens × (dim + 1) × 4 bytes; medusa_cache_free
-   frees it); pg may be NULL */
-int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, Progress *pg);
+/* the model's features and greedy choices for s, as medusa_cache_build keeps them
+   (x = norm(h_L), arg = argmax; fill: all now, else each sequence's when first drawn;
+   medusa_cache_free frees it); pg may be NULL */
+int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg);
 
 /* a new phase of training: `steps` unrolled steps (1..t->depth) and Adam's state afresh,
    as a run from the head so far (--init) would begin */
@@ -173,8 +173,8 @@ int eagle_train_phase(EagleTrain *t, int steps);
 /* one step on sequences idx[0..b) of s (c: their cache, or NULL to run the model): the
    gradient of Σ L_i divided by the batch's positions, clipped (t->clip), Adam with t->lr.
    out (optional): the batch's sums before the step */
-int eagle_train_step(EagleTrain *t, const Sequences *s, const MedusaCache *c, const int *idx, int b, EagleSums *out);
+int eagle_train_step(EagleTrain *t, const Sequences *s, MedusaCache *c, const int *idx, int b, EagleSums *out);
 /* the head over all of s (draft positions from t->eval_from on), t->depth steps */
-int eagle_train_eval(EagleTrain *t, const Sequences *s, const MedusaCache *c, EagleStats *out);
+int eagle_train_eval(EagleTrain *t, const Sequences *s, MedusaCache *c, EagleStats *out);
 
 #endif

@@ -253,22 +253,14 @@ int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_
     return logits_argmax(run, hid, n, arg);
 }
 
-static int forward_seq(MedusaTrain *t, const int32_t *tok, int n, float *x, int32_t *arg) {
-    if (n > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", n, t->cap);
-    return model_seq_outputs(t->run, &t->kv, tok, t->pos, n, t->hid, x, arg);
-}
-
 /* sequence i's x and arg: the cache's, or computed into t->x and t->arg */
-static int features(MedusaTrain *t, const Sequences *s, const MedusaCache *c, int i, const float **x,
-                    const int32_t **arg) {
-    if (c && c->s == s) {
-        *x = c->x + (size_t)s->off[i] * t->h->dim;
-        *arg = c->arg + s->off[i];
-        return 0;
-    }
-    *x = t->x;
-    *arg = t->arg;
-    return forward_seq(t, s->tok + s->off[i], seq_len_of(s, i), t->x, t->arg);
+static int features(MedusaTrain *t, const Sequences *s, MedusaCache *c, int i, const float **x, const int32_t **arg) {
+    if (seq_len_of(s, i) > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", seq_len_of(s, i), t->cap);
+    float *fx = t->x;
+    int32_t *fa = t->arg;
+    int rc = model_outputs_of(t->run, &t->kv, t->pos, t->hid, s, c, i, &fx, &fa);
+    *x = fx, *arg = fa;
+    return rc;
 }
 
 /* head k's targets for a sequence of n tokens into t->tgt; returns how many rows
@@ -280,44 +272,61 @@ static int targets(MedusaTrain *t, int k, MedusaTargets which, const int32_t *to
     return rows > 0 ? rows : 0;
 }
 
+int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
+                     int i, float **x, int32_t **arg) {
+    int cached = c && c->s == s;
+    if (cached) {
+        *x = c->x + (size_t)s->off[i] * run->m->c.dim;
+        *arg = c->arg + s->off[i];
+        if (c->have[i]) return 0;
+    }
+    if (model_seq_outputs(run, kv, s->tok + s->off[i], pos, seq_len_of(s, i), hid, *x, *arg)) return -1;
+    if (cached) c->have[i] = 1;
+    return 0;
+}
+
 int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
-                        const char *what, Progress *pg) {
+                        int fill, const char *what, Progress *pg) {
     memset(c, 0, sizeof *c);
     size_t tokens = (size_t)seqs_tokens(s), dim = (size_t)run->m->c.dim;
     c->x = pd_alloc(pd_mul(pd_mul(tokens, dim), sizeof(float)));
     c->arg = pd_alloc(pd_mul(tokens, sizeof(int32_t)));
-    if (!c->x || !c->arg) {
+    c->have = pd_alloc((size_t)s->n);
+    if (!c->x || !c->arg || !c->have) {
         medusa_cache_free(c);
         return -1;
     }
+    c->s = s;
+    if (!fill) return 0;
     if (pg) progress_begin(pg, what, (int64_t)tokens);
     for (int i = 0; i < s->n; i++) {
-        if (model_seq_outputs(run, kv, s->tok + s->off[i], pos, seq_len_of(s, i), hid, c->x + (size_t)s->off[i] * dim,
-                              c->arg + s->off[i])) {
+        float *x;
+        int32_t *arg;
+        if (model_outputs_of(run, kv, pos, hid, s, c, i, &x, &arg)) {
             medusa_cache_free(c);
             return -1;
         }
         if (pg) progress_step(pg, s->off[i + 1]);
     }
     if (pg) progress_end(pg);
-    c->s = s;
     return 0;
 }
 
-int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, Progress *pg) {
+int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg) {
     if (s->max_len > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", s->max_len, t->cap);
-    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, "medusa: the model's outputs", pg);
+    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, fill, "medusa: the model's outputs", pg);
 }
 
 void medusa_cache_free(MedusaCache *c) {
     free(c->x);
     free(c->arg);
+    free(c->have);
     memset(c, 0, sizeof *c);
 }
 
 /* ---- steps and evaluation ---- */
 
-int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, const int *idx, int b, double *loss) {
+int medusa_train_step(MedusaTrain *t, const Sequences *s, MedusaCache *c, const int *idx, int b, double *loss) {
     MedusaHeads *h = t->h;
     int H = h->n;
     size_t DD = (size_t)h->dim * h->dim, VD = (size_t)h->vocab * h->dim;
@@ -360,7 +369,7 @@ int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, 
     return 0;
 }
 
-int medusa_train_eval(MedusaTrain *t, const Sequences *s, const MedusaCache *c, MedusaStats *out) {
+int medusa_train_eval(MedusaTrain *t, const Sequences *s, MedusaCache *c, MedusaStats *out) {
     int H = t->h->n;
     Tally tally[MAX_MEDUSA];
     memset(tally, 0, sizeof tally);

@@ -37,12 +37,13 @@ typedef struct {
     int64_t positions;
 } MedusaStats;
 
-/* the frozen model's outputs for every token of a set of sequences, computed once
-   (the model is frozen: every epoch would compute the same) */
+/* the frozen model's outputs for every token of a set of sequences, each sequence's
+   computed once (the model is frozen: every epoch would compute the same) */
 typedef struct {
     const Sequences *s;
-    float *x;     /* [tokens][dim] norm(h_L) */
-    int32_t *arg; /* [tokens] argmax of the model's logits */
+    float *x;      /* [tokens][dim] norm(h_L) */
+    int32_t *arg;  /* [tokens] argmax of the model's logits */
+    uint8_t *have; /* [sequences] computed yet */
 } MedusaCache;
 
 typedef struct {
@@ -95,20 +96,25 @@ int medusa_head_loss(MedusaTrain *t, int k, const float *hidden, const int32_t *
    scratch. What Medusa's and EAGLE's training read */
 int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_t *pos, int n, float *hid, float *x,
                       int32_t *arg);
-/* model_seq_outputs over all of s into c (pos and hid for s->max_len tokens); `what`
-   names the progress; pg may be NULL */
+/* c for s (pos and hid for s->max_len tokens): with fill, every sequence's outputs now
+   (`what` names the progress; pg may be NULL); without, each when first asked for. Training
+   that draws fewer sequences than s holds leaves the rest uncomputed */
 int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
-                        const char *what, Progress *pg);
-/* the model's outputs for all of s (memory: tokens × (dim + 1) × 4 bytes); pg may be NULL */
-int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, Progress *pg);
+                        int fill, const char *what, Progress *pg);
+/* sequence i of s's outputs. *x and *arg: scratch for one sequence on entry; on return,
+   where the outputs are: c's rows (computed on first use) if c holds s, else the scratch */
+int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
+                     int i, float **x, int32_t **arg);
+/* the model's outputs for s (memory: tokens × (dim + 1) × 4 bytes, touched as computed) */
+int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg);
 void medusa_cache_free(MedusaCache *c);
 
 /* one training step on sequences idx[0..b) of s (c: their cache, or NULL to run the
    model): every head's gradient, then Adam. loss[k] (optional): head k's mean CE
    before the step */
-int medusa_train_step(MedusaTrain *t, const Sequences *s, const MedusaCache *c, const int *idx, int b, double *loss);
+int medusa_train_step(MedusaTrain *t, const Sequences *s, MedusaCache *c, const int *idx, int b, double *loss);
 /* out[k] for every head over all of s (positions from t->eval_from on) */
-int medusa_train_eval(MedusaTrain *t, const Sequences *s, const MedusaCache *c, MedusaStats *out);
+int medusa_train_eval(MedusaTrain *t, const Sequences *s, MedusaCache *c, MedusaStats *out);
 
 /* the model's own text: each sequence of in cut to its first `prefix` tokens, then
    continued greedily until it is len tokens long or the model ends it (an
