@@ -389,55 +389,76 @@ static void score_avx2(const Unit *u, float *const *p, float *max) {
     }
 }
 
-/* D dimensions of head h from d0: their 16 partials in registers over the committed
-   keys, then the lone keys lane by lane, then the tree, all in registers (D a constant
-   once inlined; a store's lanes read back one by one stalled) */
-static inline __attribute__((always_inline)) void sum_dims(const Unit *u, float *const *p, int h, int d0, float inv,
-                                                           const int D, const int T) {
+/* one 16-key chunk from j into the partials of G heads × D dimensions from h0 and d0:
+   each chunk's values read once for all G heads (a head at a time, the values of a
+   chunk of 256 keys came from L2 once per head). FULL: all 16 keys there, so that the
+   loads are plain and the scores' loads fold into the FMAs */
+static inline __attribute__((always_inline)) void sum_chunk(const Unit *u, float *const *p, __m256 acc[4][4][2], int h0,
+                                                            int d0, int j, const int FULL, const int G, const int D,
+                                                            const int T) {
     const AttnArgs *a = u->a;
     const void *vb = T == KV_F32 ? (const void *)a->v : a->vq;
-    int bs = a->block_size;
-    __m256 acc[4][2];
-    _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) acc[d][0] = acc[d][1] = _mm256_setzero_ps();
-    for (int j = 0; j < u->nc; j += 16) {
-        int left = u->nc - j;
-        __m256 p0 = load8_or(p[h] + j, left, 0), p1 = load8_or(p[h] + j + 8, left - 8, 0);
-        __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
-        scales16(u, a->v_scale, j, &s0, &s1, T);
-        size_t V = col_off(u, j) + (size_t)d0 * bs;
-        _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) {
-            __m256 v0, v1;
-            load16(vb, V + (size_t)d * bs, s0, s1, m0, m1, left, &v0, &v1, T);
-            acc[d][0] = _mm256_fmadd_ps(p0, v0, acc[d][0]);
-            acc[d][1] = _mm256_fmadd_ps(p1, v1, acc[d][1]);
+    int left = FULL ? 16 : u->nc - j;
+    __m256 m0 = lanes_below(left), m1 = lanes_below(left - 8), s0, s1;
+    scales16(u, a->v_scale, j, &s0, &s1, T);
+    size_t V = col_off(u, j) + (size_t)d0 * a->block_size;
+    _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) {
+        __m256 v0, v1;
+        load16(vb, V + (size_t)d * a->block_size, s0, s1, m0, m1, left, &v0, &v1, T);
+        _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) {
+            const float *ph = p[h0 + h] + j;
+            acc[h][d][0] = _mm256_fmadd_ps(FULL ? _mm256_loadu_ps(ph) : load8_or(ph, left, 0), v0, acc[h][d][0]);
+            acc[h][d][1] =
+                _mm256_fmadd_ps(FULL ? _mm256_loadu_ps(ph + 8) : load8_or(ph + 8, left - 8, 0), v1, acc[h][d][1]);
         }
     }
-    for (int x = 0; x < u->n_lone; x++) { /* lane j % 16 alone takes the key (a blend: other lanes keep their bits) */
-        int j = u->nc + x, slot = lone_slot(u, x);
-        __m256 pj = _mm256_set1_ps(p[h][j]);
-        __m256 lane = _mm256_castsi256_ps(
-            _mm256_cmpeq_epi32(_mm256_set1_epi32(j & 7), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-        _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) {
-            __m256 *half = &acc[d][(j >> 3) & 1];
-            __m256 f = _mm256_fmadd_ps(pj, _mm256_set1_ps(value_at(u, slot, d0 + d)), *half);
-            *half = _mm256_blendv_ps(*half, f, lane);
-        }
-    }
-    _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) u->out[h][d0 + d] = hsum2(acc[d][0], acc[d][1]) * inv;
 }
-/* four dimensions of a head at a time */
+/* G heads from h0 × D dimensions from d0: their 16 partials in registers over the
+   committed keys, then the lone keys lane by lane, then the tree, all in registers (G
+   and D constants once inlined; a store's lanes read back one by one stalled) */
+static inline __attribute__((always_inline)) void sum_dims(const Unit *u, float *const *p, int h0, int d0,
+                                                           const float *inv, const int G, const int D, const int T) {
+    __m256 acc[4][4][2];
+    _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) _Pragma("GCC unroll 4") for (int d = 0; d < D; d++)
+        acc[h][d][0] = acc[h][d][1] = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= u->nc; j += 16) sum_chunk(u, p, acc, h0, d0, j, 1, G, D, T);
+    if (j < u->nc) sum_chunk(u, p, acc, h0, d0, j, 0, G, D, T);
+    for (int x = 0; x < u->n_lone; x++) { /* lane j % 16 alone takes the key (a blend: other lanes keep their bits) */
+        int jx = u->nc + x, slot = lone_slot(u, x);
+        __m256 lane = _mm256_castsi256_ps(
+            _mm256_cmpeq_epi32(_mm256_set1_epi32(jx & 7), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+        _Pragma("GCC unroll 4") for (int d = 0; d < D; d++) {
+            __m256 v = _mm256_set1_ps(value_at(u, slot, d0 + d));
+            _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) {
+                __m256 *half = &acc[h][d][(jx >> 3) & 1];
+                __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(p[h0 + h][jx]), v, *half);
+                *half = _mm256_blendv_ps(*half, f, lane);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int h = 0; h < G; h++) _Pragma("GCC unroll 4") for (int d = 0; d < D; d++)
+        u->out[h0 + h][d0 + d] = hsum2(acc[h][d][0], acc[h][d][1]) * inv[h0 + h];
+}
+/* G heads from h0 over all dimensions, D at a time (G · D ≤ 6: 12 chains) */
+static inline __attribute__((always_inline)) void sum_heads(const Unit *u, float *const *p, int h0, const float *inv,
+                                                            const int G, const int D, const int T) {
+    int d0 = 0, hd = u->a->hd;
+    for (; d0 + D <= hd; d0 += D) sum_dims(u, p, h0, d0, inv, G, D, T);
+    for (; d0 < hd; d0++) sum_dims(u, p, h0, d0, inv, G, 1, T);
+}
+/* the heads up to 4 at a time */
 static inline __attribute__((always_inline)) void weighted_sums_avx2_t(const Unit *u, float *const *p, const float *mx,
                                                                        const int T) {
     int nk = u->nc + u->n_lone;
-    for (int h = 0; h < u->g; h++) {
-        float inv = inv_of(u, h, exp_sum(p[h], nk, mx[h]));
-        for (int d0 = 0; d0 < u->a->hd; d0 += 4) {
-            int left = u->a->hd - d0;
-            if (left >= 4) sum_dims(u, p, h, d0, inv, 4, T);
-            else if (left == 3) sum_dims(u, p, h, d0, inv, 3, T);
-            else if (left == 2) sum_dims(u, p, h, d0, inv, 2, T);
-            else sum_dims(u, p, h, d0, inv, 1, T);
-        }
+    float inv[MAX_GROUP];
+    for (int h = 0; h < u->g; h++) inv[h] = inv_of(u, h, exp_sum(p[h], nk, mx[h]));
+    for (int h0 = 0; h0 < u->g; h0 += 4) {
+        int left = u->g - h0;
+        if (left >= 4) sum_heads(u, p, h0, inv, 4, 1, T);
+        else if (left == 3) sum_heads(u, p, h0, inv, 3, 2, T);
+        else if (left == 2) sum_heads(u, p, h0, inv, 2, 3, T);
+        else sum_heads(u, p, h0, inv, 1, 4, T);
     }
 }
 static void weighted_sums_avx2(const Unit *u, float *const *p, const float *mx) {
