@@ -505,7 +505,7 @@ typedef struct {
     const AttnArgs *a;
     int rel;      /* extra holds offsets from n_ctx */
     int mc;       /* chunks of the call's longest token: 1 when none is split */
-    int t0;       /* the first token of this pass */
+    int t0, nt;   /* the tokens of this pass */
     float *split; /* [nt][n_heads][ml][hd + 2]: each chunk's weighted sums, maximum, sum */
     int ml;
 } Job;
@@ -517,13 +517,15 @@ static float *chunk_at(const Job *job, int t, int h, int c) {
 
 static int keys_of(const AttnArgs *a, int t) { return a->n_ctx[t] + a->extra_off[t + 1] - a->extra_off[t]; }
 
-/* a unit is (token, chunk, kv head, part of its query heads) */
+/* a unit is (chunk, kv head, part of its query heads, token), the token varying fastest:
+   a tree's or a verified run's tokens see the same committed keys and values, which the
+   first token's unit has just brought into the caches */
 static void attend(void *ctx, int b, int e) {
     const Job *job = ctx;
     const AttnArgs *a = job->a;
     int qdim = a->n_heads * a->hd, group = a->n_heads / a->n_kv, parts = (group + MAX_GROUP - 1) / MAX_GROUP;
-    int per_t = job->mc * a->n_kv * parts, maxk = 0;
-    for (int t = job->t0 + b / per_t; t <= job->t0 + (e - 1) / per_t; t++) {
+    int maxk = 0;
+    for (int t = job->t0; t < job->t0 + job->nt; t++) {
         int nk = keys_of(a, t);
         maxk = nk > maxk ? nk : maxk;
     }
@@ -536,7 +538,8 @@ static void attend(void *ctx, int b, int e) {
     int fast512 = fast && a->kv_type == KV_F32; /* no AVX-512 path for bf16 / q8_0: the scalar spec */
     (void)fast512;
     for (int i = b; i < e; i++) {
-        int t = job->t0 + i / per_t, c = i / (a->n_kv * parts) % job->mc, kvh = i / parts % a->n_kv, part = i % parts;
+        int t = job->t0 + i % job->nt, r = i / job->nt, part = r % parts, kvh = r / parts % a->n_kv,
+            c = r / (parts * a->n_kv);
         int nk = keys_of(a, t), nch = attn_chunks(nk);
         if (c >= nch) continue;
         const int *extra = a->extra + a->extra_off[t];
@@ -622,7 +625,7 @@ static void attention(const AttnArgs *a, int rel) {
         int nk = keys_of(a, t), c = attn_chunks(nk);
         keys += nk, mc = c > mc ? c : mc;
     }
-    Job job = {a, rel, mc, 0, a->split, a->max_chunks};
+    Job job = {a, rel, mc, 0, 0, a->split, a->max_chunks};
     int per = a->n; /* tokens a pass: all, unless their chunks need more room than there is */
     float *own = NULL;
     if (mc > 1) {
@@ -639,9 +642,9 @@ static void attention(const AttnArgs *a, int rel) {
     }
     int min_units = 1 + 4096 / (1 + keys * (group / parts) / ((a->n ? a->n : 1) * mc));
     for (job.t0 = 0; job.t0 < a->n; job.t0 += per) {
-        int nt = a->n - job.t0 < per ? a->n - job.t0 : per;
-        pool_run(attend, &job, nt * mc * a->n_kv * parts, 1, min_units);
-        if (mc > 1) pool_run(combine, &job, nt * a->n_heads, 1, 1 + 4096 / (1 + mc * a->hd));
+        job.nt = a->n - job.t0 < per ? a->n - job.t0 : per;
+        pool_run(attend, &job, job.nt * mc * a->n_kv * parts, 1, min_units);
+        if (mc > 1) pool_run(combine, &job, job.nt * a->n_heads, 1, 1 + 4096 / (1 + mc * a->hd));
     }
     free(own);
 }
