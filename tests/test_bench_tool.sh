@@ -131,6 +131,12 @@ sed 's/^eagle: {/eagle: {unroll: 3, /' "$TMP/r.yaml" >"$TMP/un.yaml"
 $BIN/recipe rules "$TMP/un.yaml" --stamps "$TMP/unstamps" -o "$TMP/un.mk" 2>/dev/null
 check "recipe rules: eagle.unroll becomes train-medusa --unroll" \
     grep -q 'train-medusa .*--eagle.*--unroll 3' "$TMP/un.mk"
+# make -j starts a target's prerequisites left to right: the EAGLE head (the longest stage)
+# before the exit and Medusa heads; the bundle keeps its heads in the order pack was given
+check "recipe rules: the EAGLE head is the bench's first head prerequisite" \
+    grep -q 'table.md: [^ ]* [^ ]*/model.safetensors [^ ]*/eagle-head.safetensors.zst [^ ]*/exit-heads[^ ]* [^ ]*/medusa-heads' "$TMP/un.mk"
+check "recipe rules: pack is given the heads as before" \
+    grep -q 'pack -m [^ ]*/model.safetensors [^ ]*/exit-heads[^ ]* [^ ]*/medusa-heads[^ ]* [^ ]*/eagle-head' "$TMP/un.mk"
 sed 's/^eagle: {/eagle: {unroll: 3, unroll_from: 200, steps: 300, /' "$TMP/r.yaml" >"$TMP/uf.yaml"
 $BIN/recipe rules "$TMP/uf.yaml" --stamps "$TMP/ufstamps" -o "$TMP/uf.mk" 2>/dev/null
 check "recipe rules: eagle.unroll_from becomes train-medusa --unroll-from" \

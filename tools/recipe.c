@@ -219,13 +219,15 @@ static void rules(const Recipe *r, const char *out, const char *stamps, const ch
         stage(&g, RECIPE_EAGLE, deps.s, "train-medusa", cmd.s, NULL);
     }
     cmd.n = deps.n = 0;
-    /* the files the bench reads, which the bundle packs */
+    /* the files the bench reads, which the bundle packs; as prerequisites the EAGLE head
+       first, so that make -j starts the longest stage first (on SmolLM2 it trains on every
+       answer, the other heads on a part) and the others take turns beside it */
     Str files = {0}, heads = {0};
     put(&files, "%s/%s", out, RECIPE_MODEL);
-    if (r->exit.on) put(&heads, " %s/%s", out, RECIPE_EXIT);
-    if (r->medusa.on) put(&heads, " %s/%s", out, RECIPE_MEDUSA);
+    if (r->eagle.on) put(&files, " %s/%s", out, RECIPE_EAGLE);
+    if (r->exit.on) put(&heads, " %s/%s", out, RECIPE_EXIT), put(&files, " %s/%s", out, RECIPE_EXIT);
+    if (r->medusa.on) put(&heads, " %s/%s", out, RECIPE_MEDUSA), put(&files, " %s/%s", out, RECIPE_MEDUSA);
     if (r->eagle.on) put(&heads, " %s/%s", out, RECIPE_EAGLE);
-    if (heads.s) put(&files, "%s", heads.s);
     /* 6. the bundle: only once bin/pack exists (the bench takes the files themselves) */
     put(&g.mk, "ifneq ($(wildcard tools/pack.c),)\n");
     put(&cmd, "$(BIN)/pack -m %s/%s%s -o $@", out, RECIPE_MODEL, heads.s ? heads.s : "");
