@@ -534,12 +534,7 @@ int eagle_seq_loss(EagleTrain *t, const int32_t *tok, const float *feat, const i
 /* ---- the frozen model's side ---- */
 
 static int features(EagleTrain *t, const Sequences *s, MedusaCache *c, int i, const float **x, const int32_t **arg) {
-    if (seq_len_of(s, i) > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", seq_len_of(s, i), t->cap);
-    float *fx = t->fx;
-    int32_t *fa = t->arg;
-    int rc = model_outputs_of(t->run, &t->kv, t->pos, t->hid, s, c, i, &fx, &fa);
-    *x = fx, *arg = fa;
-    return rc;
+    return model_outputs_of(t->run, &t->kv, t->pos, t->hid, t->cap, s, c, i, t->fx, t->arg, x, arg);
 }
 
 int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg) {

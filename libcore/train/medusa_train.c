@@ -255,12 +255,7 @@ int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_
 
 /* sequence i's x and arg: the cache's, or computed into t->x and t->arg */
 static int features(MedusaTrain *t, const Sequences *s, MedusaCache *c, int i, const float **x, const int32_t **arg) {
-    if (seq_len_of(s, i) > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", seq_len_of(s, i), t->cap);
-    float *fx = t->x;
-    int32_t *fa = t->arg;
-    int rc = model_outputs_of(t->run, &t->kv, t->pos, t->hid, s, c, i, &fx, &fa);
-    *x = fx, *arg = fa;
-    return rc;
+    return model_outputs_of(t->run, &t->kv, t->pos, t->hid, t->cap, s, c, i, t->x, t->arg, x, arg);
 }
 
 /* head k's targets for a sequence of n tokens into t->tgt; returns how many rows
@@ -272,15 +267,14 @@ static int targets(MedusaTrain *t, int k, MedusaTargets which, const int32_t *to
     return rows > 0 ? rows : 0;
 }
 
-int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
-                     int i, float **x, int32_t **arg) {
-    int cached = c && c->s == s;
-    if (cached) {
-        *x = c->x + (size_t)s->off[i] * run->m->c.dim;
-        *arg = c->arg + s->off[i];
-        if (c->have[i]) return 0;
-    }
-    if (model_seq_outputs(run, kv, s->tok + s->off[i], pos, seq_len_of(s, i), hid, *x, *arg)) return -1;
+int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, int cap, const Sequences *s,
+                     MedusaCache *c, int i, float *sx, int32_t *sarg, const float **x, const int32_t **arg) {
+    int n = seq_len_of(s, i), cached = c && c->s == s;
+    if (n > cap) return pd_error("a sequence of %d tokens; %d fit", n, cap);
+    if (cached) sx = c->x + (size_t)s->off[i] * run->m->c.dim, sarg = c->arg + s->off[i];
+    *x = sx, *arg = sarg;
+    if (cached && c->have[i]) return 0;
+    if (model_seq_outputs(run, kv, s->tok + s->off[i], pos, n, hid, sx, sarg)) return -1;
     if (cached) c->have[i] = 1;
     return 0;
 }
@@ -300,9 +294,9 @@ int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid
     if (!fill) return 0;
     if (pg) progress_begin(pg, what, (int64_t)tokens);
     for (int i = 0; i < s->n; i++) {
-        float *x;
-        int32_t *arg;
-        if (model_outputs_of(run, kv, pos, hid, s, c, i, &x, &arg)) {
+        const float *x;
+        const int32_t *arg;
+        if (model_outputs_of(run, kv, pos, hid, s->max_len, s, c, i, NULL, NULL, &x, &arg)) {
             medusa_cache_free(c);
             return -1;
         }

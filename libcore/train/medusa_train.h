@@ -101,10 +101,10 @@ int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_
    that draws fewer sequences than s holds leaves the rest uncomputed */
 int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
                         int fill, const char *what, Progress *pg);
-/* sequence i of s's outputs. *x and *arg: scratch for one sequence on entry; on return,
-   where the outputs are: c's rows (computed on first use) if c holds s, else the scratch */
-int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
-                     int i, float **x, int32_t **arg);
+/* sequence i of s's outputs (pos and hid for cap tokens) into *x and *arg: c's rows,
+   computed on first use, if c holds s; else computed into the scratch sx and sarg */
+int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, int cap, const Sequences *s,
+                     MedusaCache *c, int i, float *sx, int32_t *sarg, const float **x, const int32_t **arg);
 /* the model's outputs for s (memory: tokens × (dim + 1) × 4 bytes, touched as computed) */
 int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg);
 void medusa_cache_free(MedusaCache *c);
