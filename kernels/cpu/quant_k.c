@@ -323,6 +323,39 @@ INLINE __m256i bit_to_16(__m256i hb, int p) {
     return _mm256_and_si256(p <= 4 ? _mm256_slli_epi16(hb, 4 - p) : _mm256_srli_epi16(hb, p - 4), _mm256_set1_epi8(16));
 }
 
+/* Q4_K / Q5_K chunk c (sub-blocks 2c, 2c + 1) of the 8 rows' super-block: S += Σ sc · Σ q·qx */
+INLINE __m256i chunk(__m256i S, const uint8_t *P, const int8_t *xq, int c, size_t SCo, const WType wt) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const int q5 = wt == WT_Q5_K;
+    __m256i a[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
+                       {_mm256_setzero_si256(), _mm256_setzero_si256()}};
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(P + ((c >> 1) * 8 + k) * 64 + (c & 1) * 32));
+        __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        if (q5) {
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(P + Q5_QH + 32 * k));
+            lo = _mm256_or_si256(lo, bit_to_16(hb, 2 * c)), hi = _mm256_or_si256(hi, bit_to_16(hb, 2 * c + 1));
+        }
+#ifdef QK_AVXVNNI
+        a[0][k & 1] = _mm256_dpbusd_avx_epi32(a[0][k & 1], lo, quad8(xq + 64 * c + 4 * k));
+        a[1][k & 1] = _mm256_dpbusd_avx_epi32(a[1][k & 1], hi, quad8(xq + 64 * c + 32 + 4 * k));
+#else
+        a[0][k >> 2] = _mm256_add_epi16(a[0][k >> 2], _mm256_maddubs_epi16(lo, quad8(xq + 64 * c + 4 * k)));
+        a[1][k >> 2] = _mm256_add_epi16(a[1][k >> 2], _mm256_maddubs_epi16(hi, quad8(xq + 64 * c + 32 + 4 * k)));
+#endif
+    }
+    for (int nib = 0; nib < 2; nib++) {
+        const uint8_t *sc = P + SCo + ((c >> 1) * 2 + nib) * 16 + (c & 1) * 8;
+#ifdef QK_AVXVNNI
+        S = _mm256_add_epi32(S, _mm256_mullo_epi32(_mm256_add_epi32(a[nib][0], a[nib][1]), scale32(sc, 0)));
+#else
+        __m256i s2 = scale2(sc, 0);
+        S = _mm256_add_epi32(S, _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], s2), _mm256_madd_epi16(a[nib][1], s2)));
+#endif
+    }
+    return S;
+}
+
 INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     const int8_t *xq = xb->q;
@@ -330,11 +363,14 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
     __m256 dx = _mm256_set1_ps(xb->d);
     if (wt == WT_Q6_K) {
         const __m256i m30 = _mm256_set1_epi8(0x30);
-        for (int h = 0; h < 2; h++)
-            for (int s = 0; s < 2; s++) {
+        /* the four sums a[g] must stay in registers: with h and s unrolled they spilled,
+           with the g loops rolled they lived in memory */
+        _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) {
+            _Pragma("GCC unroll 1") for (int s = 0; s < 2; s++) {
 #ifdef QK_AVXVNNI /* each sum starts at its −32 offsets' share, −32·Σqx */
                 __m256i a[4];
-                for (int g = 0; g < 4; g++) a[g] = _mm256_set1_epi32(xb->aux[8 * h + 2 * g + s]);
+                _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) a[g] =
+                    _mm256_set1_epi32(xb->aux[8 * h + 2 * g + s]);
 #else
                 __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                                 _mm256_setzero_si256()};
@@ -350,14 +386,14 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), low), _mm256_and_si256(H, m30)),
                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), low),
                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30))};
-                    for (int g = 0; g < 4; g++)
+                    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
 #ifdef QK_AVXVNNI
                         a[g] = _mm256_dpbusd_avx_epi32(a[g], q[g], quad8(xq + 128 * h + 32 * g + 4 * k));
 #else
                         a[g] = _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], quad8(xq + 128 * h + 32 * g + 4 * k)));
 #endif
                 }
-                for (int g = 0; g < 4; g++) {
+                _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {
                     const uint8_t *sc = P + Q6_SC + (h * 4 + s * 2 + (g >> 1)) * 16 + (g & 1) * 8;
 #ifdef QK_AVXVNNI
                     S = _mm256_add_epi32(S, _mm256_mullo_epi32(a[g], scale32(sc, 1)));
@@ -367,41 +403,17 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
 #endif
                 }
             }
+        }
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(P + Q6_D)));
         *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(S), *acc);
         return;
     }
     const int q5 = wt == WT_Q5_K;
     const size_t SCo = q5 ? Q5_SC : Q4_SC, MNo = q5 ? Q5_MN : Q4_MN, Do = q5 ? Q5_D : Q4_D;
-    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-        __m256i a[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
-                           {_mm256_setzero_si256(), _mm256_setzero_si256()}};
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(P + ((c >> 1) * 8 + k) * 64 + (c & 1) * 32));
-            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-            if (q5) {
-                __m256i hb = _mm256_loadu_si256((const __m256i *)(P + Q5_QH + 32 * k));
-                lo = _mm256_or_si256(lo, bit_to_16(hb, 2 * c)), hi = _mm256_or_si256(hi, bit_to_16(hb, 2 * c + 1));
-            }
-#ifdef QK_AVXVNNI
-            a[0][k & 1] = _mm256_dpbusd_avx_epi32(a[0][k & 1], lo, quad8(xq + 64 * c + 4 * k));
-            a[1][k & 1] = _mm256_dpbusd_avx_epi32(a[1][k & 1], hi, quad8(xq + 64 * c + 32 + 4 * k));
-#else
-            a[0][k >> 2] = _mm256_add_epi16(a[0][k >> 2], _mm256_maddubs_epi16(lo, quad8(xq + 64 * c + 4 * k)));
-            a[1][k >> 2] = _mm256_add_epi16(a[1][k >> 2], _mm256_maddubs_epi16(hi, quad8(xq + 64 * c + 32 + 4 * k)));
-#endif
-        }
-        for (int nib = 0; nib < 2; nib++) {
-            const uint8_t *sc = P + SCo + ((c >> 1) * 2 + nib) * 16 + (c & 1) * 8;
-#ifdef QK_AVXVNNI
-            S = _mm256_add_epi32(S, _mm256_mullo_epi32(_mm256_add_epi32(a[nib][0], a[nib][1]), scale32(sc, 0)));
-#else
-            __m256i s2 = scale2(sc, 0);
-            S = _mm256_add_epi32(S,
-                                 _mm256_add_epi32(_mm256_madd_epi16(a[nib][0], s2), _mm256_madd_epi16(a[nib][1], s2)));
-#endif
-        }
-    }
+    /* Q4_K's chunks one at a time: unrolled, the compiler hoisted the four chunks' loads
+       and spilled them (half the speed); Q5_K's constant shifts want them unrolled */
+    if (q5) _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) S = chunk(S, P, xq, c, SCo, wt);
+    else _Pragma("GCC unroll 1") for (int c = 0; c < 4; c++) S = chunk(S, P, xq, c, SCo, wt);
     __m256i M = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++)
         M = _mm256_add_epi32(
