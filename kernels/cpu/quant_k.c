@@ -228,7 +228,8 @@ static void prep_x(XBlock *xb, WType wt, int nb) {
 INLINE __m512i pair32(int32_t v0, int32_t v1) { return _mm512_mask_set1_epi32(_mm512_set1_epi32(v0), 0xff00, v1); }
 INLINE __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
-INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt) {
+INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const int one, const WType wt) {
+    (void)one;
     const __m512i low = _mm512_set1_epi8(0x0f);
     const __m512i *e = (const __m512i *)xb->e;
     __m512i S = _mm512_setzero_si512();
@@ -356,7 +357,8 @@ INLINE __m256i chunk(__m256i S, const uint8_t *P, const int8_t *xq, int c, size_
     return S;
 }
 
-INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt) {
+/* one: the call takes a single token (a constant at each call site) */
+INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const int one, const WType wt) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     const int8_t *xq = xb->q;
     __m256i S = _mm256_setzero_si256();
@@ -410,9 +412,10 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const WType wt
     }
     const int q5 = wt == WT_Q5_K;
     const size_t SCo = q5 ? Q5_SC : Q4_SC, MNo = q5 ? Q5_MN : Q4_MN, Do = q5 ? Q5_D : Q4_D;
-    /* Q4_K's chunks one at a time: unrolled, the compiler hoisted the four chunks' loads
-       and spilled them (half the speed); Q5_K's constant shifts want them unrolled */
-    if (q5) _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) S = chunk(S, P, xq, c, SCo, wt);
+    /* the chunks one at a time: unrolled, the compiler hoisted the four chunks' loads and
+       spilled them. Except Q5_K's for several tokens, whose fifth bits' shifts then cost
+       more than the spills */
+    if (q5 && !one) _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) S = chunk(S, P, xq, c, SCo, wt);
     else _Pragma("GCC unroll 1") for (int c = 0; c < 4; c++) S = chunk(S, P, xq, c, SCo, wt);
     __m256i M = _mm256_setzero_si256();
     for (int p = 0; p < 4; p++)
@@ -436,9 +439,9 @@ INLINE void group(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt,
     for (int b = 0; b < j->nb; b++) {
         prefetch(&next, G + (b + 1) * sb);
         const XBlock *xb = j->xb + (size_t)t0 * j->nb + b;
-        if (nt == 1) step(acc, G + b * sb, xb, wt);
+        if (nt == 1) step(acc, G + b * sb, xb, 1, wt);
         else
-            for (int t = 0; t < nt; t++) step(acc + t, G + b * sb, xb + (size_t)t * j->nb, wt);
+            for (int t = 0; t < nt; t++) step(acc + t, G + b * sb, xb + (size_t)t * j->nb, 0, wt);
     }
 }
 static void group_q4(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt) {
