@@ -38,12 +38,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_qmatmul: ROWS ≥ 16 and COLS a multiple of the block (%d)\n", kq ? QK_K : QK);
         return 1;
     }
-    size_t rb = q_row_bytes(wt, cols), bb = wt == WT_Q8_0   ? Q8_0_BYTES
-                                            : wt == WT_Q5_0 ? Q5_0_BYTES
-                                            : wt == WT_Q4_K ? Q4_K_BYTES
-                                            : wt == WT_Q5_K ? Q5_K_BYTES
-                                            : wt == WT_Q6_K ? Q6_K_BYTES
-                                                            : Q4_1_BYTES;
+    size_t rb = q_row_bytes(wt, cols), bb = q_row_bytes(wt, kq ? QK_K : QK); /* a block */
     uint8_t *W = malloc(rb * rows);
     srand(1);
     for (size_t i = 0; i < rb * rows; i++) W[i] = (uint8_t)rand();

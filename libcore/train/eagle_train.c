@@ -538,8 +538,7 @@ static int features(EagleTrain *t, const Sequences *s, MedusaCache *c, int i, co
 }
 
 int eagle_cache_build(EagleTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg) {
-    if (s->max_len > t->cap) return pd_error("eagle: a sequence of %d tokens; %d fit", s->max_len, t->cap);
-    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, fill, "eagle: the model's outputs", pg);
+    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, t->cap, s, c, fill, "eagle: the model's outputs", pg);
 }
 
 /* ---- steps and evaluation ---- */

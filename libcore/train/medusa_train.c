@@ -279,9 +279,10 @@ int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, i
     return 0;
 }
 
-int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
-                        int fill, const char *what, Progress *pg) {
+int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, int cap, const Sequences *s,
+                        MedusaCache *c, int fill, const char *what, Progress *pg) {
     memset(c, 0, sizeof *c);
+    if (s->max_len > cap) return pd_error("%s: a sequence of %d tokens; %d fit", what, s->max_len, cap);
     size_t tokens = (size_t)seqs_tokens(s), dim = (size_t)run->m->c.dim;
     c->x = pd_alloc(pd_mul(pd_mul(tokens, dim), sizeof(float)));
     c->arg = pd_alloc(pd_mul(tokens, sizeof(int32_t)));
@@ -296,7 +297,7 @@ int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid
     for (int i = 0; i < s->n; i++) {
         const float *x;
         const int32_t *arg;
-        if (model_outputs_of(run, kv, pos, hid, s->max_len, s, c, i, NULL, NULL, &x, &arg)) {
+        if (model_outputs_of(run, kv, pos, hid, cap, s, c, i, NULL, NULL, &x, &arg)) {
             medusa_cache_free(c);
             return -1;
         }
@@ -307,8 +308,7 @@ int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid
 }
 
 int medusa_cache_build(MedusaTrain *t, const Sequences *s, MedusaCache *c, int fill, Progress *pg) {
-    if (s->max_len > t->cap) return pd_error("medusa: a sequence of %d tokens; %d fit", s->max_len, t->cap);
-    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, s, c, fill, "medusa: the model's outputs", pg);
+    return model_outputs_cache(t->run, &t->kv, t->pos, t->hid, t->cap, s, c, fill, "medusa: the model's outputs", pg);
 }
 
 void medusa_cache_free(MedusaCache *c) {

@@ -96,11 +96,11 @@ int medusa_head_loss(MedusaTrain *t, int k, const float *hidden, const int32_t *
    scratch. What Medusa's and EAGLE's training read */
 int model_seq_outputs(Runner *run, KVCache *kv, const int32_t *tok, const int32_t *pos, int n, float *hid, float *x,
                       int32_t *arg);
-/* c for s (pos and hid for s->max_len tokens): with fill, every sequence's outputs now
+/* c for s (pos and hid for cap tokens; a longer sequence is refused): with fill, every sequence's outputs now
    (`what` names the progress; pg may be NULL); without, each when first asked for. Training
    that draws fewer sequences than s holds leaves the rest uncomputed */
-int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, const Sequences *s, MedusaCache *c,
-                        int fill, const char *what, Progress *pg);
+int model_outputs_cache(Runner *run, KVCache *kv, const int32_t *pos, float *hid, int cap, const Sequences *s,
+                        MedusaCache *c, int fill, const char *what, Progress *pg);
 /* sequence i of s's outputs (pos and hid for cap tokens) into *x and *arg: c's rows,
    computed on first use, if c holds s; else computed into the scratch sx and sarg */
 int model_outputs_of(Runner *run, KVCache *kv, const int32_t *pos, float *hid, int cap, const Sequences *s,
