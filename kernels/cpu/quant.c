@@ -292,6 +292,12 @@ INLINE void unpack(__m256i w[16], const uint8_t *q, const WType wt) {
     }
 }
 
+#ifndef AVX_VNNI
+/* Q8_0's quad k for 8 rows (aw = |w|): the pairs' sums, then each lane's 4 products */
+INLINE __m256i q8_quad(__m256i aw, __m256i w, const int8_t *xq) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(quad8(xq), w)), _mm256_set1_epi16(1));
+}
+#endif
 /* one token's block: 8 rows' integer sums (Q8_0's sign moved onto x, so that maddubs
    multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
    quads stay exact, ≤ 8·2·15·127) */
@@ -322,11 +328,8 @@ INLINE __m256i block_sum(const __m256i w[16], const int8_t *xb, int32_t so, cons
     } else if (wt == WT_Q8_0) {
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-            const __m256i q0 = quad8(xb + 4 * k), q1 = quad8(xb + 4 * k + 4);
-            __m256i p0 = _mm256_maddubs_epi16(w[k + 8], _mm256_sign_epi8(q0, w[k]));
-            __m256i p1 = _mm256_maddubs_epi16(w[k + 9], _mm256_sign_epi8(q1, w[k + 1]));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones)),
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+            s0 = _mm256_add_epi32(s0, q8_quad(w[k + 8], w[k], xb + 4 * k));
+            s1 = _mm256_add_epi32(s1, q8_quad(w[k + 9], w[k + 1], xb + 4 * k + 4));
         }
         sum = _mm256_add_epi32(s0, s1);
     } else {
@@ -342,6 +345,21 @@ INLINE __m256i block_sum(const __m256i w[16], const int8_t *xb, int32_t so, cons
 #endif
     return sum;
 }
+#ifndef AVX_VNNI
+/* Q8_0's block_sum for one token, each quad from the panel (q) straight into its
+   product: unpacked all at once, the 16 vectors filled the 16 registers and spilled,
+   the tokens' chain with them. The same integer sum. */
+INLINE __m256i q8_sum(const uint8_t *q, const int8_t *xb) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)q + k),
+                      w1 = _mm256_loadu_si256((const __m256i *)q + k + 1);
+        s0 = _mm256_add_epi32(s0, q8_quad(_mm256_abs_epi8(w0), w0, xb + 4 * k));
+        s1 = _mm256_add_epi32(s1, q8_quad(_mm256_abs_epi8(w1), w1, xb + 4 * k + 4));
+    }
+    return _mm256_add_epi32(s0, s1);
+}
+#endif
 /* the block's float chain step: acc + d·dx·sum (+ m·dx·Σx for Q4_1) */
 INLINE __m256 fold(__m256 acc, __m256i sum, __m256 d, __m256 m, float dx, float sf, const WType wt) {
     __m256 vdx = _mm256_set1_ps(dx);
@@ -397,6 +415,15 @@ INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int
             for (int h = 0; h < 2 && b < j->nb; h++, b++) {
                 PV w[16];
                 if (first) prefetch(&next, P + (h + 1) * pb);
+#ifndef AVX_VNNI
+                if (wt == WT_Q8_0 && NT == 1) {
+                    __m256 d, m;
+                    const size_t ob = o + b;
+                    load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
+                    a[0] = fold(a[0], q8_sum(P + h * panel_qs(wt), j->x.q + ob * QK), d, m, j->x.d[ob], 0, wt);
+                    continue;
+                }
+#endif
                 unpack(w, P + h * panel_qs(wt), wt);
                 steps(a, w, P + 2 * panel_qs(wt) + h * panel_sc(wt), j, o + b, NT, wt);
             }
