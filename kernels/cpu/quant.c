@@ -393,6 +393,21 @@ INLINE void steps(__m256 *a, const PV *w, const uint8_t *sc, const Job *j, size_
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) a[t] =
         fold(a[t], _mm256_load_si256((const __m256i *)sum[t]), d, m, j->x.d[ob], j->x.sf[ob], wt);
 }
+/* one block (its quads' panel q, its scales' sc) into NT tokens' chains */
+INLINE void block(__m256 *a, const uint8_t *q, const uint8_t *sc, const Job *j, size_t ob, const int NT,
+                  const WType wt) {
+#ifndef AVX_VNNI
+    if (wt == WT_Q8_0 && NT == 1) {
+        __m256 d, m;
+        load_scales(&d, &m, sc, wt);
+        a[0] = fold(a[0], q8_sum(q, j->x.q + ob * QK), d, m, j->x.d[ob], 0, wt);
+        return;
+    }
+#endif
+    PV w[16];
+    unpack(w, q, wt);
+    steps(a, w, sc, j, ob, NT, wt);
+}
 /* NT (1 to TT) tokens from t0 for one group of 8 rows, each block straight from the
    panels into registers, the tokens' chains side by side; first: the tile that
    prefetches (later tiles find the group's panels in L1) */
@@ -404,28 +419,15 @@ INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int
     const uint8_t *next = G + PREFETCH;
     if (unit_blocks(wt) == 1)
         for (int b = 0; b < j->nb; b++) {
-            PV w[16];
             if (first) prefetch(&next, G + (b + 1) * pb);
-            unpack(w, G + quads_at(wt, b), wt);
-            steps(a, w, G + scales_at(wt, b), j, o + b, NT, wt);
+            block(a, G + quads_at(wt, b), G + scales_at(wt, b), j, o + b, NT, wt);
         }
     else {
         const uint8_t *P = G; /* a pair's blocks from a pointer: indexing each block's place cost 15 % */
         for (int b = 0; b < j->nb; P += unit_bytes(wt))
             for (int h = 0; h < 2 && b < j->nb; h++, b++) {
-                PV w[16];
                 if (first) prefetch(&next, P + (h + 1) * pb);
-#ifndef AVX_VNNI
-                if (wt == WT_Q8_0 && NT == 1) {
-                    __m256 d, m;
-                    const size_t ob = o + b;
-                    load_scales(&d, &m, P + 2 * panel_qs(wt) + h * panel_sc(wt), wt);
-                    a[0] = fold(a[0], q8_sum(P + h * panel_qs(wt), j->x.q + ob * QK), d, m, j->x.d[ob], 0, wt);
-                    continue;
-                }
-#endif
-                unpack(w, P + h * panel_qs(wt), wt);
-                steps(a, w, P + 2 * panel_qs(wt) + h * panel_sc(wt), j, o + b, NT, wt);
+                block(a, P + h * panel_qs(wt), P + 2 * panel_qs(wt) + h * panel_sc(wt), j, o + b, NT, wt);
             }
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) _mm256_storeu_ps(acc + (size_t)t * GROUP, a[t]);
