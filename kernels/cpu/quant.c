@@ -299,8 +299,7 @@ INLINE __m256i q8_quad(__m256i aw, __m256i w, const int8_t *xq) {
 }
 #endif
 /* one token's block: 8 rows' integer sums (Q8_0's sign moved onto x, so that maddubs
-   multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127; the nibbles' 16-bit sums of all 8
-   quads stay exact, ≤ 8·2·15·127) */
+   multiplies |w| ≤ 128 by x·sign(w): a pair ≤ 2·128·127) */
 INLINE __m256i block_sum(const __m256i w[16], const int8_t *xb, int32_t so, const WType wt) {
     __m256i sum;
 #ifdef AVX_VNNI
@@ -325,22 +324,14 @@ INLINE __m256i block_sum(const __m256i w[16], const int8_t *xb, int32_t so, cons
             else s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, ones));
         }
         sum = _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(so));
-    } else if (wt == WT_Q8_0) {
+    } else { /* Q8_0 (Q4_0 and Q4_1 take q4_steps) */
         __m256i s0 = _mm256_setzero_si256(), s1 = s0;
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
             s0 = _mm256_add_epi32(s0, q8_quad(w[k + 8], w[k], xb + 4 * k));
             s1 = _mm256_add_epi32(s1, q8_quad(w[k + 9], w[k + 1], xb + 4 * k + 4));
+            __asm__("" : "+x"(s0), "+x"(s1)); /* two chains, not a tree (q4_steps) */
         }
         sum = _mm256_add_epi32(s0, s1);
-    } else {
-        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
-            const __m256i q0 = quad8(xb + 4 * k), q1 = quad8(xb + 4 * k + 4);
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[k], q0));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(w[k + 1], q1));
-        }
-        sum = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
-        if (wt == WT_Q4_0) sum = _mm256_add_epi32(sum, _mm256_set1_epi32(so));
     }
 #endif
     return sum;
@@ -393,10 +384,46 @@ INLINE void steps(__m256 *a, const PV *w, const uint8_t *sc, const Job *j, size_
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) a[t] =
         fold(a[t], _mm256_load_si256((const __m256i *)sum[t]), d, m, j->x.d[ob], j->x.sf[ob], wt);
 }
+#ifndef AVX_VNNI
+/* Q4_0 / Q4_1 for NT tokens: each of the block's 4 vectors split into its two quads and
+   multiplied into every token's 16-bit sums at once, so that two weight vectors, the
+   sums and the chains are all that is live. The empty asm keeps each sum a chain: the
+   compiler would otherwise regroup the exact integer adds into a tree, all 8 products
+   of every token live at once, and spill them. The 16-bit sums of all 8 quads stay
+   exact, ≤ 8·2·15·127. */
+INLINE void q4_steps(__m256 *a, const uint8_t *q, const uint8_t *sc, const Job *j, size_t ob, const int NT,
+                     const WType wt) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256i s[TT];
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) s[t] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)q + k);
+        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+            const int8_t *xb = j->x.q + (ob + (size_t)t * j->nb) * QK;
+            s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, quad8(xb + 4 * k)));
+            __asm__("" : "+x"(s[t]));
+            s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, quad8(xb + 4 * k + 16)));
+            __asm__("" : "+x"(s[t]));
+        }
+    }
+    __m256 d, m;
+    load_scales(&d, &m, sc, wt);
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++, ob += j->nb) {
+        __m256i sum = _mm256_madd_epi16(s[t], _mm256_set1_epi16(1));
+        if (wt == WT_Q4_0) sum = _mm256_add_epi32(sum, _mm256_set1_epi32(j->x.so[ob]));
+        a[t] = fold(a[t], sum, d, m, j->x.d[ob], j->x.sf[ob], wt);
+    }
+}
+#endif
 /* one block (its quads' panel q, its scales' sc) into NT tokens' chains */
 INLINE void block(__m256 *a, const uint8_t *q, const uint8_t *sc, const Job *j, size_t ob, const int NT,
                   const WType wt) {
 #ifndef AVX_VNNI
+    if (wt == WT_Q4_0 || wt == WT_Q4_1) {
+        q4_steps(a, q, sc, j, ob, NT, wt);
+        return;
+    }
     if (wt == WT_Q8_0 && NT == 1) {
         __m256 d, m;
         load_scales(&d, &m, sc, wt);
