@@ -9,7 +9,11 @@ Prints a markdown table: generated tok/s over the wall time, request latency and
 time to first token percentiles.
 
   scripts/bench_serve.py -m MODEL [--conc 1,4,16,64] [--requests R] [--max-tokens N]
-                         [--method NAME] [--serve-args "..."] [--prompt-words N]
+                         [--method NAME] [--serve-args "..."] [--prompt-words N] [--chat]
+
+--chat sends each opening as a user's message to /v1/chat/completions ("Continue this
+story: ..."), for an instruct model and heads trained on its chat answers (TinyStories is
+in no recipe's training data).
 """
 import argparse, gzip, http.client, json, os, re, subprocess, sys, threading, time
 
@@ -44,22 +48,27 @@ def start(model, extra):
     sys.exit("bench_serve: the server did not start: " + log.read())
 
 
-def one(port, prompt, max_tokens, method):
+def one(port, prompt, max_tokens, method, chat=False):
     """one streamed request: (latency, time to first token, generated tokens)"""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {"max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    if chat:
+        body["messages"] = [{"role": "user", "content": "Continue this story: " + prompt}]
+    else:
+        body["prompt"] = prompt
     if method:
         body["method"] = method
     t0 = time.perf_counter()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    c.request("POST", "/v1/chat/completions" if chat else "/v1/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
     r = c.getresponse()
     ttft, n = None, 0
     for line in r:
         if not line.startswith(b"data: {"):
             continue
         ev = json.loads(line[6:])
-        if ttft is None and ev["choices"] and ev["choices"][0]["text"]:
+        delta = ev["choices"][0].get("text") or ev["choices"][0].get("delta", {}).get("content") if ev["choices"] else None
+        if ttft is None and delta:
             ttft = time.perf_counter() - t0
         if ev.get("usage"):
             n = ev["usage"]["completion_tokens"]
@@ -68,7 +77,7 @@ def one(port, prompt, max_tokens, method):
     return t, ttft if ttft is not None else t, n
 
 
-def load(port, conc, total, max_tokens, method, ps):
+def load(port, conc, total, max_tokens, method, ps, chat):
     """conc clients, total requests; (wall seconds, results)"""
     lock, results, next_i = threading.Lock(), [], [0]
 
@@ -79,7 +88,7 @@ def load(port, conc, total, max_tokens, method, ps):
                 if i >= total:
                     return
                 next_i[0] += 1
-            res = one(port, ps[i], max_tokens, method)
+            res = one(port, ps[i], max_tokens, method, chat)
             with lock:
                 results.append(res)
 
@@ -107,9 +116,10 @@ def main():
     ap.add_argument("--serve-args", default="")
     ap.add_argument("--modes", default="continuous,static")
     ap.add_argument("--prompt-words", type=int, default=6, help="each prompt: a story's first N words")
+    ap.add_argument("--chat", action="store_true", help="chat requests (above)")
     a = ap.parse_args()
     concs = [int(c) for c in a.conc.split(",")]
-    print(f"model {os.path.basename(a.model)}, prompts of {a.prompt_words} words, max_tokens {a.max_tokens}, greedy, streamed, "
+    print(f"model {os.path.basename(a.model)}, {'chat ' if a.chat else ''}prompts of {a.prompt_words} words, max_tokens {a.max_tokens}, greedy, streamed, "
           f"method {a.method or 'standard'}, serve {a.serve_args or '(defaults)'} --parallel {max(concs)}\n")
     print("| batching | clients | requests | generated tok/s | latency p50 / p90 / p99 (s) | first token p50 / p99 (s) |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
@@ -120,7 +130,7 @@ def main():
             one(port, "Once upon a time", 8, None)  # warm: pages the weights in
             for c in concs:
                 total = a.requests or max(2 * c, 8)
-                wall, res = load(port, c, total, a.max_tokens, a.method, prompts(total, a.prompt_words))
+                wall, res = load(port, c, total, a.max_tokens, a.method, prompts(total, a.prompt_words), a.chat)
                 lat, ttft, toks = [r[0] for r in res], [r[1] for r in res], sum(r[2] for r in res)
                 print(f"| {mode} | {c} | {total} | {toks / wall:.1f} | {pct(lat, .5):.2f} / {pct(lat, .9):.2f} / "
                       f"{pct(lat, .99):.2f} | {pct(ttft, .5):.3f} / {pct(ttft, .99):.3f} |", flush=True)

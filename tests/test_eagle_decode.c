@@ -101,6 +101,22 @@ static void refusals(void) {
     unlink(path);
 }
 
+/* Long generations under the size controller: an untrained head rests its drafter for
+   dozens of rounds, so the backlog of plain rounds fills and the head forgets its cache
+   (eagle.c, forget) again and again; the output stays standard's. */
+static void parity_long(const EagleHead *h) {
+    enum { LONG = 400 };
+    static int32_t ref[LONG], out[LONG];
+    TestOptions adaptive = {.eagle = h};
+    int bad = 0, n = 8;
+    for (int i = 0; i < n; i++) {
+        int a = run("standard", NULL, PROMPT[i], PROMPT_N[i], LONG, 0, 1, ref, NULL);
+        int b = run("eagle", &adaptive, PROMPT[i], PROMPT_N[i], LONG, 0, 1, out, NULL);
+        bad += a < 0 || a != b || memcmp(ref, out, sizeof(int32_t) * (a > 0 ? a : 0));
+    }
+    CHECK(!bad, "%d of %d long generations (%d tokens) differ from standard's", bad, n, LONG);
+}
+
 int main(void) {
     double t0 = pd_now();
     if (methods_setup()) return check_done("eagle_decode");
@@ -125,6 +141,7 @@ int main(void) {
     printf("greedy parity with standard (%d new tokens):\n", N_NEW);
     parity_eagle(&start, "untrained head", n_small / 2);
     parity_eagle(&small, "64-token vocabulary, bf16", n_small / 2);
+    parity_long(&start);
     if (have_trained) {
         parity_eagle(&trained, "trained head", n_small);
         TestOptions o = {.eagle = &trained, .fixed_tree = 1};

@@ -23,6 +23,7 @@
 #include "decode/drafter.h"
 
 #define CHUNK 64     /* pending entries one head call runs at most */
+#define KEEP 8       /* entries a head keeps of a backlog of plain rounds (forget) */
 #define MAX_WIDTH 8  /* --width at most */
 #define MAX_DEPTH 16 /* --depth at most */
 #define MAX_NODES (1 + MAX_WIDTH * (1 + MAX_WIDTH * (MAX_DEPTH - 1)))
@@ -162,10 +163,28 @@ static int flush(Eagle *e) {
     return 0;
 }
 
-/* a true entry: the target's state after the last layer at pos (normed here), the token after it */
-static int pend_add(Eagle *e, const float *hidden, int32_t tok, int pos) {
+/* A full backlog of accepted tokens means the loop has taken plain rounds since the
+   last proposal, CHUNK − 1 of them (a proposal runs the pending entries): drafting
+   does not pay here. Running the backlog through the head would cost a layer a token
+   for drafts nobody asks for (a server's batch rests its drafters for long), so the
+   head forgets its cache and keeps the last KEEP entries: a head with a shorter memory
+   when the loop probes again, never a wrong output. */
+static int forget(Eagle *e) {
+    int dim = e->hp->m->c.dim, from = e->n_pend - KEEP;
+    if (kv_truncate(&e->hp->kv, e->seq, 0)) return -1;
+    memmove(e->pend_f, e->pend_f + (size_t)from * dim, sizeof(float) * KEEP * dim);
+    memmove(e->pend_t, e->pend_t + from, sizeof(int32_t) * KEEP);
+    memmove(e->pend_p, e->pend_p + from, sizeof(int32_t) * KEEP);
+    e->n_pend = KEEP;
+    return 0;
+}
+
+/* a true entry: the target's state after the last layer at pos (normed here), the token
+   after it; rest: it comes from a round (a full backlog is forgotten), not the prompt's
+   prefill (flushed: the prompt is the context every draft needs) */
+static int pend_add(Eagle *e, const float *hidden, int32_t tok, int pos, int rest) {
     if (e->off) return 0;
-    if (e->n_pend == CHUNK && flush(e)) return -1;
+    if (e->n_pend == CHUNK && (rest ? forget(e) : flush(e))) return -1;
     if (e->off) return 0;
     model_final_norm(e->hp->m, e->pend_f + (size_t)e->n_pend * e->hp->m->c.dim, hidden, 1);
     e->pend_t[e->n_pend] = tok, e->pend_p[e->n_pend++] = pos;
@@ -177,7 +196,7 @@ static int eagle_prefill(void *ctx, const int32_t *tok, const int32_t *pos, int 
     Eagle *e = ctx;
     if (e->n_pend) e->pend_t[e->n_pend - 1] = tok[0];
     for (int i = 0; i < n; i++)
-        if (pend_add(e, hidden + (size_t)i * e->hp->m->c.dim, i + 1 < n ? tok[i + 1] : -1, pos[i])) return -1;
+        if (pend_add(e, hidden + (size_t)i * e->hp->m->c.dim, i + 1 < n ? tok[i + 1] : -1, pos[i], 0)) return -1;
     return 0;
 }
 
@@ -353,7 +372,7 @@ static int eagle_accepted(Drafter *dr, DecodeCtx *d, const DraftTree *t, const i
     if (e->n_pend) e->pend_t[e->n_pend - 1] = t->token[0]; /* a plain step's: the root follows the newest */
     for (int i = 0; i < n_path; i++)
         if (pend_add(e, t->hidden + (size_t)path[i] * dim, i + 1 < n_path ? t->token[path[i + 1]] : next,
-                     t->root_pos + i))
+                     t->root_pos + i, 1))
             return -1;
     return 0;
 }
