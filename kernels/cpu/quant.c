@@ -329,7 +329,7 @@ INLINE __m256i block_sum(const __m256i w[16], const int8_t *xb, int32_t so, cons
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k += 2) {
             s0 = _mm256_add_epi32(s0, q8_quad(w[k + 8], w[k], xb + 4 * k));
             s1 = _mm256_add_epi32(s1, q8_quad(w[k + 9], w[k + 1], xb + 4 * k + 4));
-            __asm__("" : "+x"(s0), "+x"(s1)); /* two chains, not a tree (q4_steps) */
+            KEEP_CHAINS(s0, s1);
         }
         sum = _mm256_add_epi32(s0, s1);
     }
@@ -387,10 +387,8 @@ INLINE void steps(__m256 *a, const PV *w, const uint8_t *sc, const Job *j, size_
 #ifndef AVX_VNNI
 /* Q4_0 / Q4_1 for NT tokens: each of the block's 4 vectors split into its two quads and
    multiplied into every token's 16-bit sums at once, so that two weight vectors, the
-   sums and the chains are all that is live. The empty asm keeps each sum a chain: the
-   compiler would otherwise regroup the exact integer adds into a tree, all 8 products
-   of every token live at once, and spill them. The 16-bit sums of all 8 quads stay
-   exact, ≤ 8·2·15·127. */
+   sums and the chains are all that is live (KEEP_CHAIN). The 16-bit sums of all 8 quads
+   stay exact, ≤ 8·2·15·127. */
 INLINE void q4_steps(__m256 *a, const uint8_t *q, const uint8_t *sc, const Job *j, size_t ob, const int NT,
                      const WType wt) {
     const __m256i low = _mm256_set1_epi8(0x0f);
@@ -402,9 +400,9 @@ INLINE void q4_steps(__m256 *a, const uint8_t *q, const uint8_t *sc, const Job *
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
             const int8_t *xb = j->x.q + (ob + (size_t)t * j->nb) * QK;
             s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, quad8(xb + 4 * k)));
-            __asm__("" : "+x"(s[t]));
+            KEEP_CHAIN(s[t]);
             s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, quad8(xb + 4 * k + 16)));
-            __asm__("" : "+x"(s[t]));
+            KEEP_CHAIN(s[t]);
         }
     }
     __m256 d, m;

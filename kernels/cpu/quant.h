@@ -56,6 +56,10 @@ typedef struct {
 static inline __attribute__((always_inline)) __m256i quad8(const int8_t *p) {
     return _mm256_broadcastd_epi32(_mm_loadu_si32(p));
 }
+/* v stays a chain of adds: the compiler may regroup exact integer adds into a tree,
+   which holds every term live at once and spills them (and the tokens' chains) */
+#define KEEP_CHAIN(v) __asm__("" : "+x"(v))
+#define KEEP_CHAINS(a, b) __asm__("" : "+x"(a), "+x"(b))
 /* every line up to end + PREFETCH not yet asked for (*next) */
 static inline __attribute__((always_inline)) void prefetch(const uint8_t **next, const uint8_t *end) {
     for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);

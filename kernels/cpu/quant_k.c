@@ -394,7 +394,7 @@ INLINE void step(__m256 *acc, const uint8_t *P, const XBlock *xb, const int one,
 #else
                     {
                         a[g] = _mm256_add_epi16(a[g], _mm256_maddubs_epi16(q[g], quad8(xq + 128 * h + 32 * g + 4 * k)));
-                        __asm__("" : "+x"(a[g])); /* a chain, not a tree (quant.c's q4_steps) */
+                        KEEP_CHAIN(a[g]);
                     }
 #endif
                 }
