@@ -210,7 +210,7 @@ INLINE void tile16(const Job *j, const uint8_t *G, float *acc, int t0, int tt, c
     _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) a[t] = _mm512_setzero_ps();
     const uint8_t *next = G + PREFETCH;
     for (int b = 0; b < j->nb; b++) {
-        if (first) prefetch(&next, G + (b + 1) * pb);
+        if (first) prefetch(&next, G + (b + 1) * pb, PREFETCH);
         __m512i w[8];
         unpack16(w, G + quads_at(wt, b), wt);
         const uint8_t *sc = G + scales_at(wt, b);
@@ -441,17 +441,17 @@ INLINE void direct(const Job *j, const uint8_t *G, float *acc, int t0, const int
     size_t o = (size_t)t0 * j->nb;
     __m256 a[TT];
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a[t] = _mm256_setzero_ps();
-    const uint8_t *next = G + PREFETCH;
+    const uint8_t *next = G + PREFETCH_Q32;
     if (unit_blocks(wt) == 1)
         for (int b = 0; b < j->nb; b++) {
-            if (first) prefetch(&next, G + (b + 1) * pb);
+            if (first) prefetch(&next, G + (b + 1) * pb, PREFETCH_Q32);
             block(a, G + quads_at(wt, b), G + scales_at(wt, b), j, o + b, NT, wt);
         }
     else {
         const uint8_t *P = G; /* a pair's blocks from a pointer: indexing each block's place cost 15 % */
         for (int b = 0; b < j->nb; P += unit_bytes(wt))
             for (int h = 0; h < 2 && b < j->nb; h++, b++) {
-                if (first) prefetch(&next, P + (h + 1) * pb);
+                if (first) prefetch(&next, P + (h + 1) * pb, PREFETCH_Q32);
                 block(a, P + h * panel_qs(wt), P + 2 * panel_qs(wt) + h * panel_sc(wt), j, o + b, NT, wt);
             }
     }

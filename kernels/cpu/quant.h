@@ -48,9 +48,12 @@ typedef struct {
 
 #if defined(__AVX2__)
 #include <immintrin.h>
-/* the panels PREFETCH bytes ahead into L2: the core's own prefetchers, and the loads
-   the out-of-order window holds, ran at less than half the read bandwidth */
+/* how far ahead the panels are prefetched into L2: the core's own prefetchers, and the
+   loads the out-of-order window holds, ran at less than half the read bandwidth. The
+   best distance is the kernel's: on Zen 3 the 32-element types' AVX2 stream read
+   fastest 2 KiB ahead, the K types' 8 KiB ahead (docs/benchmarks.md) */
 #define PREFETCH 8192
+#define PREFETCH_Q32 2048
 /* x's 4 bytes at p in every 32-bit lane, straight from memory (through a general
    register it took two more shuffle-port operations) */
 static inline __attribute__((always_inline)) __m256i quad8(const int8_t *p) {
@@ -60,9 +63,9 @@ static inline __attribute__((always_inline)) __m256i quad8(const int8_t *p) {
    which holds every term live at once and spills them (and the tokens' chains) */
 #define KEEP_CHAIN(v) __asm__("" : "+x"(v))
 #define KEEP_CHAINS(a, b) __asm__("" : "+x"(a), "+x"(b))
-/* every line up to end + PREFETCH not yet asked for (*next) */
-static inline __attribute__((always_inline)) void prefetch(const uint8_t **next, const uint8_t *end) {
-    for (; *next < end + PREFETCH; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
+/* every line up to end + ahead not yet asked for (*next) */
+static inline __attribute__((always_inline)) void prefetch(const uint8_t **next, const uint8_t *end, size_t ahead) {
+    for (; *next < end + ahead; *next += 64) _mm_prefetch((const char *)*next, _MM_HINT_T1);
 }
 #endif
 

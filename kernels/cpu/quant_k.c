@@ -440,7 +440,7 @@ INLINE void group(const QkJob *j, const uint8_t *G, __m256 *acc, int t0, int nt,
     const uint8_t *next = G + PREFETCH;
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int b = 0; b < j->nb; b++) {
-        prefetch(&next, G + (b + 1) * sb);
+        prefetch(&next, G + (b + 1) * sb, PREFETCH);
         const XBlock *xb = j->xb + (size_t)t0 * j->nb + b;
         if (nt == 1) step(acc, G + b * sb, xb, 1, wt);
         else
