@@ -31,8 +31,8 @@ static void put(const char *name, const void *p, size_t bytes) {
 }
 
 static void matmul(void) {
-    static const int shape[][2] = {{1, 1},    {7, 3},     {16, 16},  {17, 33}, {64, 64},
-                                   {65, 127}, {130, 257}, {200, 64}, {513, 96}};
+    static const int shape[][2] = {{1, 1},    {7, 3},     {16, 16},  {17, 33},  {64, 64},
+                                   {65, 127}, {130, 257}, {200, 64}, {513, 96}, {80, 1101}};
     static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 13}; /* every tile size of every build */
     enum { NS = sizeof ns / sizeof *ns };
     for (int wt = 0; wt < 2; wt++)

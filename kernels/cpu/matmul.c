@@ -244,7 +244,8 @@ KERNEL(4)
     }
 /* tiles of 1-3 tokens × a whole block (24 chains at most) */
 TILE(1, 1)
-TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(1, 2)
+TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
     typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
@@ -325,16 +326,22 @@ static void matmul_blocks(void *ctx, int bb, int be) {
 /* The same chains with a 16-row panel as two 8-lane halves: T tokens × NP panels × NH
    halves (NH = 1: the 8 rows at P). At most 12 chains, so that they stay in registers
    beside a column's weights and x. y and x are T rows, ys and xs apart. Every `every`
-   column pairs, pfl lines from pf on are prefetched. A broadcast of x that serves one
-   vector of weights only (NP · NH = 1) keeps GCC from hoisting broadcasts into the
-   registers the chains need. */
+   column pairs, pfl lines from pf on are prefetched. The chains start from `from`
+   (else 0) and end in `keep` (else their sums in y): a block taken a chunk of columns
+   at a time. A broadcast of x that serves one vector of weights only (NP · NH = 1) keeps
+   GCC from hoisting broadcasts into the registers the chains need. */
 static inline __attribute__((always_inline)) void chains(float *y, size_t ys, const float *x, size_t xs, int cols,
                                                          const void *P, int W, uintptr_t pf, int pfl, int every,
-                                                         const int BF16, const int T, const int NP, const int NH) {
+                                                         const float *from, float *keep, const int BF16, const int T,
+                                                         const int NP, const int NH) {
     __m256 a[6][2][2], b[6][2][2]; /* [token][panel][half] */
     for (int t = 0; t < T; t++)
         for (int k = 0; k < NP; k++)
-            for (int h = 0; h < NH; h++) a[t][k][h] = b[t][k][h] = _mm256_setzero_ps();
+            for (int h = 0; h < NH; h++) {
+                const float *s = from + 16 * ((t * NP + k) * NH + h);
+                a[t][k][h] = from ? _mm256_load_ps(s) : _mm256_setzero_ps();
+                b[t][k][h] = from ? _mm256_load_ps(s + 8) : _mm256_setzero_ps();
+            }
     const __m256i hi_half = _mm256_set1_epi32((int)0xffff0000);
     /* IL: a bf16 tile of INTERLEAVED tokens or more, whose x comes interleaved (interleave)
        and whose column pairs are walked by pointer (with a pointer a token, the loop
@@ -396,14 +403,18 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
             }
     for (int t = 0; t < T; t++)
         for (int k = 0; k < NP; k++)
-            for (int h = 0; h < NH; h++)
-                _mm256_storeu_ps(y + t * ys + PANEL * k + 8 * h, _mm256_add_ps(a[t][k][h], b[t][k][h]));
+            for (int h = 0; h < NH; h++) {
+                float *s = keep + 16 * ((t * NP + k) * NH + h);
+                if (keep) _mm256_store_ps(s, a[t][k][h]), _mm256_store_ps(s + 8, b[t][k][h]);
+                else _mm256_storeu_ps(y + t * ys + PANEL * k + 8 * h, _mm256_add_ps(a[t][k][h], b[t][k][h]));
+            }
 }
-typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void *, int, uintptr_t, int, int);
+typedef void (*ChainFn)(float *, size_t, const float *, size_t, int, const void *, int, uintptr_t, int, int,
+                        const float *, float *);
 #define CHAINS(NAME, BF16, T, NP, NH)                                                                                  \
     static void NAME(float *y, size_t ys, const float *x, size_t xs, int cols, const void *P, int W, uintptr_t pf,     \
-                     int pfl, int every) {                                                                             \
-        chains(y, ys, x, xs, cols, P, W, pf, pfl, every, BF16, T, NP, NH);                                             \
+                     int pfl, int every, const float *from, float *keep) {                                             \
+        chains(y, ys, x, xs, cols, P, W, pf, pfl, every, from, keep, BF16, T, NP, NH);                                 \
     }
 /* [T]: a T-token tile's pass; [0]: one token over one panel (a block's odd last one) */
 CHAINS(f32_1, 0, 1, 2, 2)
@@ -448,7 +459,29 @@ static int pass_rows(int T, int bf) {
    fits the caches comes from memory in a decode step: the other layers' weights have
    pushed it out since the last. */
 #define SMALL_BYTES 65536
-#define XI_FLOATS 16384 /* interleaved tokens on the stack; more from the heap */
+#define CHUNKED_ABOVE (128 << 10) /* a block's bytes (with the next one's, half of Zen 3's L2) */
+#define CHUNK_BYTES 8192          /* of a block's columns: in L1 while the passes take it */
+#define XI_FLOATS 16384           /* interleaved tokens on the stack; more from the heap */
+
+/* block b for one bf16 token, a chunk of its columns at a time (the chains of a pass's
+   16 rows kept in st between chunks), each pass over a chunk prefetching its share of
+   the next chunk (after the last, the next block's first) */
+static void one_chunked(const MatmulJob *j, int b, int pfl, int every) {
+    _Alignas(32) float out[PANEL * BLOCK], st[2 * PANEL * BLOCK];
+    int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
+    int nr = j->rows - r0 < W ? j->rows - r0 : W, chunk = CHUNK_BYTES / (W * 2) / 2 * 2;
+    const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
+    for (int c0 = 0; c0 < j->cols; c0 += chunk) {
+        int c1 = j->cols - c0 < chunk ? j->cols : c0 + chunk;
+        const uint32_t *Q = P + (size_t)(c0 / 2) * W;
+        uintptr_t pf = (uintptr_t)(P + (size_t)pairs(c1) * W);
+        size_t pass_bytes = (size_t)64 * pfl * ((pairs(c1 - c0) + every - 1) / every);
+        for (int r = 0; r < W; r += PANEL, pf += pass_bytes)
+            bf16_1p(out + r, PANEL * BLOCK, j->x + c0, j->cols, c1 - c0, Q + r, W, pf, pfl, every,
+                    c0 ? st + 2 * r : NULL, c1 < j->cols ? st + 2 * r : NULL);
+    }
+    memcpy(j->y + r0, out, sizeof(float) * nr);
+}
 
 /* A block at a time, each tile of tokens one pass over the block's columns for each of
    its row groups. f32 takes up to 3 tokens a pass, bf16 up to 6: a pair of its columns
@@ -469,6 +502,14 @@ static void matmul_blocks(void *ctx, int bb, int be) {
         else pfl = 1, every = (int)(steps / lines);
     }
     size_t pass_bytes = (size_t)64 * pfl * ((pairs(j->cols) + every - 1) / every);
+    /* One bf16 token over a wide block (which, with the next one prefetched beside it,
+       crowds L2) takes it a chunk of columns at a time instead, every pass over each
+       chunk, prefetching the next chunk: whole, blocks of 192 KB and more streamed at
+       15–17 GB/s where SmolLM2's 72 KB ones read 18–20 (docs/benchmarks.md) */
+    if (bf && j->n == 1 && (size_t)PANEL * BLOCK * pairs(j->cols) * 4 > CHUNKED_ABOVE) {
+        for (int b = bb; b < be; b++) one_chunked(j, b, pfl, every);
+        return;
+    }
     for (int b = bb; b < be; b++) {
         int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
         int nr = j->rows - r0 < W ? j->rows - r0 : W;
@@ -480,7 +521,7 @@ static void matmul_blocks(void *ctx, int bb, int be) {
             int rows = pass_rows(T, bf);
             for (int r = 0; r < W; r += rows, pf += pass_bytes) {
                 ChainFn f = rows > W - r ? fn[0] : fn[T];
-                f(out[0] + r, PANEL * BLOCK, x, j->cols, j->cols, P + r, W, pf, pfl, every);
+                f(out[0] + r, PANEL * BLOCK, x, j->cols, j->cols, P + r, W, pf, pfl, every, NULL, NULL);
             }
             for (int i = 0; i < T; i++) memcpy(j->y + (size_t)(t + i) * j->rows + r0, out[i], sizeof(float) * nr);
         }
