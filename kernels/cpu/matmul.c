@@ -245,7 +245,8 @@ KERNEL(4)
 /* tiles of 1-3 tokens × a whole block (24 chains at most) */
 TILE(1, 1)
 TILE(1, 2)
-TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(1, 3)
+TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4) TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
 
     typedef void (*KF32)(float *, const float *, int, const float *, int);
 typedef void (*KBF16)(float *, const float *, int, const uint32_t *, int);
@@ -463,24 +464,25 @@ static int pass_rows(int T, int bf) {
 #define CHUNK_BYTES 8192          /* of a block's columns: in L1 while the passes take it */
 #define XI_FLOATS 16384           /* interleaved tokens on the stack; more from the heap */
 
-/* block b for one bf16 token, a chunk of its columns at a time (the chains of a pass's
-   16 rows kept in st between chunks), each pass over a chunk prefetching its share of
-   the next chunk (after the last, the next block's first) */
-static void one_chunked(const MatmulJob *j, int b, int pfl, int every) {
-    _Alignas(32) float out[PANEL * BLOCK], st[2 * PANEL * BLOCK];
-    int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
+/* block b for a bf16 tile of all n tokens (n ≤ 6), a chunk of its columns at a time
+   (each pass's chains kept in st between chunks), each pass over a chunk prefetching its
+   share of the next chunk (after the last, the next block's first) */
+static void tile_chunked(const MatmulJob *j, int b, int pfl, int every) {
+    _Alignas(32) float out[6][PANEL * BLOCK], st[6 * 2 * PANEL * BLOCK];
+    const int T = j->n, rows = pass_rows(T, 1), G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
     int nr = j->rows - r0 < W ? j->rows - r0 : W, chunk = CHUNK_BYTES / (W * 2) / 2 * 2;
     const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
     for (int c0 = 0; c0 < j->cols; c0 += chunk) {
         int c1 = j->cols - c0 < chunk ? j->cols : c0 + chunk;
         const uint32_t *Q = P + (size_t)(c0 / 2) * W;
+        const float *x = j->xi + (size_t)c0 * (T >= INTERLEAVED ? T : 1); /* interleaved: [c][T] */
         uintptr_t pf = (uintptr_t)(P + (size_t)pairs(c1) * W);
         size_t pass_bytes = (size_t)64 * pfl * ((pairs(c1 - c0) + every - 1) / every);
-        for (int r = 0; r < W; r += PANEL, pf += pass_bytes)
-            bf16_1p(out + r, PANEL * BLOCK, j->x + c0, j->cols, c1 - c0, Q + r, W, pf, pfl, every,
-                    c0 ? st + 2 * r : NULL, c1 < j->cols ? st + 2 * r : NULL);
+        for (int r = 0; r < W; r += rows, pf += pass_bytes)
+            C_BF16[T](out[0] + r, PANEL * BLOCK, x, j->cols, c1 - c0, Q + r, W, pf, pfl, every,
+                      c0 ? st + 2 * T * r : NULL, c1 < j->cols ? st + 2 * T * r : NULL);
     }
-    memcpy(j->y + r0, out, sizeof(float) * nr);
+    for (int i = 0; i < T; i++) memcpy(j->y + (size_t)i * j->rows + r0, out[i], sizeof(float) * nr);
 }
 
 /* A block at a time, each tile of tokens one pass over the block's columns for each of
@@ -502,12 +504,12 @@ static void matmul_blocks(void *ctx, int bb, int be) {
         else pfl = 1, every = (int)(steps / lines);
     }
     size_t pass_bytes = (size_t)64 * pfl * ((pairs(j->cols) + every - 1) / every);
-    /* One bf16 token over a wide block (which, with the next one prefetched beside it,
-       crowds L2) takes it a chunk of columns at a time instead, every pass over each
-       chunk, prefetching the next chunk: whole, blocks of 192 KB and more streamed at
-       15–17 GB/s where SmolLM2's 72 KB ones read 18–20 (docs/benchmarks.md) */
-    if (bf && j->n == 1 && (size_t)PANEL * BLOCK * pairs(j->cols) * 4 > CHUNKED_ABOVE) {
-        for (int b = bb; b < be; b++) one_chunked(j, b, pfl, every);
+    /* A bf16 tile of every token over a wide block (which, with the next one prefetched
+       beside it, crowds L2) takes it a chunk of columns at a time instead, every pass over
+       each chunk, prefetching the next chunk: whole, blocks of 192 KB and more streamed
+       at 15–17 GB/s for one token where SmolLM2's 72 KB ones read 18–20 (docs/benchmarks.md) */
+    if (bf && j->n <= 6 && (size_t)PANEL * BLOCK * pairs(j->cols) * 4 > CHUNKED_ABOVE) {
+        for (int b = bb; b < be; b++) tile_chunked(j, b, pfl, every);
         return;
     }
     for (int b = bb; b < be; b++) {
