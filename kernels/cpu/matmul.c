@@ -20,6 +20,7 @@
 
 #define PANEL 16      /* rows a vector holds */
 #define INTERLEAVED 3 /* AVX2: bf16 tiles of this many tokens or more read x interleaved */
+#define TILE_MAX 6    /* AVX2: tokens a bf16 tile takes at most (f32: 3) */
 /* Panels a block holds (64 rows). A tile of 2 tokens then reads a block's columns
    whole, one after another, as a stream: with 8 (two tiles' worth of registers) it
    took each column chunk in two halves, and verifying 2 tokens on the widened 110m
@@ -333,13 +334,13 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
                                                          const void *P, int W, uintptr_t pf, int pfl, int every,
                                                          const float *from, float *keep, const int BF16, const int T,
                                                          const int NP, const int NH) {
-    __m256 a[6][2][2], b[6][2][2]; /* [token][panel][half] */
+    __m256 a[TILE_MAX][2][2], b[TILE_MAX][2][2]; /* [token][panel][half] */
     for (int t = 0; t < T; t++)
         for (int k = 0; k < NP; k++)
             for (int h = 0; h < NH; h++) {
-                const float *s = from + 16 * ((t * NP + k) * NH + h);
-                a[t][k][h] = from ? _mm256_load_ps(s) : _mm256_setzero_ps();
-                b[t][k][h] = from ? _mm256_load_ps(s + 8) : _mm256_setzero_ps();
+                int i = 16 * ((t * NP + k) * NH + h);
+                a[t][k][h] = from ? _mm256_load_ps(from + i) : _mm256_setzero_ps();
+                b[t][k][h] = from ? _mm256_load_ps(from + i + 8) : _mm256_setzero_ps();
             }
     const __m256i hi_half = _mm256_set1_epi32((int)0xffff0000);
     /* IL: a bf16 tile of INTERLEAVED tokens or more, whose x comes interleaved (interleave)
@@ -403,8 +404,8 @@ static inline __attribute__((always_inline)) void chains(float *y, size_t ys, co
     for (int t = 0; t < T; t++)
         for (int k = 0; k < NP; k++)
             for (int h = 0; h < NH; h++) {
-                float *s = keep + 16 * ((t * NP + k) * NH + h);
-                if (keep) _mm256_store_ps(s, a[t][k][h]), _mm256_store_ps(s + 8, b[t][k][h]);
+                int i = 16 * ((t * NP + k) * NH + h);
+                if (keep) _mm256_store_ps(keep + i, a[t][k][h]), _mm256_store_ps(keep + i + 8, b[t][k][h]);
                 else _mm256_storeu_ps(y + t * ys + PANEL * k + 8 * h, _mm256_add_ps(a[t][k][h], b[t][k][h]));
             }
 }
@@ -433,7 +434,7 @@ static const ChainFn C_BF16[7] = {bf16_1p, bf16_1p, bf16_2, bf16_3, bf16_4, bf16
    are left (evened out, 8 tokens were two tiles of 4, whose 8 chains wait on the FMAs'
    latency: 8 % slower) */
 static int avx2_tile(int left, int bf) {
-    if (bf) return left < 6 ? left : 6;
+    if (bf) return left < TILE_MAX ? left : TILE_MAX;
     int tiles = (left + 2) / 3;
     return (left + tiles - 1) / tiles;
 }
@@ -462,11 +463,11 @@ static int pass_rows(int T, int bf) {
 #define CHUNK_BYTES 8192          /* of a block's columns: in L1 while the passes take it */
 #define XI_FLOATS 16384           /* interleaved tokens on the stack; more from the heap */
 
-/* block b for a bf16 tile of all n tokens (n ≤ 6), a chunk of its columns at a time
+/* block b for a bf16 tile of all n tokens (n ≤ TILE_MAX), a chunk of its columns at a time
    (each pass's chains kept in st between chunks), each pass over a chunk prefetching its
    share of the next chunk (after the last, the next block's first) */
 static void tile_chunked(const MatmulJob *j, int b, int pfl, int every) {
-    _Alignas(32) float out[6][PANEL * BLOCK], st[6 * 2 * PANEL * BLOCK];
+    _Alignas(32) float out[TILE_MAX][PANEL * BLOCK], st[TILE_MAX * 2 * PANEL * BLOCK];
     const int T = j->n, rows = pass_rows(T, 1), G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
     int nr = j->rows - r0 < W ? j->rows - r0 : W, chunk = CHUNK_BYTES / (W * 2) / 2 * 2;
     const uint32_t *P = (const uint32_t *)j->w + block_offset(j->wt, b, j->cols);
@@ -491,7 +492,7 @@ static void tile_chunked(const MatmulJob *j, int b, int pfl, int every) {
    to the hardware prefetchers, which stream it faster. */
 static void matmul_blocks(void *ctx, int bb, int be) {
     const MatmulJob *j = ctx;
-    _Alignas(64) float out[6][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
+    _Alignas(64) float out[TILE_MAX][PANEL * BLOCK]; /* a block's rows for a tile, before the tail cut */
     int bf = j->wt == WT_BF16, esize = bf ? 2 : 4;
     const ChainFn *fn = bf ? C_BF16 : C_F32;
     int passes = 0, small = (size_t)j->rows * j->cols * esize <= SMALL_BYTES, pfl = 0, every = 1;
@@ -501,15 +502,15 @@ static void matmul_blocks(void *ctx, int bb, int be) {
         if (lines >= steps) pfl = (int)((lines + steps - 1) / steps);
         else pfl = 1, every = (int)(steps / lines);
     }
-    size_t pass_bytes = (size_t)64 * pfl * ((pairs(j->cols) + every - 1) / every);
     /* A bf16 tile of every token over a wide block (which, with the next one prefetched
        beside it, crowds L2) takes it a chunk of columns at a time instead, every pass over
        each chunk, prefetching the next chunk: whole, blocks of 192 KB and more streamed
        at 15–17 GB/s for one token where SmolLM2's 72 KB ones read 18–20 (docs/benchmarks.md) */
-    if (bf && j->n <= 6 && (size_t)PANEL * BLOCK * pairs(j->cols) * 4 > CHUNKED_ABOVE) {
+    if (bf && j->n <= TILE_MAX && (size_t)PANEL * BLOCK * pairs(j->cols) * 4 > CHUNKED_ABOVE) {
         for (int b = bb; b < be; b++) tile_chunked(j, b, pfl, every);
         return;
     }
+    size_t pass_bytes = (size_t)64 * pfl * ((pairs(j->cols) + every - 1) / every);
     for (int b = bb; b < be; b++) {
         int G = block_panels(j->rows, b), W = G * PANEL, r0 = b * PANEL * BLOCK;
         int nr = j->rows - r0 < W ? j->rows - r0 : W;
